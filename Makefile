@@ -1,0 +1,95 @@
+# kinfer - hand-written GNU Make. `make` builds build/kinfer; `make test`
+# installs missing Debian packages, builds and runs every test; `make demo`
+# runs the worker end to end on its embedded defaults.
+
+CC      ?= gcc
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+PKGS    := rdkafka hiredis msgpack libconfig jansson openblas
+VERSION := 0.1.0
+
+# Debian 12 packages the build, tests and demo need (make deps installs them).
+DEB_PKGS := gcc make pkg-config librdkafka-dev libhiredis-dev libmsgpack-dev \
+            libconfig-dev libopenblas-dev libjansson-dev libcmocka-dev \
+            redis-server kafkacat
+
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2
+ifeq ($(WERROR),1)
+WARN    += -Werror
+endif
+OPT     ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -pthread $(OPT) $(WARN) -MMD -MP \
+           -DKINFER_VERSION='"$(VERSION)"' $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS  += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread
+
+ifeq ($(SANITIZE),address)
+CFLAGS  += -fsanitize=address -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=address
+endif
+ifeq ($(SANITIZE),undefined)
+CFLAGS  += -fsanitize=undefined -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=undefined
+endif
+ifeq ($(SANITIZE),thread)
+CFLAGS  += -fsanitize=thread
+LDFLAGS += -fsanitize=thread
+endif
+
+B := build
+LIB_SRCS := $(wildcard codecs/*.c) $(wildcard gpu/*.c) $(wildcard batching/*.c) \
+            $(filter-out worker/main.c,$(wildcard worker/*.c))
+LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o)
+
+# CUDA sources compile wherever nvcc exists; the CPU path never needs them.
+ifneq ($(NVCC),)
+CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+CU_SRCS   := $(wildcard gpu/*.cu)
+CU_OBJS   := $(CU_SRCS:%.cu=$(B)/%.cu.o)
+CFLAGS    += -DKINFER_HAVE_CUDA
+LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+NVFLAGS   := -O2 -std=c++17 -Xcompiler -Wall,-fPIC
+endif
+
+TEST_SRCS := $(wildcard tests/test_*.c)
+TESTS     := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
+
+.PHONY: all deps test test-unit test-integration demo clean
+all: $(B)/kinfer
+
+$(B)/kinfer: $(B)/worker/main.o $(LIB_OBJS) $(CU_OBJS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(B)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c -o $@ $<
+
+$(B)/tests/%: tests/%.c $(LIB_OBJS) $(CU_OBJS) tests/testutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB_OBJS) $(CU_OBJS) $(LDLIBS) -lcmocka
+
+# Installs whatever Debian package is missing (needs root, or sudo).
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+test: deps
+	$(MAKE) all $(TESTS)
+	tests/run.sh $(TESTS)
+
+demo: deps
+	$(MAKE) all
+	tests/demo.sh
+
+clean:
+	rm -rf $(B)
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)

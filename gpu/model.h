@@ -1,0 +1,80 @@
+/* model.h - a neural model: a safetensors file plus a layer list, run on
+ * the CPU with OpenBLAS (the CUDA backend is gpu/ too, later). Plain C.
+ *
+ * Threads: model_load at startup (main thread); a loaded model is
+ * read-only and may be shared; each executor thread owns its own
+ * model_ws and calls model_forward with it. */
+#ifndef KINFER_MODEL_H
+#define KINFER_MODEL_H
+
+#include <stddef.h>
+
+#define MODEL_NAME_MAX 128
+#define MODEL_TENSOR_NAME_MAX 256
+
+enum model_op {
+    MODEL_OP_DENSE = 0, /* nn.Linear: weight [out,in], optional bias [out]; y = x W^T + b */
+    MODEL_OP_RELU,
+    MODEL_OP_GELU,      /* erf form: 0.5 x (1 + erf(x / sqrt 2)) */
+    MODEL_OP_TANH,
+    MODEL_OP_SIGMOID,
+    MODEL_OP_LAYERNORM, /* weight [w], bias [w], eps; biased variance over the last dim */
+    MODEL_OP_SOFTMAX,   /* over the last dim */
+    MODEL_OP_L2NORM,    /* x / max(||x||_2, 1e-12) over the last dim */
+};
+
+/* One layer as the config describes it (plain data). */
+struct model_layer_spec {
+    enum model_op op;
+    char weight[MODEL_TENSOR_NAME_MAX]; /* tensor name, "" if the op has none */
+    char bias[MODEL_TENSOR_NAME_MAX];   /* tensor name, "" = no bias */
+    double eps;                         /* layernorm only */
+};
+
+/* One model as the config describes it (plain data, owned by the config). */
+struct model_spec {
+    char name[MODEL_NAME_MAX];
+    char path[4096];
+    struct model_layer_spec *layers;
+    size_t n_layers;
+    size_t input_width;                 /* 0 = infer from the first shaped layer */
+};
+
+struct model;
+struct model_ws;
+
+/* Parses "dense", "relu", ... into *out; returns 0 or -1 if unknown. */
+int model_op_parse(const char *s, enum model_op *out);
+const char *model_op_name(enum model_op op);
+
+/* Loads the safetensors file named by spec->path, validates every tensor
+ * the layers name (dtype F32/F16/BF16, shapes chained layer to layer) and
+ * converts weights to float32. Returns a new model or NULL with errstr
+ * filled ("model demo: layer 2 (dense): tensor 1.weight has shape
+ * [16,32], expected [*,64]"). Borrows spec; copies what it keeps. */
+struct model *model_load(const struct model_spec *spec, char *errstr,
+                         size_t errstr_size);
+void model_destroy(struct model *m);
+
+const char *model_name(const struct model *m);
+size_t model_input_width(const struct model *m);
+size_t model_output_width(const struct model *m);
+size_t model_param_count(const struct model *m);
+
+/* Workspace for up to max_rows rows through m: every buffer the forward
+ * pass needs, allocated once here so model_forward allocates nothing.
+ * Returns NULL on allocation failure. */
+struct model_ws *model_ws_new(const struct model *m, size_t max_rows);
+void model_ws_destroy(struct model_ws *ws);
+
+/* Runs rows x input_width floats (row-major, contiguous) through the
+ * model. On success returns 0 and points *out at rows x output_width
+ * floats inside ws (valid until the next call with ws). Returns -1 if
+ * rows exceeds the workspace or is 0. Allocates nothing. */
+int model_forward(const struct model *m, struct model_ws *ws, const float *in,
+                  size_t rows, const float **out);
+
+/* Sets OpenBLAS's thread count for this process (0 = leave the default). */
+void model_set_threads(int n);
+
+#endif

@@ -1,0 +1,43 @@
+/* testutil.h - small helpers shared by the test programs: a fresh random
+ * seed per run (printed, and overridable with KINFER_TEST_SEED so a failure
+ * can be replayed) and uniform random floats. Header-only. */
+#ifndef KINFER_TESTUTIL_H
+#define KINFER_TESTUTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static uint64_t tu_rng_state;
+
+/* Seeds the generator from the clock (or KINFER_TEST_SEED) and prints it. */
+static inline uint64_t tu_seed(const char *prog)
+{
+    const char *s = getenv("KINFER_TEST_SEED");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t seed = s ? strtoull(s, NULL, 10)
+                      : (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec;
+    if (seed == 0) seed = 1;
+    tu_rng_state = seed;
+    fprintf(stderr, "%s: KINFER_TEST_SEED=%llu\n", prog, (unsigned long long)seed);
+    return seed;
+}
+
+/* xorshift64*: good enough for test data, reproducible from the seed. */
+static inline uint64_t tu_rand64(void)
+{
+    uint64_t x = tu_rng_state;
+    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+    tu_rng_state = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* Uniform float in [lo, hi). */
+static inline float tu_randf(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((tu_rand64() >> 40) * (1.0 / 16777216.0));
+}
+
+#endif
