@@ -77,6 +77,7 @@ struct job {
     /* --- sink bookkeeping --- */
     int acks_pending;              /* reply/DLQ delivery + Redis SET still owed */
     int produce_attempts;
+    int stranded;                  /* sink gave up on it at stop: never done */
 
     struct job *next;              /* intrusive list link, owned by whoever holds the job */
 };

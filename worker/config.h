@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../gpu/model.h"
 
@@ -61,11 +62,43 @@ struct kcfg {
     } log;
 };
 
+/* The scalar settings table (worker/config.c): one row per setting that
+ * holds a single value. It drives defaults, reading the file, --set,
+ * validation and cfg_print_options; worker.cfg documents the same rows and
+ * tests/test_config.c checks that the two agree. Plain data. */
+enum cfg_type { CFG_INT, CFG_INT64, CFG_STRING };
+
+struct cfg_option {
+    const char *name;           /* "batching.max_wait_ms", or "default_model" */
+    enum cfg_type type;
+    long long min, max;         /* value bounds (ints); length bounds (strings) */
+    long long def_int;          /* default of an int setting */
+    const char *def_str;        /* default of a string setting; NULL = computed */
+    const char *const *choices; /* NULL-terminated allowed values, or NULL */
+    /* Extra check of a string value: returns 0, or -1 with why filled. */
+    int (*check)(const char *value, char *why, size_t why_size);
+    size_t offset;              /* where the value lives in struct kcfg */
+    const char *doc;            /* one line, for humans */
+};
+
+/* Returns the table (static storage) and stores its length in *n. */
+const struct cfg_option *cfg_options(size_t *n);
+
+/* Prints one line per scalar setting (name, type, default, bounds, doc)
+ * to out, for `kinfer --help`-style output. Borrows out. */
+void cfg_print_options(FILE *out);
+
 /* Reads path, applies each "section.key=value" override in sets (n_sets of
  * them) and validates everything. Returns a new config, or NULL with errstr
- * filled as "FILE:LINE: message" (or "--set X: message"). */
+ * filled as "FILE:LINE: message" (or "--set X: message"). Borrows path and
+ * sets. Any scalar of the table may be set, top-level ones too
+ * ("default_model=x"), and so may a librdkafka property
+ * ("kafka.properties.linger.ms=5", replacing one the file gives). A
+ * relative model path is resolved against the directory of the file that
+ * names it, so the config and its models can move together. */
 struct kcfg *cfg_load(const char *path, const char *const *sets, size_t n_sets,
                       char *errstr, size_t errstr_size);
+/* Frees c and everything it owns; accepts NULL. */
 void cfg_destroy(struct kcfg *c);
 
 /* Index of the model named name in c->models, or -1. */

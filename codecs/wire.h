@@ -1,0 +1,56 @@
+/* wire.h - the client side of the wire contract (docs/protocol.md): encode
+ * a job as a producer would, decode a result as a client would. Used by
+ * `kinfer smoke`, the tests and the benchmark; the worker itself uses
+ * codec.h.
+ *
+ * Threads: any; no shared state. */
+#ifndef KINFER_WIRE_H
+#define KINFER_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "job.h"
+
+/* A job to encode. NULL/0 fields are left out. */
+struct wire_job {
+    const char *id;
+    const char *model;
+    const float *input;
+    size_t n_input;
+    int input_as_array;     /* MessagePack: array of numbers instead of bin */
+    int64_t deadline_ms;    /* 0: absent */
+    int64_t timeout_ms;     /* -1: absent */
+    int priority;           /* -1: absent */
+    const char *meta_json;  /* JSON text of meta, or NULL */
+};
+
+/* Encodes j in enc into a new buffer (*out, caller frees). Returns 0 or -1. */
+int wire_encode_job(const struct wire_job *j, enum job_enc enc,
+                    unsigned char **out, size_t *out_len);
+
+/* A decoded result. Strings are NUL-terminated copies; output is owned. */
+struct wire_result {
+    char id[JOB_ID_MAX + 1];
+    char model[JOB_MODEL_MAX + 1];
+    int ok;                        /* status == "ok" */
+    char code[32];                 /* error.code when !ok */
+    char message[JOB_ERRMSG_MAX];
+    float *output;                 /* rows x width when ok */
+    size_t rows, width;
+    double queued_ms, infer_ms, total_ms;
+    int64_t batch_rows;
+    char topic[JOB_TOPIC_MAX + 1];
+    int64_t partition, offset;
+    int has_meta;
+    char meta_json[JOB_META_MAX + 1]; /* meta re-encoded as compact JSON */
+};
+
+/* Decodes a result body (either encoding). Returns 0, or -1 with errstr. */
+int wire_decode_result(const void *body, size_t len, struct wire_result *r,
+                       char *errstr, size_t errstr_size);
+
+/* Frees what r owns (not r). */
+void wire_result_fini(struct wire_result *r);
+
+#endif

@@ -1,0 +1,508 @@
+/* test_integration.c - the worker end to end, with real parts: `kinfer
+ * broker` (librdkafka's mock cluster in its own process, the Kafka protocol
+ * on loopback), a real redis-server, and the worker binary. Jobs go in with
+ * librdkafka in both encodings; results are checked in Redis and on the
+ * reply topic against the model run here in float64; bad jobs must come
+ * back with the right error code or land in the dead-letter topic; a
+ * SIGTERM mid-load followed by a restart must lose nothing.
+ *
+ * Each test uses its own topics and consumer group on one shared broker
+ * and Redis, so the tests are independent of each other's leftovers. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <msgpack.h>
+
+#include "../codecs/wire.h"
+#include "../gpu/model.h"
+#include "harness.h"
+#include "testutil.h"
+
+#define KINFER "build/kinfer"
+#define IN_W 8
+#define HID_W 16
+#define OUT_W 4
+#define PARTS 4
+
+static char brokers[512];
+static int redis_port;
+static char model_path[300];
+static double w0[HID_W][IN_W], b0[HID_W], w1[OUT_W][HID_W], b1[OUT_W];
+
+/* Reads the demo model's weights back so the test can compute expected
+ * outputs in float64, independently of the worker's float32 path. */
+static void load_reference_weights(void)
+{
+    FILE *f = fopen(model_path, "rb");
+    assert_non_null(f);
+    uint64_t hlen;
+    assert_int_equal(fread(&hlen, 8, 1, f), 1);
+    char *hdr = malloc(hlen + 1);
+    assert_int_equal(fread(hdr, 1, hlen, f), hlen);
+    hdr[hlen] = 0;
+    /* Find each tensor's data_offsets in the header text. */
+    const char *names[] = {"0.weight", "0.bias", "2.weight", "2.bias"};
+    double *dst[] = {&w0[0][0], b0, &w1[0][0], b1};
+    size_t counts[] = {HID_W * IN_W, HID_W, OUT_W * HID_W, OUT_W};
+    for (int t = 0; t < 4; t++) {
+        char key[32];
+        snprintf(key, sizeof(key), "\"%s\"", names[t]);
+        const char *p = strstr(hdr, key);
+        assert_non_null(p);
+        p = strstr(p, "data_offsets");
+        assert_non_null(p);
+        p = strchr(p, '[');
+        unsigned long long begin = strtoull(p + 1, NULL, 10);
+        float *buf = malloc(counts[t] * sizeof(float));
+        fseek(f, (long)(8 + hlen + begin), SEEK_SET);
+        assert_int_equal(fread(buf, sizeof(float), counts[t], f), counts[t]);
+        for (size_t i = 0; i < counts[t]; i++) dst[t][i] = buf[i];
+        free(buf);
+    }
+    free(hdr);
+    fclose(f);
+}
+
+/* dense -> relu -> dense in float64. */
+static void reference(const float *in, size_t rows, double *out)
+{
+    for (size_t r = 0; r < rows; r++) {
+        double h[HID_W];
+        for (int i = 0; i < HID_W; i++) {
+            double s = b0[i];
+            for (int k = 0; k < IN_W; k++) s += w0[i][k] * in[r * IN_W + k];
+            h[i] = s > 0 ? s : 0;
+        }
+        for (int o = 0; o < OUT_W; o++) {
+            double s = b1[o];
+            for (int k = 0; k < HID_W; k++) s += w1[o][k] * h[k];
+            out[r * OUT_W + o] = s;
+        }
+    }
+}
+
+/* Writes a worker config for the given topics and group; returns its path. */
+static const char *write_config(const char *name, const char *topic, const char *reply,
+                                const char *dlq, const char *group, const char *extra)
+{
+    static char path[300];
+    snprintf(path, sizeof(path), "%s/%s.cfg", h_dir(), name);
+    FILE *f = fopen(path, "w");
+    fprintf(f,
+            "kafka = { brokers = \"%s\"; group = \"%s\"; topics = [ \"%s\" ];\n"
+            "  reply_topic = \"%s\"; dlq_topic = \"%s\";\n"
+            "  properties = ( ( \"auto.commit.interval.ms\", \"200\" ) ); };\n"
+            "redis = { host = \"127.0.0.1\"; port = %d; key_prefix = \"%s:\"; ttl_ms = 600000; };\n"
+            "batching = { max_batch_rows = 16; max_wait_ms = 5; };\n"
+            "models = ( { name = \"demo\"; path = \"%s\";\n"
+            "  layers = ( { op = \"dense\"; weight = \"0.weight\"; bias = \"0.bias\"; },\n"
+            "             { op = \"relu\"; },\n"
+            "             { op = \"dense\"; weight = \"2.weight\"; bias = \"2.bias\"; } ); } );\n"
+            "log = { level = \"info\"; };\n%s\n",
+            brokers, group, topic, reply, dlq, redis_port, name, model_path, extra ? extra : "");
+    fclose(f);
+    return path;
+}
+
+static pid_t start_worker(const char *cfg, const char *name)
+{
+    char log[300];
+    snprintf(log, sizeof(log), "%s/%s.worker.log", h_dir(), name);
+    char *argv[] = {KINFER, "worker", "-c", (char *)cfg, NULL};
+    return h_spawn(argv, NULL, log);
+}
+
+/* Polls Redis until every key prefix:ids[i] exists or timeout; stores
+ * each body (malloc'd) in bodies[i]. Returns how many were found. */
+static size_t wait_results(const char *prefix, char ids[][64], size_t n, char **bodies,
+                           size_t *lens, double timeout_s)
+{
+    redisContext *c = redisConnect("127.0.0.1", redis_port);
+    assert_true(c && !c->err);
+    size_t found = 0;
+    double until = h_now() + timeout_s;
+    while (found < n && h_now() < until) {
+        for (size_t i = 0; i < n; i++) {
+            if (bodies[i]) continue;
+            redisReply *r = redisCommand(c, "GET %s:%s", prefix, ids[i]);
+            if (r && r->type == REDIS_REPLY_STRING) {
+                bodies[i] = malloc(r->len);
+                memcpy(bodies[i], r->str, r->len);
+                lens[i] = r->len;
+                found++;
+            }
+            if (r) freeReplyObject(r);
+        }
+        if (found < n) h_sleep_ms(100);
+    }
+    redisFree(c);
+    return found;
+}
+
+struct reply_rec {
+    char key[64];
+    char *val;
+    size_t len;
+    char ct[64];
+    char hdr_code[64];
+    char hdr_topic[64];
+};
+
+/* Reads up to max records from topic until `want` records came or
+ * timeout. Returns how many were read. */
+static size_t read_topic(const char *topic, struct reply_rec *out, size_t max, size_t want,
+                         double timeout_s)
+{
+    rd_kafka_t *c = h_reader(brokers, topic);
+    size_t n = 0;
+    double until = h_now() + timeout_s;
+    while (n < want && n < max && h_now() < until) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 100);
+        if (!m) continue;
+        if (!m->err) {
+            struct reply_rec *r = &out[n++];
+            memset(r, 0, sizeof(*r));
+            size_t kl = m->key_len < 63 ? m->key_len : 63;
+            memcpy(r->key, m->key, kl);
+            r->val = malloc(m->len + 1);
+            memcpy(r->val, m->payload, m->len);
+            r->len = m->len;
+            rd_kafka_headers_t *h;
+            const void *v;
+            size_t vs;
+            if (rd_kafka_message_headers(m, &h) == 0) {
+                if (rd_kafka_header_get_last(h, "content-type", &v, &vs) == 0)
+                    snprintf(r->ct, sizeof(r->ct), "%.*s", (int)vs, (const char *)v);
+                if (rd_kafka_header_get_last(h, "x-error-code", &v, &vs) == 0)
+                    snprintf(r->hdr_code, sizeof(r->hdr_code), "%.*s", (int)vs, (const char *)v);
+                if (rd_kafka_header_get_last(h, "x-source-topic", &v, &vs) == 0)
+                    snprintf(r->hdr_topic, sizeof(r->hdr_topic), "%.*s", (int)vs, (const char *)v);
+            }
+        }
+        rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(c);
+    rd_kafka_destroy(c);
+    return n;
+}
+
+/* Checks one decoded ok result against the float64 reference. */
+static void check_values(const struct wire_result *r, const float *in, size_t rows)
+{
+    assert_true(r->ok);
+    assert_int_equal(r->rows, rows);
+    assert_int_equal(r->width, OUT_W);
+    assert_non_null(r->output);
+    double ref[64 * OUT_W];
+    reference(in, rows, ref);
+    for (size_t k = 0; k < rows * OUT_W; k++) {
+        /* float32 through two small GEMMs: 1e-5 relative (plus 1e-5 absolute
+         * near zero) holds with room; JSON carries 9 significant digits. */
+        double tol = 1e-5 * fmax(1.0, fabs(ref[k]));
+        if (fabs((double)r->output[k] - ref[k]) > tol)
+            fail_msg("%s: output[%zu] = %.9g, reference %.9g", r->id, k, r->output[k], ref[k]);
+    }
+}
+
+/* ---- good jobs in every encoding ----------------------------------------- */
+
+#define N_GOOD 120
+
+static void test_results_every_encoding(void **state)
+{
+    (void)state;
+    const char *cfg = write_config("good", "good.jobs", "good.results", "good.dlq", "g-good", NULL);
+    pid_t w = start_worker(cfg, "good");
+    rd_kafka_t *p = h_producer(brokers);
+    static char ids[N_GOOD][64];
+    static float inputs[N_GOOD][3 * IN_W];
+    size_t rows[N_GOOD];
+    for (size_t i = 0; i < N_GOOD; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "good-%zu", i);
+        rows[i] = i % 7 == 0 ? 3 : 1;
+        for (size_t k = 0; k < rows[i] * IN_W; k++) inputs[i][k] = tu_randf(-2, 2);
+        /* Four ways in: msgpack bin, msgpack number array, JSON, and
+         * msgpack with the id only in the record key. */
+        int way = (int)(i % 4);
+        char meta[64];
+        snprintf(meta, sizeof(meta), "{\"n\":%zu,\"tag\":[\"x\",true,null]}", i);
+        struct wire_job j = {.id = way == 3 ? NULL : ids[i], .input = inputs[i],
+                             .n_input = rows[i] * IN_W, .input_as_array = way == 1,
+                             .timeout_ms = -1, .priority = i % 10 == 0 ? 5 : -1,
+                             .meta_json = i % 3 == 0 ? meta : NULL};
+        unsigned char *body;
+        size_t len;
+        enum job_enc enc = way == 2 ? JOB_ENC_JSON : JOB_ENC_MSGPACK;
+        assert_int_equal(wire_encode_job(&j, enc, &body, &len), 0);
+        if (way == 3) {
+            /* Remove the empty id field: re-encode without it. */
+            free(body);
+            msgpack_sbuffer sb;
+            msgpack_sbuffer_init(&sb);
+            msgpack_packer pk;
+            msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+            msgpack_pack_map(&pk, 1);
+            msgpack_pack_str(&pk, 5);
+            msgpack_pack_str_body(&pk, "input", 5);
+            msgpack_pack_bin(&pk, rows[i] * IN_W * 4);
+            msgpack_pack_bin_body(&pk, inputs[i], rows[i] * IN_W * 4);
+            body = (unsigned char *)sb.data;
+            len = sb.size;
+        }
+        assert_int_equal(h_produce(p, "good.jobs", ids[i], strlen(ids[i]), body, len,
+                                   enc == JOB_ENC_JSON ? "application/json" : NULL), 0);
+        free(body);
+    }
+    assert_int_equal(rd_kafka_flush(p, 10000), 0);
+    rd_kafka_destroy(p);
+
+    static char *bodies[N_GOOD];
+    static size_t lens[N_GOOD];
+    size_t found = wait_results("good", ids, N_GOOD, bodies, lens, 60);
+    assert_int_equal(found, N_GOOD);
+    for (size_t i = 0; i < N_GOOD; i++) {
+        struct wire_result r;
+        char err[256];
+        assert_int_equal(wire_decode_result(bodies[i], lens[i], &r, err, sizeof(err)), 0);
+        assert_string_equal(r.id, ids[i]);
+        assert_string_equal(r.model, "demo");
+        check_values(&r, inputs[i], rows[i]);
+        /* The result is encoded the way the job was. */
+        assert_int_equal(bodies[i][0] == '{', i % 4 == 2);
+        assert_string_equal(r.topic, "good.jobs");
+        assert_true(r.partition >= 0 && r.partition < PARTS);
+        assert_true(r.offset >= 0);
+        assert_true(r.batch_rows >= (int64_t)rows[i] && r.batch_rows <= 16 + 2);
+        assert_true(r.total_ms >= 0 && r.queued_ms >= 0 && r.infer_ms >= 0);
+        if (i % 3 == 0 && i % 4 != 3) { /* the key-only body carries no meta */
+            char meta[64];
+            snprintf(meta, sizeof(meta), "{\"n\":%zu,\"tag\":[\"x\",true,null]}", i);
+            assert_true(r.has_meta);
+            assert_string_equal(r.meta_json, meta);
+        } else {
+            assert_false(r.has_meta);
+        }
+        wire_result_fini(&r);
+    }
+
+    /* The reply topic holds the same bodies, keyed by id, with a
+     * content-type header, at least once each. */
+    static struct reply_rec recs[N_GOOD * 2];
+    size_t n = read_topic("good.results", recs, N_GOOD * 2, N_GOOD, 30);
+    assert_true(n >= N_GOOD);
+    for (size_t i = 0; i < N_GOOD; i++) {
+        int seen = 0;
+        for (size_t k = 0; k < n; k++) {
+            if (strcmp(recs[k].key, ids[i]) != 0) continue;
+            seen++;
+            assert_int_equal(recs[k].len, lens[i]);
+            assert_memory_equal(recs[k].val, bodies[i], lens[i]);
+            assert_string_equal(recs[k].ct, i % 4 == 2 ? "application/json" : "application/msgpack");
+        }
+        if (!seen) fail_msg("no reply record for %s", ids[i]);
+    }
+    for (size_t k = 0; k < n; k++) free(recs[k].val);
+    for (size_t i = 0; i < N_GOOD; i++) free(bodies[i]);
+    assert_int_equal(h_stop(w, SIGTERM, 30), 0);
+}
+
+/* ---- error results and dead letters -------------------------------------- */
+
+static void test_errors_and_dead_letters(void **state)
+{
+    (void)state;
+    const char *cfg = write_config("bad", "bad.jobs", "bad.results", "bad.dlq", "g-bad", NULL);
+    pid_t w = start_worker(cfg, "bad");
+    rd_kafka_t *p = h_producer(brokers);
+    float good[IN_W], nan_in[IN_W];
+    for (int k = 0; k < IN_W; k++) good[k] = nan_in[k] = tu_randf(-1, 1);
+    nan_in[3] = NAN;
+    struct {
+        const char *id;
+        struct wire_job j;
+        enum job_enc enc;
+        const char *code;
+    } cases[] = {
+        {"bad-width", {.input = good, .n_input = IN_W - 1}, JOB_ENC_MSGPACK, "invalid_input"},
+        {"bad-width-json", {.input = good, .n_input = IN_W + 1}, JOB_ENC_JSON, "invalid_input"},
+        {"bad-model", {.model = "nope", .input = good, .n_input = IN_W}, JOB_ENC_MSGPACK, "unknown_model"},
+        {"bad-deadline", {.input = good, .n_input = IN_W, .deadline_ms = 1000}, JOB_ENC_MSGPACK, "deadline_exceeded"},
+        {"bad-timeout", {.input = good, .n_input = IN_W, .timeout_ms = 0}, JOB_ENC_JSON, "deadline_exceeded"},
+        {"bad-nan", {.input = nan_in, .n_input = IN_W}, JOB_ENC_MSGPACK, "invalid_input"},
+        {"bad-priority", {.input = good, .n_input = IN_W, .priority = 12}, JOB_ENC_MSGPACK, "invalid_input"},
+        {"bad-noinput", {.input = NULL}, JOB_ENC_MSGPACK, "invalid_input"},
+        {"ok-control", {.input = good, .n_input = IN_W}, JOB_ENC_MSGPACK, NULL},
+    };
+    size_t nc = sizeof(cases) / sizeof(cases[0]);
+    static char ids[16][64];
+    for (size_t i = 0; i < nc; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "%s", cases[i].id);
+        struct wire_job j = cases[i].j;
+        j.id = cases[i].id;
+        if (!j.timeout_ms && strcmp(cases[i].id, "bad-timeout") != 0) j.timeout_ms = -1;
+        if (!j.priority) j.priority = -1;
+        unsigned char *body;
+        size_t len;
+        assert_int_equal(wire_encode_job(&j, cases[i].enc, &body, &len), 0);
+        assert_int_equal(h_produce(p, "bad.jobs", j.id, strlen(j.id), body, len, NULL), 0);
+        free(body);
+    }
+    /* Records that are not jobs at all: dead-lettered with their bytes. */
+    const unsigned char garbage[] = {0xc1, 0x00, 0x01};
+    const unsigned char hostile[] = {0xdf, 0x10, 0x00, 0x00, 0x00}; /* map32, 2^28 entries */
+    const char notjson[] = "{\"id\": \"x\", \"input\": [1, 2";
+    assert_int_equal(h_produce(p, "bad.jobs", NULL, 0, garbage, sizeof(garbage), NULL), 0);
+    assert_int_equal(h_produce(p, "bad.jobs", NULL, 0, hostile, sizeof(hostile), NULL), 0);
+    assert_int_equal(h_produce(p, "bad.jobs", NULL, 0, notjson, strlen(notjson), NULL), 0);
+    assert_int_equal(rd_kafka_flush(p, 10000), 0);
+    rd_kafka_destroy(p);
+
+    static char *bodies[16];
+    static size_t lens[16];
+    assert_int_equal(wait_results("bad", ids, nc, bodies, lens, 60), nc);
+    for (size_t i = 0; i < nc; i++) {
+        struct wire_result r;
+        char err[256];
+        assert_int_equal(wire_decode_result(bodies[i], lens[i], &r, err, sizeof(err)), 0);
+        assert_string_equal(r.id, cases[i].id);
+        if (cases[i].code) {
+            assert_false(r.ok);
+            if (strcmp(r.code, cases[i].code) != 0)
+                fail_msg("%s: code %s, expected %s (%s)", r.id, r.code, cases[i].code, r.message);
+            assert_true(strlen(r.message) > 0);
+            assert_null(r.output);
+        } else {
+            check_values(&r, good, 1);
+        }
+        wire_result_fini(&r);
+        free(bodies[i]);
+    }
+    struct reply_rec dead[8];
+    size_t n = read_topic("bad.dlq", dead, 8, 3, 30);
+    assert_int_equal(n, 3);
+    int saw_garbage = 0, saw_hostile = 0, saw_json = 0;
+    for (size_t k = 0; k < n; k++) {
+        assert_string_equal(dead[k].hdr_topic, "bad.jobs");
+        assert_true(dead[k].hdr_code[0] != 0);
+        if (dead[k].len == sizeof(garbage) && !memcmp(dead[k].val, garbage, sizeof(garbage))) saw_garbage = 1;
+        if (dead[k].len == sizeof(hostile) && !memcmp(dead[k].val, hostile, sizeof(hostile))) saw_hostile = 1;
+        if (dead[k].len == strlen(notjson) && !memcmp(dead[k].val, notjson, strlen(notjson))) saw_json = 1;
+        free(dead[k].val);
+    }
+    assert_true(saw_garbage && saw_hostile && saw_json);
+    assert_int_equal(h_stop(w, SIGTERM, 30), 0);
+    /* Everything, dead letters included, was committed on the way out. */
+    assert_int_equal(h_committed_sum(brokers, "g-bad", "bad.jobs", PARTS), (long long)nc + 3);
+}
+
+/* ---- SIGTERM under load, then restart: nothing lost ----------------------- */
+
+#define N_LOAD 3000
+
+static void test_sigterm_restart_loses_nothing(void **state)
+{
+    (void)state;
+    const char *cfg = write_config("term", "term.jobs", "term.results", "term.dlq", "g-term", NULL);
+    rd_kafka_t *p = h_producer(brokers);
+    static char ids[N_LOAD][64];
+    static float inputs[N_LOAD][IN_W];
+    for (size_t i = 0; i < N_LOAD; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "term-%zu", i);
+        for (int k = 0; k < IN_W; k++) inputs[i][k] = tu_randf(-2, 2);
+        struct wire_job j = {.id = ids[i], .input = inputs[i], .n_input = IN_W,
+                             .timeout_ms = -1, .priority = -1};
+        unsigned char *body;
+        size_t len;
+        assert_int_equal(wire_encode_job(&j, JOB_ENC_MSGPACK, &body, &len), 0);
+        assert_int_equal(h_produce(p, "term.jobs", ids[i], strlen(ids[i]), body, len, NULL), 0);
+        free(body);
+    }
+    assert_int_equal(rd_kafka_flush(p, 10000), 0);
+    rd_kafka_destroy(p);
+
+    /* Let the first worker get going, then stop it mid-load. */
+    pid_t w = start_worker(cfg, "term");
+    redisContext *rc = redisConnect("127.0.0.1", redis_port);
+    double until = h_now() + 60;
+    long long done = 0;
+    /* EXISTS over every id of this test: how many results are in. */
+    static const char *argv[N_LOAD + 1];
+    static char keys[N_LOAD][80];
+    argv[0] = "EXISTS";
+    for (size_t i = 0; i < N_LOAD; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "term:%.60s", ids[i]);
+        argv[i + 1] = keys[i];
+    }
+    while (h_now() < until) {
+        redisReply *r = redisCommandArgv(rc, N_LOAD + 1, argv, NULL);
+        done = r ? r->integer : 0;
+        if (r) freeReplyObject(r);
+        if (done > 0) break;
+        h_sleep_ms(2);
+    }
+    fprintf(stderr, "test_integration: SIGTERM after %lld of %d results\n", done, N_LOAD);
+    assert_true(done > 0 && done < N_LOAD);
+    int st = h_stop(w, SIGTERM, 30);
+    assert_int_equal(st, 0);
+
+    /* A second worker finishes the rest. */
+    w = start_worker(cfg, "term");
+    static char *bodies[N_LOAD];
+    static size_t lens[N_LOAD];
+    size_t found = wait_results("term", ids, N_LOAD, bodies, lens, 120);
+    assert_int_equal(found, N_LOAD);
+    for (size_t i = 0; i < N_LOAD; i++) {
+        struct wire_result r;
+        char err[256];
+        assert_int_equal(wire_decode_result(bodies[i], lens[i], &r, err, sizeof(err)), 0);
+        check_values(&r, inputs[i], 1);
+        wire_result_fini(&r);
+        free(bodies[i]);
+    }
+    assert_int_equal(h_stop(w, SIGTERM, 30), 0);
+    assert_int_equal(h_committed_sum(brokers, "g-term", "term.jobs", PARTS), N_LOAD);
+    redisFree(rc);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(model_path, sizeof(model_path), "%s/demo.safetensors", h_dir());
+    char err[256];
+    if (model_write_demo(model_path, IN_W, HID_W, OUT_W, tu_rand64(), err, sizeof(err)) < 0) {
+        fprintf(stderr, "model_write_demo: %s\n", err);
+        return -1;
+    }
+    load_reference_weights();
+    if (h_start_broker(KINFER, "good.jobs,good.results,good.dlq,bad.jobs,bad.results,bad.dlq,"
+                               "term.jobs,term.results,term.dlq", PARTS, brokers,
+                       sizeof(brokers)) < 0)
+        return -1;
+    if (h_start_redis(&redis_port) < 0) return -1;
+    fprintf(stderr, "test_integration: broker %s, redis port %d, logs in %s\n", brokers,
+            redis_port, h_dir());
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    h_kill_all();
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    tu_seed(argv[0]);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_results_every_encoding),
+        cmocka_unit_test(test_errors_and_dead_letters),
+        cmocka_unit_test(test_sigterm_restart_loses_nothing),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,1048 @@
+/* config.c - reads the worker's libconfig file once at startup, applies
+ * --set overrides, validates everything and hands back a plain struct kcfg.
+ *
+ * Every setting that holds a single value is a row of options[] below:
+ * dotted name, type, bounds, default, place in struct kcfg and one line of
+ * documentation. That table drives the defaults, the reading of the file,
+ * --set, validation, cfg_print_options and cfg_destroy; worker.cfg at the
+ * repo root documents the same rows and tests/test_config.c checks that
+ * they agree. The three settings that are not scalars (kafka.topics,
+ * kafka.properties, models) have readers of their own, listed in
+ * aggregates[] so the walker knows them.
+ *
+ * The first problem found stops loading, reported as "FILE:LINE: what"
+ * (or "--set ARG: what"); main decides to exit.
+ *
+ * Threads: main thread, at startup only. Ownership: cfg_load returns a new
+ * struct kcfg that owns every string and array in it; nothing in it points
+ * into libconfig's tree, which is destroyed before cfg_load returns. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <libconfig.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#define STR_MAX 4095                     /* longest ordinary string setting */
+#define TTL_MAX 3153600000000LL          /* 100 years in ms */
+#define INPUT_WIDTH_MAX 16777216         /* 2^24 floats per row */
+#define LAYERNORM_EPS_DEFAULT 1e-5
+
+static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
+static const char *const log_formats[] = {"text", "json", NULL};
+
+static int check_listen(const char *value, char *why, size_t why_size);
+
+#define F(field) offsetof(struct kcfg, field)
+#define INT_OPT(n, lo, hi, def, field, d) \
+    {n, CFG_INT, lo, hi, def, NULL, NULL, NULL, F(field), d}
+#define I64_OPT(n, lo, hi, def, field, d) \
+    {n, CFG_INT64, lo, hi, def, NULL, NULL, NULL, F(field), d}
+#define STR_OPT(n, lo, hi, def, choices, check, field, d) \
+    {n, CFG_STRING, lo, hi, 0, def, choices, check, F(field), d}
+
+/* The table. Keep worker.cfg in step: tests/test_config.c fails when a
+ * row is missing there or shows another default. */
+static const struct cfg_option options[] = {
+    STR_OPT("kafka.brokers", 1, STR_MAX, "127.0.0.1:9092", NULL, NULL, kafka.brokers,
+            "bootstrap brokers, comma-separated host:port (librdkafka bootstrap.servers)"),
+    STR_OPT("kafka.group", 1, 255, "kinfer", NULL, NULL, kafka.group,
+            "consumer group id (librdkafka group.id); workers of one deployment share it"),
+    STR_OPT("kafka.reply_topic", 1, 249, "results", NULL, NULL, kafka.reply_topic,
+            "topic results are produced to; must not be one of kafka.topics"),
+    STR_OPT("kafka.dlq_topic", 1, 249, "jobs.dlq", NULL, NULL, kafka.dlq_topic,
+            "topic jobs that cannot be decoded or run go to; must not be one of kafka.topics"),
+    INT_OPT("kafka.revoke_timeout_ms", 0, 600000, 10000, kafka.revoke_timeout_ms,
+            "when a partition is revoked, how long its in-flight jobs may take to finish, ms"),
+    STR_OPT("redis.host", 1, STR_MAX, "127.0.0.1", NULL, NULL, redis.host,
+            "Redis server host"),
+    INT_OPT("redis.port", 1, 65535, 6379, redis.port, "Redis server port"),
+    STR_OPT("redis.password", 0, STR_MAX, "", NULL, NULL, redis.password,
+            "password sent with AUTH after connecting; empty = no AUTH"),
+    INT_OPT("redis.db", 0, 65535, 0, redis.db, "database SELECTed after connecting"),
+    STR_OPT("redis.key_prefix", 0, 1024, "kinfer:result:", NULL, NULL, redis.key_prefix,
+            "prefix of every result key"),
+    I64_OPT("redis.ttl_ms", 1, TTL_MAX, 3600000, redis.ttl_ms,
+            "how long a stored result lives, ms (SET ... PX)"),
+    INT_OPT("redis.timeout_ms", 1, 600000, 2000, redis.timeout_ms,
+            "connect and command timeout, ms"),
+    STR_OPT("redis.publish_channel", 0, 1024, "", NULL, NULL, redis.publish_channel,
+            "channel each result is also PUBLISHed to; empty = no PUBLISH"),
+    INT_OPT("batching.max_batch_rows", 1, 65536, 32, batching.max_batch_rows,
+            "rows in one forward pass; a batch closes when it is this full"),
+    INT_OPT("batching.max_wait_ms", 0, 60000, 5, batching.max_wait_ms,
+            "longest a partly full batch waits for more rows, ms"),
+    INT_OPT("batching.max_job_rows", 1, 1048576, 1024, batching.max_job_rows,
+            "largest job accepted, rows; a job above max_batch_rows runs alone"),
+    INT_OPT("batching.max_queued_rows", 1, 16777216, 4096, batching.max_queued_rows,
+            "rows waiting to run before the consumer pauses fetching; >= max_batch_rows, max_job_rows"),
+    STR_OPT("default_model", 1, MODEL_NAME_MAX - 1, NULL, NULL, NULL, default_model,
+            "model for jobs that name none; must be one of models; default: the first"),
+    STR_OPT("metrics.listen", 1, 255, "127.0.0.1:9464", NULL, check_listen, metrics.listen,
+            "host:port the Prometheus /metrics endpoint listens on ([::1]:9464 for IPv6)"),
+    INT_OPT("worker.drain_timeout_ms", 0, 600000, 15000, worker.drain_timeout_ms,
+            "on SIGTERM, how long in-flight jobs may take to finish before exit, ms"),
+    INT_OPT("worker.max_payload_bytes", 1, 1073741824, 1048576, worker.max_payload_bytes,
+            "Kafka records larger than this are rejected without being decoded"),
+    INT_OPT("worker.blas_threads", 0, 1024, 0, worker.blas_threads,
+            "OpenBLAS threads; 0 = OpenBLAS's own default"),
+    STR_OPT("log.level", 1, 5, "info", log_levels, NULL, log.level,
+            "least severe level logged: error, warn, info or debug"),
+    STR_OPT("log.format", 1, 4, "text", log_formats, NULL, log.format,
+            "text (key=value) or json, one line per event"),
+};
+#define N_OPTIONS (sizeof(options) / sizeof(options[0]))
+
+#undef F
+#undef INT_OPT
+#undef I64_OPT
+#undef STR_OPT
+
+/* Where a setting's value came from, so an error found after reading (a
+ * cross-field check) can still point at the line or the --set that set it.
+ * All fields NULL/0: the table's default. */
+struct origin {
+    const char *file;  /* libconfig's copy; valid until config_destroy */
+    unsigned line;
+    const char *set;   /* the --set argument, borrowed from the caller */
+};
+
+struct loader {
+    struct kcfg *c;
+    const char *path;            /* the file cfg_load was given */
+    char *err;
+    size_t err_size;
+    struct origin orig[N_OPTIONS];
+};
+
+static int read_topics(struct loader *ld, const config_setting_t *s);
+static int read_properties(struct loader *ld, const config_setting_t *s);
+static int read_models(struct loader *ld, const config_setting_t *s);
+
+/* Settings that hold more than one value: the walker hands them to their
+ * readers; --set refuses them by name rather than calling them unknown. */
+static const struct aggregate {
+    const char *name;
+    const char *shape;
+    int (*read)(struct loader *ld, const config_setting_t *s);
+} aggregates[] = {
+    {"kafka.topics", "a list of strings", read_topics},
+    {"kafka.properties", "a list of ( \"name\", \"value\" ) pairs", read_properties},
+    {"models", "a list of groups", read_models},
+};
+#define N_AGGREGATES (sizeof(aggregates) / sizeof(aggregates[0]))
+
+/* Gives the table to callers that document or check it (tests, --help). */
+const struct cfg_option *cfg_options(size_t *n)
+{
+    *n = N_OPTIONS;
+    return options;
+}
+
+/* Lets a helper write any field through the table's offset. */
+static void *field_at(struct kcfg *c, const struct cfg_option *o)
+{
+    return (char *)c + o->offset;
+}
+
+/* Finds a row by its dotted name; the walker, --set and the test use it. */
+static const struct cfg_option *option_find(const char *name)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++)
+        if (strcmp(options[i].name, name) == 0) return &options[i];
+    return NULL;
+}
+
+/* Finds an aggregate (a setting with its own reader) by dotted name. */
+static const struct aggregate *aggregate_find(const char *name)
+{
+    for (size_t i = 0; i < N_AGGREGATES; i++)
+        if (strcmp(aggregates[i].name, name) == 0) return &aggregates[i];
+    return NULL;
+}
+
+/* True if name is a section: some known setting's name starts with
+ * "name.". Sections are then never declared anywhere but in the names. */
+static bool is_section(const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i < N_OPTIONS; i++)
+        if (strncmp(options[i].name, name, n) == 0 && options[i].name[n] == '.') return true;
+    for (size_t i = 0; i < N_AGGREGATES; i++)
+        if (strncmp(aggregates[i].name, name, n) == 0 && aggregates[i].name[n] == '.') return true;
+    return false;
+}
+
+/* libconfig's type codes in words, for "expected X, got Y" messages. */
+static const char *type_words(int type)
+{
+    switch (type) {
+    case CONFIG_TYPE_GROUP: return "a group";
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64: return "an integer";
+    case CONFIG_TYPE_FLOAT: return "a float";
+    case CONFIG_TYPE_STRING: return "a string";
+    case CONFIG_TYPE_BOOL: return "a boolean";
+    case CONFIG_TYPE_ARRAY: return "an array";
+    case CONFIG_TYPE_LIST: return "a list";
+    default: return "nothing";
+    }
+}
+
+/* libconfig names a setting's file as it was written: the path cfg_load
+ * was given for the main file, the bare @include name (resolved against
+ * the main file's directory, see cfg_load) for an included one. This
+ * turns either into a path that works from the cwd, for messages and for
+ * resolving model paths. */
+static void display_path(const struct loader *ld, const char *file, char *buf, size_t cap)
+{
+    const char *slash = strrchr(ld->path, '/');
+    if (!file || strcmp(file, ld->path) == 0 || file[0] == '/' || !slash)
+        snprintf(buf, cap, "%s", file ? file : ld->path);
+    else
+        snprintf(buf, cap, "%.*s/%s", (int)(slash - ld->path), ld->path, file);
+}
+
+/* Records the first error as "FILE:LINE: message" at setting s; returns -1
+ * so callers can `return fail_at(...)`. */
+__attribute__((format(printf, 3, 4)))
+static int fail_at(struct loader *ld, const config_setting_t *s, const char *fmt, ...)
+{
+    char file[4200];
+    display_path(ld, config_setting_source_file(s), file, sizeof(file));
+    int n = snprintf(ld->err, ld->err_size, "%s:%u: ", file, config_setting_source_line(s));
+    if (n >= 0 && (size_t)n < ld->err_size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ld->err + n, ld->err_size - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* Records an error about the setting called name, at wherever its value
+ * came from: "FILE:LINE: name: message", "--set ARG: message", or
+ * "FILE: name: message" for a default. Returns -1. */
+__attribute__((format(printf, 4, 5)))
+static int fail_origin(struct loader *ld, const struct origin *o, const char *name,
+                       const char *fmt, ...)
+{
+    int n;
+    char file[4200];
+    if (o && o->set) {
+        n = snprintf(ld->err, ld->err_size, "--set %s: ", o->set);
+    } else if (o && o->file) {
+        display_path(ld, o->file, file, sizeof(file));
+        n = snprintf(ld->err, ld->err_size, "%s:%u: %s: ", file, o->line, name);
+    } else
+        n = snprintf(ld->err, ld->err_size, "%s: %s: ", ld->path, name);
+    if (n >= 0 && (size_t)n < ld->err_size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ld->err + n, ld->err_size - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* Records an error with no setting to point at (out of memory, no file).
+ * Returns -1. */
+__attribute__((format(printf, 2, 3)))
+static int fail_plain(struct loader *ld, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ld->err, ld->err_size, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* metrics.listen must be host:port, so the metrics server fails here with
+ * a line number rather than later with a bind error. IPv6 hosts go in
+ * brackets so the port stays unambiguous. */
+static int check_listen(const char *value, char *why, size_t why_size)
+{
+    const char *colon = strrchr(value, ':');
+    if (!colon || colon == value) {
+        snprintf(why, why_size, "'%s' is not host:port", value);
+        return -1;
+    }
+    size_t host_len = (size_t)(colon - value);
+    if (value[0] == '[') {
+        if (host_len < 3 || value[host_len - 1] != ']') {
+            snprintf(why, why_size, "'%s': an IPv6 host must be [addr]:port", value);
+            return -1;
+        }
+    } else if (memchr(value, ':', host_len)) {
+        snprintf(why, why_size, "'%s': write an IPv6 host in brackets, [addr]:port", value);
+        return -1;
+    }
+    const char *p = colon + 1;
+    long port = 0;
+    if (!*p) port = -1;
+    for (; *p && port >= 0; p++) {
+        if (*p < '0' || *p > '9' || port > 65535) port = -1;
+        else port = port * 10 + (*p - '0');
+    }
+    if (port < 1 || port > 65535) {
+        snprintf(why, why_size, "'%s': the port must be a number in 1..65535", value);
+        return -1;
+    }
+    return 0;
+}
+
+/* Stores an integer into row o after the bounds check, so the file and
+ * --set share one set of rules. org says where v came from. */
+static int option_set_int(struct loader *ld, const struct cfg_option *o,
+                          const struct origin *org, long long v)
+{
+    if (v < o->min || v > o->max)
+        return fail_origin(ld, org, o->name, "%lld is out of range %lld..%lld", v, o->min,
+                           o->max);
+    if (o->type == CFG_INT)
+        *(int *)field_at(ld->c, o) = (int)v;
+    else
+        *(int64_t *)field_at(ld->c, o) = (int64_t)v;
+    ld->orig[o - options] = *org;
+    return 0;
+}
+
+/* Stores a copy of a string into row o after the length, choice and
+ * extra checks; frees the value it replaces. */
+static int option_set_str(struct loader *ld, const struct cfg_option *o,
+                          const struct origin *org, const char *v)
+{
+    size_t len = strlen(v);
+    if (len == 0 && o->min > 0)
+        return fail_origin(ld, org, o->name, "must not be empty");
+    if (o->choices) {
+        const char *const *ch = o->choices;
+        while (*ch && strcmp(*ch, v) != 0) ch++;
+        if (!*ch) {
+            char list[256] = "";
+            size_t used = 0;
+            for (ch = o->choices; *ch && used < sizeof(list); ch++) {
+                int n = snprintf(list + used, sizeof(list) - used, "%s%s",
+                                 ch == o->choices ? "" : ", ", *ch);
+                if (n < 0) break;
+                used += (size_t)n;
+            }
+            return fail_origin(ld, org, o->name, "'%s' is not one of %s", v, list);
+        }
+    }
+    if ((long long)len < o->min || (long long)len > o->max)
+        return fail_origin(ld, org, o->name, "'%s' must be %lld..%lld characters long", v,
+                           o->min, o->max);
+    if (o->check) {
+        char why[256];
+        if (o->check(v, why, sizeof(why)) < 0) return fail_origin(ld, org, o->name, "%s", why);
+    }
+    char *copy = strdup(v);
+    if (!copy) return fail_plain(ld, "out of memory");
+    char **slot = field_at(ld->c, o);
+    free(*slot);
+    *slot = copy;
+    ld->orig[o - options] = *org;
+    return 0;
+}
+
+/* Reads one scalar of the table from the file. libconfig 1.5 types a
+ * number by its literal (an L suffix makes it 64-bit), so either integer
+ * type is taken for either int field, as long as it is in range. */
+static int read_option(struct loader *ld, const struct cfg_option *o, const config_setting_t *s)
+{
+    struct origin org = {config_setting_source_file(s), config_setting_source_line(s), NULL};
+    int t = config_setting_type(s);
+    switch (o->type) {
+    case CFG_INT:
+    case CFG_INT64:
+        if (t == CONFIG_TYPE_INT)
+            return option_set_int(ld, o, &org, config_setting_get_int(s));
+        if (t == CONFIG_TYPE_INT64)
+            return option_set_int(ld, o, &org, config_setting_get_int64(s));
+        return fail_at(ld, s, "%s: expected an integer, got %s", o->name, type_words(t));
+    case CFG_STRING:
+        if (t != CONFIG_TYPE_STRING)
+            return fail_at(ld, s, "%s: expected a string, got %s", o->name, type_words(t));
+        return option_set_str(ld, o, &org, config_setting_get_string(s));
+    }
+    return fail_at(ld, s, "%s: bad table row", o->name);
+}
+
+/* Visits every member of group g (named prefix, NULL for the root): table
+ * rows, aggregates and sub-sections are read; anything else is an unknown
+ * setting, which is how a typo like kafka.brokerz gets caught. */
+static int walk_group(struct loader *ld, const config_setting_t *g, const char *prefix)
+{
+    int n = config_setting_length(g);
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *m = config_setting_get_elem(g, (unsigned)i);
+        char name[256];
+        int len = prefix ? snprintf(name, sizeof(name), "%s.%s", prefix, config_setting_name(m))
+                         : snprintf(name, sizeof(name), "%s", config_setting_name(m));
+        if (len < 0 || (size_t)len >= sizeof(name))
+            return fail_at(ld, m, "unknown setting '%s'", config_setting_name(m));
+        const struct cfg_option *o = option_find(name);
+        const struct aggregate *a = o ? NULL : aggregate_find(name);
+        int rc;
+        if (o) {
+            rc = read_option(ld, o, m);
+        } else if (a) {
+            rc = a->read(ld, m);
+        } else if (is_section(name)) {
+            if (!config_setting_is_group(m))
+                return fail_at(ld, m, "%s: expected a group { ... }, got %s", name,
+                               type_words(config_setting_type(m)));
+            rc = walk_group(ld, m, name);
+        } else {
+            return fail_at(ld, m, "unknown setting '%s'", name);
+        }
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+/* kafka.topics: a non-empty list or array of distinct, non-empty strings.
+ * Replaces the default list. */
+static int read_topics(struct loader *ld, const config_setting_t *s)
+{
+    struct kcfg *c = ld->c;
+    if (!config_setting_is_list(s) && !config_setting_is_array(s))
+        return fail_at(ld, s, "kafka.topics: expected a list of strings [ \"jobs\" ], got %s",
+                       type_words(config_setting_type(s)));
+    int n = config_setting_length(s);
+    if (n == 0) return fail_at(ld, s, "kafka.topics: must name at least one topic");
+    for (size_t i = 0; i < c->kafka.n_topics; i++) free(c->kafka.topics[i]);
+    free(c->kafka.topics);
+    c->kafka.n_topics = 0;
+    c->kafka.topics = calloc((size_t)n, sizeof(char *));
+    if (!c->kafka.topics) return fail_plain(ld, "out of memory");
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+        if (config_setting_type(e) != CONFIG_TYPE_STRING)
+            return fail_at(ld, e, "kafka.topics[%d]: expected a string, got %s", i,
+                           type_words(config_setting_type(e)));
+        const char *t = config_setting_get_string(e);
+        if (!*t) return fail_at(ld, e, "kafka.topics[%d]: must not be empty", i);
+        for (size_t j = 0; j < c->kafka.n_topics; j++)
+            if (strcmp(c->kafka.topics[j], t) == 0)
+                return fail_at(ld, e, "kafka.topics: '%s' is listed twice", t);
+        if (!(c->kafka.topics[i] = strdup(t))) return fail_plain(ld, "out of memory");
+        c->kafka.n_topics++;
+    }
+    return 0;
+}
+
+/* librdkafka properties kinfer's delivery guarantees rest on. They pass
+ * through like any other property when given their safe value (which is
+ * harmless), and are refused otherwise, saying why; safe == NULL means
+ * kinfer sets it from its own setting and it may not be given here. */
+static const char *const bool_true[] = {"true", "t", "1", NULL};
+static const char *const bool_false[] = {"false", "f", "0", NULL};
+static const char *const acks_all[] = {"all", "-1", NULL};
+static const char *const reset_earliest[] = {"earliest", "smallest", "beginning", NULL};
+static const char *const store_broker[] = {"broker", NULL};
+
+static const struct guarded_property {
+    const char *name;
+    const char *const *safe;
+    const char *why;
+} guarded[] = {
+    {"enable.auto.offset.store", bool_false,
+     "must stay false: kinfer stores each offset itself, only after the job's result is "
+     "acknowledged, so a crash replays jobs instead of losing them"},
+    {"enable.auto.commit", bool_true,
+     "must stay true: kinfer commits the offsets it stored through librdkafka's auto-commit"},
+    {"auto.commit.enable", bool_true,
+     "must stay true: kinfer commits the offsets it stored through librdkafka's auto-commit"},
+    {"offset.store.method", store_broker,
+     "must be broker: kinfer's progress lives in the consumer group's committed offsets"},
+    {"auto.offset.reset", reset_earliest,
+     "must be earliest: a new consumer group must not skip jobs already waiting"},
+    {"enable.idempotence", bool_true,
+     "must stay true: a retried produce must not publish a result twice or out of order"},
+    {"acks", acks_all,
+     "must be all (or -1): a job's offset is stored once its result is acknowledged, which "
+     "must mean every in-sync replica has it"},
+    {"request.required.acks", acks_all,
+     "must be all (or -1): a job's offset is stored once its result is acknowledged, which "
+     "must mean every in-sync replica has it"},
+    {"transactional.id", NULL,
+     "cannot be set: kinfer does not use transactions, and a transactional producer refuses "
+     "plain produces"},
+    {"group.id", NULL, "cannot be set here: use kafka.group"},
+    {"bootstrap.servers", NULL, "cannot be set here: use kafka.brokers"},
+    {"metadata.broker.list", NULL, "cannot be set here: use kafka.brokers"},
+};
+
+/* Returns why property key=value is refused, or NULL if it may pass
+ * through to librdkafka. Values compare without case, as librdkafka's
+ * own parsing of booleans and enums does. */
+static const char *property_refusal(const char *key, const char *value)
+{
+    for (size_t i = 0; i < sizeof(guarded) / sizeof(guarded[0]); i++) {
+        if (strcmp(guarded[i].name, key) != 0) continue;
+        if (guarded[i].safe)
+            for (const char *const *v = guarded[i].safe; *v; v++)
+                if (strcasecmp(*v, value) == 0) return NULL;
+        return guarded[i].why;
+    }
+    return NULL;
+}
+
+/* Adds key=value to kafka.properties, or replaces the value of a key
+ * already there (a --set overrides the file; a key given twice in the
+ * file is refused by read_properties before it gets here). */
+static int property_put(struct loader *ld, const char *key, const char *value)
+{
+    struct kcfg *c = ld->c;
+    for (size_t i = 0; i < c->kafka.n_properties; i++) {
+        if (strcmp(c->kafka.properties[i].key, key) != 0) continue;
+        char *v = strdup(value);
+        if (!v) return fail_plain(ld, "out of memory");
+        free(c->kafka.properties[i].value);
+        c->kafka.properties[i].value = v;
+        return 0;
+    }
+    struct cfg_kv *p = realloc(c->kafka.properties,
+                               (c->kafka.n_properties + 1) * sizeof(*p));
+    if (!p) return fail_plain(ld, "out of memory");
+    c->kafka.properties = p;
+    struct cfg_kv *kv = &p[c->kafka.n_properties];
+    kv->key = strdup(key);
+    kv->value = strdup(value);
+    if (!kv->key || !kv->value) {
+        free(kv->key);
+        free(kv->value);
+        return fail_plain(ld, "out of memory");
+    }
+    c->kafka.n_properties++;
+    return 0;
+}
+
+/* kafka.properties: ( ( "name", "value" ), ... ). libconfig 1.5 names
+ * cannot hold dots, so librdkafka's dotted names travel as string pairs
+ * and reach librdkafka untouched (kinfer never re-declares its options),
+ * except the guarded ones above. */
+static int read_properties(struct loader *ld, const config_setting_t *s)
+{
+    /* An empty [] is an array; a non-empty one cannot hold pairs. */
+    if (!config_setting_is_list(s) &&
+        !(config_setting_is_array(s) && config_setting_length(s) == 0))
+        return fail_at(ld, s,
+                       "kafka.properties: expected a list of pairs "
+                       "( ( \"name\", \"value\" ), ... ), got %s",
+                       type_words(config_setting_type(s)));
+    int n = config_setting_length(s);
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+        bool pair = (config_setting_is_list(e) || config_setting_is_array(e)) &&
+                    config_setting_length(e) == 2 &&
+                    config_setting_type(config_setting_get_elem(e, 0)) == CONFIG_TYPE_STRING &&
+                    config_setting_type(config_setting_get_elem(e, 1)) == CONFIG_TYPE_STRING;
+        if (!pair)
+            return fail_at(ld, e,
+                           "kafka.properties[%d]: expected a pair of strings "
+                           "( \"name\", \"value\" ); write numbers as strings too",
+                           i);
+        const char *key = config_setting_get_string_elem(e, 0);
+        const char *value = config_setting_get_string_elem(e, 1);
+        if (!*key) return fail_at(ld, e, "kafka.properties[%d]: empty property name", i);
+        for (size_t j = 0; j < ld->c->kafka.n_properties; j++)
+            if (strcmp(ld->c->kafka.properties[j].key, key) == 0)
+                return fail_at(ld, e, "kafka.properties: '%s' is given twice", key);
+        const char *why = property_refusal(key, value);
+        if (why) return fail_at(ld, e, "kafka.properties: '%s' %s", key, why);
+        if (property_put(ld, key, value) < 0) return -1;
+    }
+    return 0;
+}
+
+/* Which layer keys an op gives meaning to, and whether it needs a weight.
+ * dense needs a weight and may have a bias; layernorm may have either
+ * (absent: ones and zeros, PyTorch's elementwise_affine=False) and an eps.
+ * Knowing this here makes a stray key an error with a line number rather
+ * than something model_load silently ignores. */
+static void op_keys(enum model_op op, bool *weight, bool *weight_required, bool *bias,
+                    bool *eps)
+{
+    *weight = op == MODEL_OP_DENSE || op == MODEL_OP_LAYERNORM;
+    *weight_required = op == MODEL_OP_DENSE;
+    *bias = *weight;
+    *eps = op == MODEL_OP_LAYERNORM;
+}
+
+/* Copies a tensor name into a layer spec's fixed buffer, refusing what
+ * does not fit rather than truncating it into another tensor's name. */
+static int read_tensor_name(struct loader *ld, const config_setting_t *s, const char *what,
+                            char *dst, size_t cap)
+{
+    if (config_setting_type(s) != CONFIG_TYPE_STRING)
+        return fail_at(ld, s, "%s: expected a string, got %s", what,
+                       type_words(config_setting_type(s)));
+    const char *v = config_setting_get_string(s);
+    if (!*v) return fail_at(ld, s, "%s: must not be empty", what);
+    if (strlen(v) >= cap)
+        return fail_at(ld, s, "%s: tensor name longer than %zu characters", what, cap - 1);
+    memcpy(dst, v, strlen(v) + 1);
+    return 0;
+}
+
+/* One layer group { op = "..."; weight = "..."; bias = "..."; eps = ...; }.
+ * Keys may come in any order, so they are gathered first and judged once
+ * the op is known. */
+static int read_layer(struct loader *ld, const config_setting_t *s, size_t mi, size_t li,
+                      struct model_layer_spec *l)
+{
+    char where[64];
+    snprintf(where, sizeof(where), "models[%zu].layers[%zu]", mi, li);
+    if (!config_setting_is_group(s))
+        return fail_at(ld, s, "%s: expected a group { op = \"...\"; ... }, got %s", where,
+                       type_words(config_setting_type(s)));
+    const config_setting_t *op = NULL, *weight = NULL, *bias = NULL, *eps = NULL;
+    int n = config_setting_length(s);
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *m = config_setting_get_elem(s, (unsigned)i);
+        const char *k = config_setting_name(m);
+        if (strcmp(k, "op") == 0) op = m;
+        else if (strcmp(k, "weight") == 0) weight = m;
+        else if (strcmp(k, "bias") == 0) bias = m;
+        else if (strcmp(k, "eps") == 0) eps = m;
+        else return fail_at(ld, m, "unknown setting '%s.%s'", where, k);
+    }
+    if (!op) return fail_at(ld, s, "%s: missing 'op'", where);
+    if (config_setting_type(op) != CONFIG_TYPE_STRING)
+        return fail_at(ld, op, "%s.op: expected a string, got %s", where,
+                       type_words(config_setting_type(op)));
+    const char *opname = config_setting_get_string(op);
+    if (model_op_parse(opname, &l->op) < 0) {
+        char known[256] = "";
+        size_t used = 0;
+        for (int o = MODEL_OP_DENSE; o <= MODEL_OP_L2NORM && used < sizeof(known); o++) {
+            int k = snprintf(known + used, sizeof(known) - used, "%s%s", o ? ", " : "",
+                             model_op_name((enum model_op)o));
+            if (k < 0) break;
+            used += (size_t)k;
+        }
+        return fail_at(ld, op, "%s.op: unknown op '%s' (known: %s)", where, opname, known);
+    }
+    bool want_weight, need_weight, want_bias, want_eps;
+    op_keys(l->op, &want_weight, &need_weight, &want_bias, &want_eps);
+    const struct {
+        const config_setting_t *s;
+        bool wanted;
+        const char *key;
+    } keys[] = {{weight, want_weight, "weight"}, {bias, want_bias, "bias"}, {eps, want_eps, "eps"}};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (keys[i].s && !keys[i].wanted)
+            return fail_at(ld, keys[i].s, "%s: '%s' does not apply to op %s", where, keys[i].key,
+                           opname);
+    if (need_weight && !weight)
+        return fail_at(ld, s, "%s: op %s needs 'weight' (a tensor name)", where, opname);
+    char what[96];
+    if (weight) {
+        snprintf(what, sizeof(what), "%s.weight", where);
+        if (read_tensor_name(ld, weight, what, l->weight, sizeof(l->weight)) < 0) return -1;
+    }
+    if (bias) {
+        snprintf(what, sizeof(what), "%s.bias", where);
+        if (read_tensor_name(ld, bias, what, l->bias, sizeof(l->bias)) < 0) return -1;
+    }
+    l->eps = LAYERNORM_EPS_DEFAULT;
+    if (eps) {
+        int t = config_setting_type(eps);
+        if (t == CONFIG_TYPE_FLOAT) l->eps = config_setting_get_float(eps);
+        else if (t == CONFIG_TYPE_INT) l->eps = config_setting_get_int(eps);
+        else if (t == CONFIG_TYPE_INT64) l->eps = (double)config_setting_get_int64(eps);
+        else
+            return fail_at(ld, eps, "%s.eps: expected a number, got %s", where, type_words(t));
+        if (!(l->eps > 0 && l->eps < 1))
+            return fail_at(ld, eps, "%s.eps: %g is out of range: must be > 0 and < 1", where,
+                           l->eps);
+    }
+    return 0;
+}
+
+/* Model names show up in jobs, log fields and metric labels, so they are
+ * kept to characters that need no quoting anywhere. */
+static bool model_name_ok(const char *s)
+{
+    for (; *s; s++) {
+        char ch = *s;
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                  ch == '.' || ch == '_' || ch == '-' || ch == ':' || ch == '/';
+        if (!ok) return false;
+    }
+    return true;
+}
+
+/* Resolves a model path against the directory of the file that names it:
+ * "models/demo.safetensors" in /etc/kinfer/worker.cfg means
+ * /etc/kinfer/models/demo.safetensors whatever the worker's cwd. */
+static int resolve_model_path(struct loader *ld, const config_setting_t *s, const char *what,
+                              char *dst, size_t cap)
+{
+    const char *p = config_setting_get_string(s);
+    char file[4200];
+    display_path(ld, config_setting_source_file(s), file, sizeof(file));
+    const char *slash = strrchr(file, '/');
+    int n;
+    if (p[0] == '/' || !slash)
+        n = snprintf(dst, cap, "%s", p);
+    else
+        n = snprintf(dst, cap, "%.*s/%s", (int)(slash - file), file, p);
+    if (n < 0 || (size_t)n >= cap)
+        return fail_at(ld, s, "%s: path longer than %zu characters once resolved", what,
+                       cap - 1);
+    return 0;
+}
+
+/* One model group { name; path; input_width; layers }. Earlier models are
+ * already in ld->c->models[0..mi), which is how duplicates are found. */
+static int read_model(struct loader *ld, const config_setting_t *s, size_t mi)
+{
+    struct model_spec *m = &ld->c->models[mi];
+    char where[32], what[64];
+    snprintf(where, sizeof(where), "models[%zu]", mi);
+    if (!config_setting_is_group(s))
+        return fail_at(ld, s, "%s: expected a group { name = ...; path = ...; layers = ...; }, "
+                       "got %s", where, type_words(config_setting_type(s)));
+    const config_setting_t *name = NULL, *path = NULL, *width = NULL, *layers = NULL;
+    int n = config_setting_length(s);
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+        const char *k = config_setting_name(e);
+        if (strcmp(k, "name") == 0) name = e;
+        else if (strcmp(k, "path") == 0) path = e;
+        else if (strcmp(k, "input_width") == 0) width = e;
+        else if (strcmp(k, "layers") == 0) layers = e;
+        else return fail_at(ld, e, "unknown setting '%s.%s'", where, k);
+    }
+    if (!name) return fail_at(ld, s, "%s: missing 'name'", where);
+    if (!path) return fail_at(ld, s, "%s: missing 'path'", where);
+    if (!layers) return fail_at(ld, s, "%s: missing 'layers'", where);
+
+    const config_setting_t *str[] = {name, path};
+    for (size_t i = 0; i < 2; i++) {
+        if (config_setting_type(str[i]) != CONFIG_TYPE_STRING)
+            return fail_at(ld, str[i], "%s.%s: expected a string, got %s", where,
+                           config_setting_name(str[i]), type_words(config_setting_type(str[i])));
+        if (!*config_setting_get_string(str[i]))
+            return fail_at(ld, str[i], "%s.%s: must not be empty", where,
+                           config_setting_name(str[i]));
+    }
+    const char *nm = config_setting_get_string(name);
+    if (strlen(nm) >= sizeof(m->name))
+        return fail_at(ld, name, "%s.name: '%s' is longer than %zu characters", where, nm,
+                       sizeof(m->name) - 1);
+    if (!model_name_ok(nm))
+        return fail_at(ld, name, "%s.name: '%s' may hold only letters, digits and . _ - : /",
+                       where, nm);
+    for (size_t i = 0; i < mi; i++)
+        if (strcmp(ld->c->models[i].name, nm) == 0)
+            return fail_at(ld, name, "%s.name: model '%s' is defined twice", where, nm);
+    memcpy(m->name, nm, strlen(nm) + 1);
+
+    snprintf(what, sizeof(what), "%s.path", where);
+    if (resolve_model_path(ld, path, what, m->path, sizeof(m->path)) < 0) return -1;
+
+    if (width) {
+        int t = config_setting_type(width);
+        long long w;
+        if (t == CONFIG_TYPE_INT) w = config_setting_get_int(width);
+        else if (t == CONFIG_TYPE_INT64) w = config_setting_get_int64(width);
+        else
+            return fail_at(ld, width, "%s.input_width: expected an integer, got %s", where,
+                           type_words(t));
+        if (w < 0 || w > INPUT_WIDTH_MAX)
+            return fail_at(ld, width, "%s.input_width: %lld is out of range 0..%d", where, w,
+                           INPUT_WIDTH_MAX);
+        m->input_width = (size_t)w;
+    }
+
+    if (!config_setting_is_list(layers) &&
+        !(config_setting_is_array(layers) && config_setting_length(layers) == 0))
+        return fail_at(ld, layers, "%s.layers: expected a list of groups ( { op = ...; }, ... ), "
+                       "got %s", where, type_words(config_setting_type(layers)));
+    int nl = config_setting_length(layers);
+    if (nl == 0) return fail_at(ld, layers, "%s.layers: must list at least one layer", where);
+    m->layers = calloc((size_t)nl, sizeof(*m->layers));
+    if (!m->layers) return fail_plain(ld, "out of memory");
+    m->n_layers = (size_t)nl;
+    for (int i = 0; i < nl; i++)
+        if (read_layer(ld, config_setting_get_elem(layers, (unsigned)i), mi, (size_t)i,
+                       &m->layers[i]) < 0)
+            return -1;
+    return 0;
+}
+
+/* models = ( { ... }, ... ): at least one. n_models is set before the
+ * entries are read so cfg_destroy frees partly read ones too. */
+static int read_models(struct loader *ld, const config_setting_t *s)
+{
+    if (!config_setting_is_list(s))
+        return fail_at(ld, s, "models: expected a list of groups ( { name = ...; }, ... ), got %s",
+                       type_words(config_setting_type(s)));
+    int n = config_setting_length(s);
+    if (n == 0) return fail_at(ld, s, "models: must list at least one model");
+    ld->c->models = calloc((size_t)n, sizeof(*ld->c->models));
+    if (!ld->c->models) return fail_plain(ld, "out of memory");
+    ld->c->n_models = (size_t)n;
+    for (int i = 0; i < n; i++)
+        if (read_model(ld, config_setting_get_elem(s, (unsigned)i), (size_t)i) < 0) return -1;
+    return 0;
+}
+
+/* Applies one --set "name=value": a table row parsed by its type, or a
+ * librdkafka property as kafka.properties.<name>=value. The file has been
+ * read already, so this wins over it. */
+static int apply_set(struct loader *ld, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    struct origin org = {NULL, 0, arg};
+    if (!eq || eq == arg) return fail_origin(ld, &org, NULL, "expected section.key=value");
+    char name[256];
+    size_t nlen = (size_t)(eq - arg);
+    if (nlen >= sizeof(name)) return fail_origin(ld, &org, NULL, "unknown setting");
+    memcpy(name, arg, nlen);
+    name[nlen] = '\0';
+    const char *value = eq + 1;
+
+    static const char props[] = "kafka.properties.";
+    if (strncmp(name, props, sizeof(props) - 1) == 0) {
+        const char *key = name + sizeof(props) - 1;
+        if (!*key) return fail_origin(ld, &org, NULL, "empty property name");
+        const char *why = property_refusal(key, value);
+        if (why) return fail_origin(ld, &org, NULL, "'%s' %s", key, why);
+        return property_put(ld, key, value);
+    }
+    const struct cfg_option *o = option_find(name);
+    if (!o) {
+        const struct aggregate *a = aggregate_find(name);
+        if (a)
+            return fail_origin(ld, &org, NULL, "%s is %s; set it in the file", name, a->shape);
+        return fail_origin(ld, &org, NULL, "unknown setting");
+    }
+    if (o->type == CFG_STRING) return option_set_str(ld, o, &org, value);
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (!*value || *end || errno == ERANGE || isspace((unsigned char)value[0]))
+        return fail_origin(ld, &org, NULL, "expected an integer");
+    return option_set_int(ld, o, &org, v);
+}
+
+/* The checks that involve more than one setting, run once the file and
+ * every --set are in, pointing at whichever setting was given explicitly. */
+static int validate(struct loader *ld)
+{
+    struct kcfg *c = ld->c;
+#define ORIG(name) (&ld->orig[option_find(name) - options])
+    const struct origin *q = ORIG("batching.max_queued_rows");
+    const struct origin *b = ORIG("batching.max_batch_rows");
+    const struct origin *j = ORIG("batching.max_job_rows");
+    if (c->batching.max_queued_rows < c->batching.max_batch_rows)
+        return fail_origin(ld, (q->file || q->set) ? q : b,
+                           (q->file || q->set) ? "batching.max_queued_rows"
+                                               : "batching.max_batch_rows",
+                           "max_queued_rows (%d) must be >= max_batch_rows (%d): the queue "
+                           "could never hold a full batch",
+                           c->batching.max_queued_rows, c->batching.max_batch_rows);
+    if (c->batching.max_queued_rows < c->batching.max_job_rows)
+        return fail_origin(ld, (q->file || q->set) ? q : j,
+                           (q->file || q->set) ? "batching.max_queued_rows"
+                                               : "batching.max_job_rows",
+                           "max_queued_rows (%d) must be >= max_job_rows (%d): the largest job "
+                           "could never be queued",
+                           c->batching.max_queued_rows, c->batching.max_job_rows);
+
+    const char *out[] = {"kafka.reply_topic", "kafka.dlq_topic"};
+    for (size_t i = 0; i < 2; i++) {
+        const struct cfg_option *o = option_find(out[i]);
+        const char *t = *(char **)field_at(c, o);
+        for (size_t k = 0; k < c->kafka.n_topics; k++)
+            if (strcmp(c->kafka.topics[k], t) == 0)
+                return fail_origin(ld, &ld->orig[o - options], o->name,
+                                   "'%s' is also in kafka.topics: the worker would consume its "
+                                   "own output as jobs", t);
+    }
+
+    if (c->n_models == 0)
+        return fail_plain(ld, "%s: no models: add models = ( { name = \"...\"; path = \"...\"; "
+                          "layers = ( ... ); } );", ld->path);
+    if (!c->default_model) {
+        if (!(c->default_model = strdup(c->models[0].name))) return fail_plain(ld, "out of memory");
+    } else if (cfg_model_index(c, c->default_model) < 0) {
+        return fail_origin(ld, ORIG("default_model"), "default_model",
+                           "'%s' is not one of the models", c->default_model);
+    }
+#undef ORIG
+    return 0;
+}
+
+/* Fills every table row and aggregate with its default before the file
+ * is read, so an absent section or key simply keeps it. */
+static int set_defaults(struct loader *ld)
+{
+    struct kcfg *c = ld->c;
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const struct cfg_option *o = &options[i];
+        if (o->type == CFG_INT) {
+            *(int *)field_at(c, o) = (int)o->def_int;
+        } else if (o->type == CFG_INT64) {
+            *(int64_t *)field_at(c, o) = o->def_int;
+        } else if (o->def_str) {
+            char *s = strdup(o->def_str);
+            if (!s) return fail_plain(ld, "out of memory");
+            *(char **)field_at(c, o) = s;
+        }
+    }
+    c->kafka.topics = calloc(1, sizeof(char *));
+    if (!c->kafka.topics || !(c->kafka.topics[0] = strdup("jobs")))
+        return fail_plain(ld, "out of memory");
+    c->kafka.n_topics = 1;
+    return 0;
+}
+
+/* Defaults, then the file, then --set, then the cross-field checks: each
+ * later step sees the result of the earlier ones, and the first error
+ * stops everything with one message. */
+struct kcfg *cfg_load(const char *path, const char *const *sets, size_t n_sets, char *errstr,
+                      size_t errstr_size)
+{
+    struct loader *ld = calloc(1, sizeof(*ld));
+    struct kcfg *c = calloc(1, sizeof(*c));
+    config_t lc;
+    bool lc_live = false;
+    if (!ld || !c) {
+        snprintf(errstr, errstr_size, "out of memory");
+        goto fail;
+    }
+    ld->c = c;
+    ld->path = path ? path : "(null)";
+    ld->err = errstr;
+    ld->err_size = errstr_size;
+    if (errstr_size) errstr[0] = '\0';
+
+    if (set_defaults(ld) < 0) goto fail;
+    if (!path) {
+        fail_plain(ld, "no config file given");
+        goto fail;
+    }
+    /* libconfig reports a missing file, or a directory, as a bare "file
+     * I/O error"; looking first gives the reason. */
+    FILE *f = fopen(path, "r");
+    struct stat st;
+    if (!f || fstat(fileno(f), &st) != 0 || S_ISDIR(st.st_mode)) {
+        fail_plain(ld, "%s: %s", path, !f ? strerror(errno) : "is a directory");
+        if (f) fclose(f);
+        goto fail;
+    }
+    fclose(f);
+
+    config_init(&lc);
+    lc_live = true;
+    /* @include "x.cfg" is found next to the main file. */
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (slash && (size_t)(slash - path) < sizeof(dir)) {
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = '\0';
+        config_set_include_dir(&lc, slash == path ? "/" : dir);
+    }
+    if (!config_read_file(&lc, path)) {
+        char file[4200];
+        display_path(ld, config_error_file(&lc), file, sizeof(file));
+        if (config_error_type(&lc) == CONFIG_ERR_FILE_IO)
+            fail_plain(ld, "%s: %s", file, config_error_text(&lc));
+        else
+            fail_plain(ld, "%s:%d: %s", file, config_error_line(&lc), config_error_text(&lc));
+        goto fail;
+    }
+    if (walk_group(ld, config_root_setting(&lc), NULL) < 0) goto fail;
+    for (size_t i = 0; i < n_sets; i++)
+        if (apply_set(ld, sets[i]) < 0) goto fail;
+    if (validate(ld) < 0) goto fail;
+
+    config_destroy(&lc);
+    free(ld);
+    return c;
+
+fail:
+    if (lc_live) config_destroy(&lc);
+    free(ld);
+    cfg_destroy(c);
+    return NULL;
+}
+
+/* Table-driven like the rest: every string row is freed by its offset, so
+ * a new string setting needs no code here. */
+void cfg_destroy(struct kcfg *c)
+{
+    if (!c) return;
+    for (size_t i = 0; i < N_OPTIONS; i++)
+        if (options[i].type == CFG_STRING) free(*(char **)field_at(c, &options[i]));
+    for (size_t i = 0; i < c->kafka.n_topics; i++) free(c->kafka.topics[i]);
+    free(c->kafka.topics);
+    for (size_t i = 0; i < c->kafka.n_properties; i++) {
+        free(c->kafka.properties[i].key);
+        free(c->kafka.properties[i].value);
+    }
+    free(c->kafka.properties);
+    for (size_t i = 0; i < c->n_models; i++) free(c->models[i].layers);
+    free(c->models);
+    free(c);
+}
+
+/* Linear: a worker serves a handful of models, and this runs per job only
+ * when a job names its model. */
+int cfg_model_index(const struct kcfg *c, const char *name)
+{
+    for (size_t i = 0; i < c->n_models; i++)
+        if (strcmp(c->models[i].name, name) == 0) return (int)i;
+    return -1;
+}
+
+/* The table as text: the documentation a user gets without the repo. */
+void cfg_print_options(FILE *out)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const struct cfg_option *o = &options[i];
+        char def[160], range[64];
+        if (o->type == CFG_STRING) {
+            snprintf(def, sizeof(def), o->def_str ? "\"%s\"" : "(computed)",
+                     o->def_str ? o->def_str : "");
+            if (o->choices) {
+                size_t used = 0;
+                range[0] = '\0';
+                for (const char *const *ch = o->choices; *ch && used < sizeof(range); ch++) {
+                    int n = snprintf(range + used, sizeof(range) - used, "%s%s",
+                                     ch == o->choices ? "" : "|", *ch);
+                    if (n < 0) break;
+                    used += (size_t)n;
+                }
+            } else {
+                snprintf(range, sizeof(range), "length %lld..%lld", o->min, o->max);
+            }
+        } else {
+            snprintf(def, sizeof(def), "%lld", o->def_int);
+            snprintf(range, sizeof(range), "%lld..%lld", o->min, o->max);
+        }
+        fprintf(out, "%-26s %-6s default %-18s %-22s %s\n", o->name,
+                o->type == CFG_STRING ? "string" : o->type == CFG_INT ? "int" : "int64", def,
+                range, o->doc);
+    }
+    fprintf(out, "%-26s %-6s default %-18s %-22s %s\n", "kafka.topics", "list",
+            "[ \"jobs\" ]", "at least one", "topics jobs are consumed from");
+    fprintf(out, "%-26s %-6s default %-18s %-22s %s\n", "kafka.properties", "list", "( )",
+            "( \"name\", \"value\" )", "librdkafka properties, passed through");
+    fprintf(out, "%-26s %-6s default %-18s %-22s %s\n", "models", "list", "(none)",
+            "at least one", "{ name; path; input_width; layers = ( { op; weight; bias; eps } ) }");
+}

@@ -1,0 +1,226 @@
+/* rsink.c - pipelined, timeout-bounded Redis writer over hiredis 0.14.
+ *
+ * hiredis 0.14 loses the command timeout when a context reconnects, so this
+ * module never reconnects a context: it frees it and makes a new one, then
+ * sets the timeout on that (style.md, "Versions on Debian 12").
+ *
+ * Threads: the sink thread owns the struct; `errors` is atomic for readers. */
+#include "rsink.h"
+
+#include <hiredis/hiredis.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+struct rsink {
+    char *host, *password, *prefix, *channel;
+    int port, db, timeout_ms;
+    char ttl[32];
+    redisContext *ctx;
+    int backoff_ms;            /* next wait after a failure, capped */
+    unsigned char *acked;      /* scratch: one flag per job of a batch */
+    size_t acked_cap;
+    atomic_uint_fast64_t errors;
+};
+
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 2000
+
+static char *dup_or_empty(const char *s)
+{
+    return strdup(s ? s : "");
+}
+
+struct rsink *rsink_new(const struct rsink_conf *c)
+{
+    struct rsink *r = calloc(1, sizeof(*r));
+    if (!r) return NULL;
+    r->host = dup_or_empty(c->host);
+    r->password = dup_or_empty(c->password);
+    r->prefix = dup_or_empty(c->key_prefix);
+    r->channel = dup_or_empty(c->publish_channel);
+    if (!r->host || !r->password || !r->prefix || !r->channel) {
+        rsink_destroy(r);
+        return NULL;
+    }
+    r->port = c->port;
+    r->db = c->db;
+    r->timeout_ms = c->timeout_ms > 0 ? c->timeout_ms : 2000;
+    snprintf(r->ttl, sizeof(r->ttl), "%" PRId64, c->ttl_ms);
+    r->backoff_ms = BACKOFF_MIN_MS;
+    atomic_init(&r->errors, 0);
+    return r;
+}
+
+void rsink_destroy(struct rsink *r)
+{
+    if (!r) return;
+    if (r->ctx) redisFree(r->ctx);
+    free(r->host);
+    free(r->password);
+    free(r->prefix);
+    free(r->channel);
+    free(r->acked);
+    free(r);
+}
+
+uint64_t rsink_errors(const struct rsink *r)
+{
+    return atomic_load(&r->errors);
+}
+
+static void drop(struct rsink *r, const char *why)
+{
+    atomic_fetch_add(&r->errors, 1);
+    LOG_W("redis_error", "host=%s port=%d error=\"%s\"", r->host, r->port, why);
+    if (r->ctx) redisFree(r->ctx);
+    r->ctx = NULL;
+}
+
+/* Runs one command and checks its reply is not an error. */
+static int simple_cmd(struct rsink *r, const char *what, int argc,
+                      const char **argv)
+{
+    redisReply *rep = redisCommandArgv(r->ctx, argc, argv, NULL);
+    if (!rep || rep->type == REDIS_REPLY_ERROR) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "%s: %s", what,
+                 rep ? rep->str : r->ctx->errstr);
+        if (rep) freeReplyObject(rep);
+        drop(r, msg);
+        return -1;
+    }
+    freeReplyObject(rep);
+    return 0;
+}
+
+/* Makes a fresh context with the timeout applied, authenticated and on the
+ * right database. Returns 0, or -1 with no context. */
+static int connect_fresh(struct rsink *r)
+{
+    struct timeval tv = {.tv_sec = r->timeout_ms / 1000,
+                         .tv_usec = (r->timeout_ms % 1000) * 1000};
+    r->ctx = redisConnectWithTimeout(r->host, r->port, tv);
+    if (!r->ctx || r->ctx->err) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "connect: %s",
+                 r->ctx ? r->ctx->errstr : "out of memory");
+        drop(r, msg);
+        return -1;
+    }
+    if (redisSetTimeout(r->ctx, tv) != REDIS_OK) {
+        drop(r, "cannot set the command timeout");
+        return -1;
+    }
+    if (r->password[0]) {
+        const char *argv[] = {"AUTH", r->password};
+        if (simple_cmd(r, "AUTH", 2, argv) < 0) return -1;
+    }
+    if (r->db) {
+        char db[16];
+        snprintf(db, sizeof(db), "%d", r->db);
+        const char *argv[] = {"SELECT", db};
+        if (simple_cmd(r, "SELECT", 2, argv) < 0) return -1;
+    }
+    LOG_I("redis_connected", "host=%s port=%d", r->host, r->port);
+    return 0;
+}
+
+/* Sleeps the current backoff in slices so a stop request is seen within
+ * ~10 ms, then doubles it up to the cap. */
+static void backoff(struct rsink *r, const atomic_int *stop)
+{
+    for (int slept = 0; slept < r->backoff_ms && !atomic_load(stop); slept += 10) {
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
+                                                       : r->backoff_ms * 2;
+}
+
+/* One pipelined attempt: append every unacknowledged SET (and PUBLISH),
+ * then read every reply. Returns 0 when all were acknowledged. */
+static int attempt(struct rsink *r, struct job *const *jobs, size_t n)
+{
+    size_t plen = strlen(r->prefix);
+    char key[4096 + JOB_ID_MAX + 1];
+    int publish = r->channel[0] != 0;
+    for (size_t i = 0; i < n; i++) {
+        if (r->acked[i]) continue;
+        const struct job *j = jobs[i];
+        size_t idlen = strlen(j->id);
+        if (plen + idlen >= sizeof(key)) plen = sizeof(key) - idlen - 1;
+        memcpy(key, r->prefix, plen);
+        memcpy(key + plen, j->id, idlen);
+        const char *argv[] = {"SET", key, (const char *)j->body, "PX", r->ttl};
+        size_t lens[] = {3, plen + idlen, j->body_len, 2, strlen(r->ttl)};
+        redisAppendCommandArgv(r->ctx, 5, argv, lens);
+        if (publish) {
+            const char *pargv[] = {"PUBLISH", r->channel, j->id};
+            size_t plens[] = {7, strlen(r->channel), idlen};
+            redisAppendCommandArgv(r->ctx, 3, pargv, plens);
+        }
+    }
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (r->acked[i]) continue;
+        for (int k = 0; k < 1 + publish; k++) {
+            void *v = NULL;
+            if (redisGetReply(r->ctx, &v) != REDIS_OK) {
+                drop(r, r->ctx->errstr[0] ? r->ctx->errstr : "read failed");
+                return -1;
+            }
+            redisReply *rep = v;
+            if (rep->type == REDIS_REPLY_ERROR) {
+                /* The connection is still in sync; retry this one later. */
+                atomic_fetch_add(&r->errors, 1);
+                LOG_W("redis_reply_error", "id=%s error=\"%s\"", jobs[i]->id, rep->str);
+                if (k == 0) {
+                    ok = 0;
+                    r->acked[i] = 2; /* 2: failed this round, send again */
+                }
+            }
+            freeReplyObject(rep);
+        }
+        if (r->acked[i] == 0) {
+            r->acked[i] = 1;
+        } else if (r->acked[i] == 2) {
+            r->acked[i] = 0;
+        }
+    }
+    return ok ? 0 : -1;
+}
+
+int rsink_set_batch(struct rsink *r, struct job *const *jobs, size_t n,
+                    const atomic_int *stop)
+{
+    if (n > r->acked_cap) {
+        unsigned char *a = realloc(r->acked, n);
+        if (!a) return -1;
+        r->acked = a;
+        r->acked_cap = n;
+    }
+    memset(r->acked, 0, n);
+    for (;;) {
+        if (r->ctx || connect_fresh(r) == 0) {
+            if (attempt(r, jobs, n) == 0) {
+                r->backoff_ms = BACKOFF_MIN_MS;
+                return 0;
+            }
+        }
+        if (atomic_load(stop)) return -1;
+        backoff(r, stop);
+        if (atomic_load(stop)) return -1;
+    }
+}
+
+int rsink_ping(struct rsink *r)
+{
+    if (!r->ctx && connect_fresh(r) < 0) return -1;
+    const char *argv[] = {"PING"};
+    return simple_cmd(r, "PING", 1, argv);
+}

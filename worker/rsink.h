@@ -1,0 +1,49 @@
+/* rsink.h - results to Redis: `SET <prefix><id> <body> PX <ttl>` for a
+ * batch of jobs in one pipelined round trip (plus `PUBLISH <channel> <id>`
+ * when a channel is configured). Any error or timeout drops the connection
+ * (a hiredis context that saw an error is never reused); the next attempt
+ * reconnects with capped backoff, re-applies the command timeout, and
+ * re-sends every SET whose reply was not read (reliability.md rule 8).
+ *
+ * Threads: one sink thread owns an rsink; rsink_errors may be read by any
+ * thread. */
+#ifndef KINFER_RSINK_H
+#define KINFER_RSINK_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../codecs/job.h"
+
+struct rsink_conf {
+    const char *host;
+    int port;
+    const char *password;        /* "" or NULL: no AUTH */
+    int db;
+    const char *key_prefix;
+    int64_t ttl_ms;
+    int timeout_ms;              /* connect and per-command timeout */
+    const char *publish_channel; /* "" or NULL: no PUBLISH */
+};
+
+struct rsink;
+
+/* Returns a new sink (not yet connected) or NULL. Copies conf. */
+struct rsink *rsink_new(const struct rsink_conf *conf);
+void rsink_destroy(struct rsink *r);
+
+/* Writes the body of each of the n jobs. Retries until every SET is
+ * acknowledged (returns 0) or *stop becomes nonzero (returns -1: some SETs
+ * may be unacknowledged, so the caller counts none of the n done). Borrows
+ * jobs. */
+int rsink_set_batch(struct rsink *r, struct job *const *jobs, size_t n,
+                    const atomic_int *stop);
+
+/* One PING round trip: 0 if Redis answered within the timeout, else -1. */
+int rsink_ping(struct rsink *r);
+
+/* Failed attempts (connection errors, timeouts, error replies) so far. */
+uint64_t rsink_errors(const struct rsink *r);
+
+#endif

@@ -1,0 +1,206 @@
+/* smoke.c - `kinfer smoke`: drives a running worker from outside. Sends
+ * jobs with librdkafka (MessagePack, some JSON), polls Redis for every
+ * result with pipelined GETs, checks each output against the default model
+ * run here on the CPU (max |difference| <= 1e-4 * max(1,|expected|)), and
+ * prints what a user wants to know: how many, how batched, how fast.
+ *
+ * Threads: main thread. */
+#include "smoke.h"
+
+#include <hiredis/hiredis.h>
+#include <librdkafka/rdkafka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../codecs/wire.h"
+#include "../gpu/model.h"
+#include "kq.h"
+
+struct pending {
+    char id[64];
+    float *expected;   /* rows x output width */
+    int got;
+};
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    int *failed = opaque;
+    if (m->err) {
+        fprintf(stderr, "kinfer smoke: produce failed: %s\n", rd_kafka_err2str(m->err));
+        (*failed)++;
+    }
+}
+
+int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
+              volatile sig_atomic_t *stop)
+{
+    int rc = 1, produce_failed = 0;
+    char err[512];
+    int di = cfg_model_index(c, c->default_model);
+    struct model *m = model_load(&c->models[di], err, sizeof(err));
+    if (!m) {
+        fprintf(stderr, "kinfer smoke: %s\n", err);
+        return 1;
+    }
+    size_t in_w = model_input_width(m), out_w = model_output_width(m);
+    struct model_ws *ws = model_ws_new(m, o->rows);
+    struct pending *p = calloc(o->jobs, sizeof(*p));
+    float *in = malloc(o->rows * in_w * sizeof(float));
+    double *lat = calloc(o->jobs, sizeof(double));
+    redisContext *rc_ = NULL;
+    rd_kafka_t *rk = NULL;
+    if (!ws || !p || !in || !lat) goto out;
+
+    rd_kafka_conf_t *conf = kq_conf_new(c, KQ_PRODUCER, err, sizeof(err));
+    if (!conf) {
+        fprintf(stderr, "kinfer smoke: %s\n", err);
+        goto out;
+    }
+    rd_kafka_conf_set_opaque(conf, &produce_failed);
+    rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+    rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    if (!rk) {
+        rd_kafka_conf_destroy(conf);
+        fprintf(stderr, "kinfer smoke: %s\n", err);
+        goto out;
+    }
+    struct timeval tv = {2, 0};
+    rc_ = redisConnectWithTimeout(c->redis.host, c->redis.port, tv);
+    if (!rc_ || rc_->err) {
+        fprintf(stderr, "kinfer smoke: redis %s:%d: %s\n", c->redis.host, c->redis.port,
+                rc_ ? rc_->errstr : "out of memory");
+        goto out;
+    }
+    redisSetTimeout(rc_, tv);
+
+    /* Send. Ids are unique per run so old results in Redis never count. */
+    unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+    double t0 = now_s();
+    for (size_t i = 0; i < o->jobs && !*stop; i++) {
+        snprintf(p[i].id, sizeof(p[i].id), "smoke-%u-%zu", seed, i);
+        for (size_t k = 0; k < o->rows * in_w; k++)
+            in[k] = (float)rand_r(&seed) / (float)RAND_MAX * 2.0f - 1.0f;
+        const float *out;
+        p[i].expected = malloc(o->rows * out_w * sizeof(float));
+        if (!p[i].expected || model_forward(m, ws, in, o->rows, &out) < 0) goto out;
+        memcpy(p[i].expected, out, o->rows * out_w * sizeof(float));
+        struct wire_job wj = {.id = p[i].id, .input = in, .n_input = o->rows * in_w,
+                              .timeout_ms = -1, .priority = -1};
+        enum job_enc enc = o->json_every && i % (size_t)o->json_every == 0
+                               ? JOB_ENC_JSON : JOB_ENC_MSGPACK;
+        unsigned char *body;
+        size_t len;
+        if (wire_encode_job(&wj, enc, &body, &len) < 0) goto out;
+        rd_kafka_resp_err_t e;
+        while ((e = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(c->kafka.topics[0]),
+                                      RD_KAFKA_V_KEY(p[i].id, strlen(p[i].id)),
+                                      RD_KAFKA_V_VALUE(body, len),
+                                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                      RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+            rd_kafka_poll(rk, 10);
+        free(body);
+        if (e) {
+            fprintf(stderr, "kinfer smoke: produce: %s\n", rd_kafka_err2str(e));
+            goto out;
+        }
+        rd_kafka_poll(rk, 0);
+        if (o->rate > 0) {
+            double due = t0 + (double)(i + 1) / o->rate;
+            while (now_s() < due) usleep(200);
+        }
+    }
+    rd_kafka_flush(rk, 10000);
+    if (produce_failed) goto out;
+    fprintf(stderr, "kinfer smoke: sent %zu jobs to %s in %.2f s; waiting for results in Redis\n",
+            o->jobs, c->kafka.topics[0], now_s() - t0);
+
+    /* Collect: pipelined GET of every missing id, every 50 ms. */
+    size_t got = 0, ok = 0, wrong = 0;
+    double batches = 0, deadline = now_s() + o->timeout_s, maxdiff = 0;
+    size_t plen = strlen(c->redis.key_prefix);
+    while (got < o->jobs && now_s() < deadline && !*stop) {
+        size_t asked = 0;
+        for (size_t i = 0; i < o->jobs; i++) {
+            if (p[i].got) continue;
+            char key[512];
+            snprintf(key, sizeof(key), "%s%s", c->redis.key_prefix, p[i].id);
+            const char *argv[] = {"GET", key};
+            size_t lens[] = {3, plen + strlen(p[i].id)};
+            redisAppendCommandArgv(rc_, 2, argv, lens);
+            asked++;
+        }
+        for (size_t i = 0; i < o->jobs && asked; i++) {
+            if (p[i].got) continue;
+            asked--;
+            void *v;
+            if (redisGetReply(rc_, &v) != REDIS_OK) {
+                fprintf(stderr, "kinfer smoke: redis: %s\n", rc_->errstr);
+                goto out;
+            }
+            redisReply *rep = v;
+            if (rep->type == REDIS_REPLY_STRING) {
+                struct wire_result r;
+                if (wire_decode_result(rep->str, rep->len, &r, err, sizeof(err)) == 0) {
+                    p[i].got = 1;
+                    lat[got++] = r.total_ms;
+                    if (r.batch_rows > 0) batches += (double)o->rows / (double)r.batch_rows;
+                    int good = r.ok && r.rows == o->rows && r.width == out_w && r.output;
+                    for (size_t k = 0; good && k < o->rows * out_w; k++) {
+                        double d = fabs((double)r.output[k] - p[i].expected[k]);
+                        double tol = 1e-4 * fmax(1.0, fabs((double)p[i].expected[k]));
+                        if (d > maxdiff) maxdiff = d;
+                        if (d > tol) good = 0;
+                    }
+                    if (good) ok++;
+                    else if (wrong++ < 5)
+                        fprintf(stderr, "kinfer smoke: wrong result for %s: status=%s %s %s\n",
+                                p[i].id, r.ok ? "ok" : "error", r.code, r.message);
+                    wire_result_fini(&r);
+                }
+            }
+            freeReplyObject(rep);
+        }
+        if (got < o->jobs) usleep(50000);
+    }
+    double secs = now_s() - t0;
+    qsort(lat, got, sizeof(double), cmp_double);
+    printf("kinfer smoke: jobs=%zu results=%zu ok=%zu wrong=%zu missing=%zu\n", o->jobs,
+           got, ok, wrong, o->jobs - got);
+    if (got) {
+        printf("kinfer smoke: batches=%.0f mean_batch_rows=%.2f latency_ms p50=%.1f "
+               "p99=%.1f max=%.1f (record timestamp to result)\n",
+               batches, batches > 0 ? (double)(got * o->rows) / batches : 0.0,
+               lat[(got - 1) / 2], lat[(size_t)((double)(got - 1) * 0.99)], lat[got - 1]);
+        printf("kinfer smoke: max |output - local model| = %.3g; %.0f jobs/s end to end\n",
+               maxdiff, (double)got / secs);
+    }
+    rc = (ok == o->jobs) ? 0 : 1;
+out:
+    if (rk) rd_kafka_destroy(rk);
+    if (rc_) redisFree(rc_);
+    for (size_t i = 0; p && i < o->jobs; i++) free(p[i].expected);
+    free(p);
+    free(in);
+    free(lat);
+    model_ws_destroy(ws);
+    model_destroy(m);
+    return rc;
+}

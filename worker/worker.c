@@ -1,0 +1,876 @@
+/* worker.c - the pipeline that moves a job from Kafka to its results.
+ *
+ *   poll thread (worker_run's caller)       executor thread       sink thread
+ *   rd_kafka_consumer_poll -> decode  --->  batcher_next     ---> produce reply/DLQ
+ *     early errors / DLQ ------------------------------------->  pipelined Redis SET
+ *   offsets: contiguous watermark   <------------------------  done (both acks)
+ *
+ * Ownership of a job moves poll thread -> batcher -> executor -> sink ->
+ * done queue -> poll thread, which stores its offset and frees it. Only the
+ * poll thread touches the consumer and the offset tracker, so the rebalance
+ * callback (which runs inside rd_kafka_consumer_poll) sees a consistent
+ * view. The poll thread never waits on the model or the sinks: overload
+ * pauses the assigned partitions while polling continues (reliability.md
+ * rule 4); what it has taken in is bounded by batching.max_queued_rows.
+ *
+ * Threads: as above. Cross-thread hand-offs are the batcher (locked), the
+ * sink queue and the done queue (each a mutex-protected list). */
+#include "worker.h"
+
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../batching/batcher.h"
+#include "../codecs/codec.h"
+#include "../gpu/model.h"
+#include "kq.h"
+#include "log.h"
+#include "offtrack.h"
+#include "rsink.h"
+
+/* A mutex-protected FIFO of jobs linked through ->next. */
+struct jq {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct job *head, *tail;
+};
+
+struct worker {
+    const struct kcfg *cfg;
+    volatile sig_atomic_t *stop;
+    rd_kafka_t *consumer, *producer;
+    struct model **models;
+    size_t n_models;
+    int default_model;
+    struct batcher *batcher;
+    struct offtrack *ot;
+    struct rsink *rsink;
+    struct codec_limits lim;
+    size_t max_job_rows;
+
+    struct jq sinkq; /* executor/poll thread -> sink thread */
+    struct jq doneq; /* sink thread -> poll thread */
+    struct job *retry; /* sink thread only: deliveries to try again */
+    struct job *stranded; /* sink thread only: Redis gave up at stop; freed
+                             after the producer, which may still hold them */
+    int64_t retry_at_us;
+
+    pthread_t exec_thr, sink_thr;
+    atomic_int exec_stop, sink_stop;
+    atomic_int fatal;  /* a thread hit an error the process must exit on */
+
+    /* Poll thread only. */
+    size_t inflight_rows; /* taken from Kafka, not yet done */
+    int paused;
+    int draining;
+
+    /* Counters for the stats line (and the metrics endpoint later). */
+    atomic_uint_fast64_t n_consumed, n_ok, n_failed, n_dead, n_batches,
+        n_batch_rows, n_produce_errors;
+};
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- job queues ------------------------------------------------------ */
+
+static void jq_init(struct jq *q)
+{
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv, NULL);
+    q->head = q->tail = NULL;
+}
+
+static void free_jobs(struct job *j)
+{
+    while (j) {
+        struct job *next = j->next;
+        job_free(j);
+        j = next;
+    }
+}
+
+static void jq_fini(struct jq *q)
+{
+    free_jobs(q->head);
+    pthread_cond_destroy(&q->cv);
+    pthread_mutex_destroy(&q->mu);
+}
+
+/* Appends a list (linked through ->next) and wakes the consumer. */
+static void jq_push_list(struct jq *q, struct job *list)
+{
+    if (!list) return;
+    struct job *last = list;
+    while (last->next) last = last->next;
+    pthread_mutex_lock(&q->mu);
+    if (q->tail) q->tail->next = list;
+    else q->head = list;
+    q->tail = last;
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+/* Takes everything queued, waiting up to wait_ms for something to come. */
+static struct job *jq_take_all(struct jq *q, int wait_ms)
+{
+    pthread_mutex_lock(&q->mu);
+    if (!q->head && wait_ms > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)wait_ms * 1000000;
+        ts.tv_sec += ts.tv_nsec / 1000000000;
+        ts.tv_nsec %= 1000000000;
+        pthread_cond_timedwait(&q->cv, &q->mu, &ts);
+    }
+    struct job *list = q->head;
+    q->head = q->tail = NULL;
+    pthread_mutex_unlock(&q->mu);
+    return list;
+}
+
+/* ---- poll thread: decoding and routing -------------------------------- */
+
+static size_t job_weight(const struct job *j)
+{
+    return j->rows ? j->rows : 1;
+}
+
+/* Finishes a job that will not run: encodes its error result and hands it
+ * to the sink. */
+static void answer_now(struct worker *w, struct job *j)
+{
+    if (codec_encode_result(j, wall_ms()) < 0) {
+        /* Out of memory: dead-letter the original record rather than lose it. */
+        j->kind = JOB_DEAD;
+    }
+    jq_push_list(&w->sinkq, j);
+}
+
+/* Copies what a dead letter needs from the record and queues it. */
+static void dead_letter(struct worker *w, struct job *j,
+                        const rd_kafka_message_t *m, const char *why)
+{
+    j->kind = JOB_DEAD;
+    j->err = JOB_ERR_INVALID_INPUT;
+    snprintf(j->errmsg, sizeof(j->errmsg), "%s", why);
+    if (m->key_len) {
+        j->raw_key = malloc(m->key_len);
+        if (j->raw_key) memcpy(j->raw_key, m->key, m->key_len);
+        j->raw_key_len = j->raw_key ? m->key_len : 0;
+    }
+    if (m->len) {
+        j->raw_value = malloc(m->len);
+        if (j->raw_value) memcpy(j->raw_value, m->payload, m->len);
+        j->raw_value_len = j->raw_value ? m->len : 0;
+    }
+    atomic_fetch_add(&w->n_dead, 1);
+    LOG_W("dead_letter", "topic=%s partition=%" PRId32 " offset=%" PRId64
+          " error=\"%s\"", j->topic, j->partition, j->offset, why);
+    jq_push_list(&w->sinkq, j);
+}
+
+/* The record's content-type header, NUL-terminated into buf, or NULL. */
+static const char *content_type(const rd_kafka_message_t *m, char *buf,
+                                size_t cap)
+{
+    rd_kafka_headers_t *hdrs = NULL;
+    const void *val;
+    size_t size;
+    if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return NULL;
+    if (rd_kafka_header_get_last(hdrs, "content-type", &val, &size) !=
+            RD_KAFKA_RESP_ERR_NO_ERROR || !val)
+        return NULL;
+    if (size >= cap) size = cap - 1;
+    memcpy(buf, val, size);
+    buf[size] = '\0';
+    return buf;
+}
+
+/* Takes one consumed record in: decode, route, queue. Every record becomes
+ * exactly one job that is tracked until both its acknowledgements. */
+static void take_record(struct worker *w, const rd_kafka_message_t *m)
+{
+    struct job *j = job_new();
+    if (!j) {
+        LOG_E("out_of_memory", "where=take_record");
+        atomic_store(&w->fatal, 1);
+        return;
+    }
+    const char *topic = rd_kafka_topic_name(m->rkt);
+    snprintf(j->topic, sizeof(j->topic), "%s", topic);
+    j->partition = m->partition;
+    j->offset = m->offset;
+    rd_kafka_timestamp_type_t tstype;
+    j->record_ts_ms = rd_kafka_message_timestamp(m, &tstype);
+    if (j->record_ts_ms < 0) j->record_ts_ms = wall_ms();
+    j->arrived_us = batcher_now_us();
+    if (offtrack_add(w->ot, j->topic, j->partition, j->offset) < 0) {
+        LOG_E("out_of_memory", "where=offtrack");
+        job_free(j);
+        atomic_store(&w->fatal, 1);
+        return;
+    }
+    atomic_fetch_add(&w->n_consumed, 1);
+
+    char ctbuf[64], why[256];
+    const char *ct = content_type(m, ctbuf, sizeof(ctbuf));
+    enum codec_rc rc = codec_decode_job(m->payload, m->len, m->key, m->key_len,
+                                        ct, j->record_ts_ms, &w->lim, j, why,
+                                        sizeof(why));
+    w->inflight_rows += 1; /* rows are known below; weight fixed up there */
+    if (rc == CODEC_DEAD) {
+        dead_letter(w, j, m, why);
+        return;
+    }
+    if (j->err != JOB_OK) {
+        answer_now(w, j);
+        return;
+    }
+    int idx = j->model[0] ? -1 : w->default_model;
+    for (size_t i = 0; idx < 0 && i < w->n_models; i++)
+        if (strcmp(model_name(w->models[i]), j->model) == 0) idx = (int)i;
+    if (idx < 0) {
+        job_fail(j, JOB_ERR_UNKNOWN_MODEL, "no model named '%s' on this worker",
+                 j->model);
+        answer_now(w, j);
+        return;
+    }
+    j->model_idx = idx;
+    j->model_name = model_name(w->models[idx]);
+    size_t width = model_input_width(w->models[idx]);
+    if (j->n_input % width != 0) {
+        job_fail(j, JOB_ERR_INVALID_INPUT,
+                 "field input: %zu values is not a multiple of the model's "
+                 "input width %zu", j->n_input, width);
+        answer_now(w, j);
+        return;
+    }
+    size_t rows = j->n_input / width;
+    if (rows > w->max_job_rows) {
+        job_fail(j, JOB_ERR_INVALID_INPUT,
+                 "field input: %zu rows exceeds batching.max_job_rows %zu", rows,
+                 w->max_job_rows);
+        answer_now(w, j);
+        return;
+    }
+    if (j->deadline_ms && j->deadline_ms <= wall_ms()) {
+        job_fail(j, JOB_ERR_DEADLINE_EXCEEDED, "deadline passed before the job was queued");
+        answer_now(w, j);
+        return;
+    }
+    j->rows = rows;
+    w->inflight_rows += rows - 1;
+    batcher_push(w->batcher, j);
+}
+
+/* ---- poll thread: offsets ---------------------------------------------- */
+
+/* Stores the watermark of every partition that advanced, in one call. */
+static void store_offsets(struct worker *w, rd_kafka_topic_partition_list_t *l)
+{
+    if (!l || l->cnt == 0) return;
+    rd_kafka_resp_err_t err = rd_kafka_offsets_store(w->consumer, l);
+    if (err) {
+        /* A partition revoked meanwhile reports _STATE: nothing to do. */
+        LOG_D("offsets_store", "error=\"%s\"", rd_kafka_err2str(err));
+    }
+}
+
+/* Takes finished jobs back from the sink: advances each partition's
+ * watermark, stores the offsets that moved, frees the jobs. */
+static void drain_done(struct worker *w)
+{
+    struct job *j = jq_take_all(&w->doneq, 0);
+    if (!j) return;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
+    while (j) {
+        struct job *next = j->next;
+        int64_t off;
+        if (offtrack_done(w->ot, j->topic, j->partition, j->offset, &off) == 1) {
+            rd_kafka_topic_partition_t *p =
+                rd_kafka_topic_partition_list_find(l, j->topic, j->partition);
+            if (!p) p = rd_kafka_topic_partition_list_add(l, j->topic, j->partition);
+            p->offset = off;
+        }
+        size_t wgt = job_weight(j);
+        w->inflight_rows -= wgt < w->inflight_rows ? wgt : w->inflight_rows;
+        job_free(j);
+        j = next;
+    }
+    store_offsets(w, l);
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+/* Pauses or resumes every assigned partition around the high and low
+ * marks, so the backlog stays in Kafka and memory stays bounded. */
+static void backpressure(struct worker *w)
+{
+    size_t high = (size_t)w->cfg->batching.max_queued_rows;
+    int want = w->draining || w->inflight_rows >= high ||
+               (w->paused && w->inflight_rows > high / 2);
+    if (want == w->paused) return;
+    rd_kafka_topic_partition_list_t *a = NULL;
+    if (rd_kafka_assignment(w->consumer, &a) != RD_KAFKA_RESP_ERR_NO_ERROR) return;
+    if (want) rd_kafka_pause_partitions(w->consumer, a);
+    else rd_kafka_resume_partitions(w->consumer, a);
+    LOG_D(want ? "paused" : "resumed", "partitions=%d inflight_rows=%zu",
+          a->cnt, w->inflight_rows);
+    rd_kafka_topic_partition_list_destroy(a);
+    w->paused = want;
+}
+
+/* ---- poll thread: rebalance --------------------------------------------- */
+
+/* Partitions are being taken away. Queued jobs of theirs are dropped (the
+ * next owner reads them again from the committed offset); jobs already
+ * running get revoke_timeout_ms to finish; then the offsets are committed
+ * synchronously (reliability.md rule 5). On a lost assignment nothing is
+ * committed: another member may own the partitions already. */
+static void on_revoke(struct worker *w, rd_kafka_topic_partition_list_t *parts,
+                      int lost)
+{
+    size_t *purged = calloc((size_t)parts->cnt + 1, sizeof(size_t));
+    for (int i = 0; i < parts->cnt; i++) {
+        struct job *j = batcher_purge(w->batcher, parts->elems[i].topic,
+                                      parts->elems[i].partition);
+        while (j) {
+            struct job *next = j->next;
+            if (purged) purged[i]++;
+            size_t wgt = job_weight(j);
+            w->inflight_rows -= wgt < w->inflight_rows ? wgt : w->inflight_rows;
+            job_free(j);
+            j = next;
+        }
+    }
+    if (!lost) {
+        int64_t give_up = batcher_now_us() +
+                          (int64_t)w->cfg->kafka.revoke_timeout_ms * 1000;
+        for (;;) {
+            drain_done(w);
+            int busy = 0;
+            for (int i = 0; i < parts->cnt && !busy; i++)
+                busy = offtrack_pending(w->ot, parts->elems[i].topic,
+                                        parts->elems[i].partition) >
+                       (purged ? purged[i] : 0);
+            if (!busy) break;
+            if (batcher_now_us() > give_up) {
+                LOG_W("revoke_timeout", "partitions=%d timeout_ms=%d", parts->cnt,
+                      w->cfg->kafka.revoke_timeout_ms);
+                break;
+            }
+            sleep_ms(2);
+        }
+        rd_kafka_resp_err_t err = rd_kafka_commit(w->consumer, NULL, 0);
+        if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+            LOG_W("commit_failed", "when=revoke error=\"%s\"", rd_kafka_err2str(err));
+    }
+    for (int i = 0; i < parts->cnt; i++)
+        offtrack_drop(w->ot, parts->elems[i].topic, parts->elems[i].partition);
+    free(purged);
+    LOG_I(lost ? "partitions_lost" : "partitions_revoked", "count=%d", parts->cnt);
+}
+
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+    struct worker *w = opaque;
+    int coop = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        rd_kafka_error_t *e = NULL;
+        if (coop) e = rd_kafka_incremental_assign(rk, parts);
+        else rd_kafka_assign(rk, parts);
+        if (e) {
+            LOG_E("assign_failed", "error=\"%s\"", rd_kafka_error_string(e));
+            rd_kafka_error_destroy(e);
+        }
+        if (w->paused) rd_kafka_pause_partitions(rk, parts);
+        LOG_I("partitions_assigned", "count=%d protocol=%s", parts->cnt,
+              coop ? "cooperative" : "eager");
+    } else if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
+        on_revoke(w, parts, rd_kafka_assignment_lost(rk));
+        if (coop) {
+            rd_kafka_error_t *e = rd_kafka_incremental_unassign(rk, parts);
+            if (e) rd_kafka_error_destroy(e);
+        } else {
+            rd_kafka_assign(rk, NULL);
+        }
+    } else {
+        LOG_E("rebalance_error", "error=\"%s\"", rd_kafka_err2str(err));
+        rd_kafka_assign(rk, NULL);
+    }
+}
+
+/* librdkafka's error events: transient ones are logged (the client
+ * retries), a fatal one stops the worker so its supervisor restarts it. */
+static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    struct worker *w = opaque;
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char buf[512];
+        rd_kafka_fatal_error(rk, buf, sizeof(buf));
+        LOG_E("kafka_fatal", "client=%s error=\"%s\"", rd_kafka_name(rk), buf);
+        atomic_store(&w->fatal, 1);
+        return;
+    }
+    LOG_W("kafka_error", "client=%s error=\"%s\" reason=\"%s\"", rd_kafka_name(rk),
+          rd_kafka_err2str(err), reason);
+}
+
+/* ---- executor thread ------------------------------------------------------ */
+
+/* Runs batches through their model: checks deadlines, packs the inputs into
+ * one contiguous buffer, runs the forward pass once for the batch, splits
+ * and encodes the results, hands the batch to the sink. Buffers are made
+ * once at start; per batch it allocates only each job's output and body. */
+static void *exec_main(void *arg)
+{
+    struct worker *w = arg;
+    size_t cap = (size_t)w->cfg->batching.max_batch_rows;
+    if (w->max_job_rows > cap) cap = w->max_job_rows;
+    size_t max_in = 0;
+    struct model_ws **ws = calloc(w->n_models, sizeof(*ws));
+    for (size_t i = 0; ws && i < w->n_models; i++) {
+        ws[i] = model_ws_new(w->models[i], cap);
+        if (!ws[i]) goto oom;
+        if (model_input_width(w->models[i]) > max_in)
+            max_in = model_input_width(w->models[i]);
+    }
+    float *staging = ws ? malloc(cap * max_in * sizeof(float)) : NULL;
+    if (!staging) goto oom;
+
+    while (!atomic_load(&w->exec_stop)) {
+        size_t rows;
+        struct job *batch = batcher_next(w->batcher, 100, &rows);
+        if (!batch) continue;
+        int64_t start_us = batcher_now_us(), now_ms = wall_ms();
+        const struct model *m = w->models[batch->model_idx];
+        size_t in_w = model_input_width(m), out_w = model_output_width(m);
+        size_t run_rows = 0;
+        for (struct job *j = batch; j; j = j->next) {
+            j->queued_ms = (double)(start_us - j->arrived_us) / 1000.0;
+            if (j->deadline_ms && j->deadline_ms <= now_ms) {
+                job_fail(j, JOB_ERR_DEADLINE_EXCEEDED,
+                         "deadline passed after %.1f ms in the queue", j->queued_ms);
+                continue;
+            }
+            memcpy(staging + run_rows * in_w, j->input, j->rows * in_w * sizeof(float));
+            run_rows += j->rows;
+        }
+        const float *out = NULL;
+        int rc = run_rows ? model_forward(m, ws[batch->model_idx], staging,
+                                          run_rows, &out)
+                          : 0;
+        double infer_ms = (double)(batcher_now_us() - start_us) / 1000.0;
+        size_t at = 0;
+        for (struct job *j = batch; j; j = j->next) {
+            if (j->err != JOB_OK) continue;
+            j->infer_ms = infer_ms;
+            j->batch_rows = run_rows;
+            if (rc < 0) {
+                job_fail(j, JOB_ERR_INFERENCE_FAILED, "model %s failed on a batch of %zu rows",
+                         model_name(m), run_rows);
+                continue;
+            }
+            j->output = malloc(j->rows * out_w * sizeof(float));
+            if (!j->output) {
+                job_fail(j, JOB_ERR_INFERENCE_FAILED, "out of memory for the output");
+                continue;
+            }
+            memcpy(j->output, out + at * out_w, j->rows * out_w * sizeof(float));
+            j->out_rows = j->rows;
+            j->out_width = out_w;
+            at += j->rows;
+        }
+        int64_t enc_ms = wall_ms();
+        for (struct job *j = batch; j; j = j->next) {
+            free(j->input); /* not needed any more: keep the sink's memory small */
+            j->input = NULL;
+            if (codec_encode_result(j, enc_ms) < 0) j->kind = JOB_DEAD;
+        }
+        atomic_fetch_add(&w->n_batches, 1);
+        atomic_fetch_add(&w->n_batch_rows, run_rows);
+        jq_push_list(&w->sinkq, batch);
+    }
+    free(staging);
+    for (size_t i = 0; i < w->n_models; i++) model_ws_destroy(ws[i]);
+    free(ws);
+    return NULL;
+oom:
+    LOG_E("out_of_memory", "where=executor_buffers rows=%zu", cap);
+    if (ws)
+        for (size_t i = 0; i < w->n_models; i++) model_ws_destroy(ws[i]);
+    free(ws);
+    atomic_store(&w->fatal, 1);
+    return NULL;
+}
+
+/* ---- sink thread ---------------------------------------------------------- */
+
+/* One acknowledgement arrived; the last one makes the job done. */
+static void ack(struct worker *w, struct job *j)
+{
+    if (--j->acks_pending == 0) {
+        j->next = NULL;
+        if (j->kind == JOB_DEAD) {
+            /* counted when dead-lettered */
+        } else if (j->err == JOB_OK) {
+            atomic_fetch_add(&w->n_ok, 1);
+        } else {
+            atomic_fetch_add(&w->n_failed, 1);
+        }
+        jq_push_list(&w->doneq, j);
+    }
+}
+
+/* Delivery report, served by rd_kafka_poll on the sink thread (or by the
+ * final flush on the poll thread after the sink thread has stopped). */
+static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    struct worker *w = opaque;
+    struct job *j = m->_private;
+    if (j->stranded) return; /* owned by the stranded list now */
+    if (m->err) {
+        atomic_fetch_add(&w->n_produce_errors, 1);
+        LOG_W("produce_failed", "id=%s error=\"%s\" attempt=%d", j->id,
+              rd_kafka_err2str(m->err), j->produce_attempts);
+        j->next = w->retry;
+        w->retry = j;
+        return;
+    }
+    ack(w, j);
+}
+
+/* Produces one job's record: the result to the reply topic, or the original
+ * record to the dead-letter topic. The job's bytes stay alive until its
+ * delivery report, so nothing is copied. */
+static rd_kafka_resp_err_t produce(struct worker *w, struct job *j)
+{
+    j->produce_attempts++;
+    if (j->kind == JOB_RESULT) {
+        const char *ct = codec_content_type(j->enc);
+        return rd_kafka_producev(
+            w->producer, RD_KAFKA_V_TOPIC(w->cfg->kafka.reply_topic),
+            RD_KAFKA_V_KEY(j->id, strlen(j->id)),
+            RD_KAFKA_V_VALUE(j->body, j->body_len),
+            RD_KAFKA_V_HEADER("content-type", ct, (ssize_t)strlen(ct)),
+            RD_KAFKA_V_OPAQUE(j), RD_KAFKA_V_END);
+    }
+    char part[16], off[24];
+    snprintf(part, sizeof(part), "%" PRId32, j->partition);
+    snprintf(off, sizeof(off), "%" PRId64, j->offset);
+    rd_kafka_headers_t *h = rd_kafka_headers_new(5);
+    rd_kafka_header_add(h, "x-error-code", -1, job_err_name(j->err), -1);
+    rd_kafka_header_add(h, "x-error", -1, j->errmsg, -1);
+    rd_kafka_header_add(h, "x-source-topic", -1, j->topic, -1);
+    rd_kafka_header_add(h, "x-source-partition", -1, part, -1);
+    rd_kafka_header_add(h, "x-source-offset", -1, off, -1);
+    rd_kafka_resp_err_t err = rd_kafka_producev(
+        w->producer, RD_KAFKA_V_TOPIC(w->cfg->kafka.dlq_topic),
+        RD_KAFKA_V_KEY(j->raw_key, j->raw_key_len),
+        RD_KAFKA_V_VALUE(j->raw_value, j->raw_value_len), RD_KAFKA_V_HEADERS(h),
+        RD_KAFKA_V_OPAQUE(j), RD_KAFKA_V_END);
+    if (err) rd_kafka_headers_destroy(h); /* not taken on failure */
+    return err;
+}
+
+/* Produces until librdkafka takes the record, serving delivery reports
+ * while its queue is full; on a hard error the job goes to the retry list. */
+static void produce_or_retry(struct worker *w, struct job *j)
+{
+    for (;;) {
+        rd_kafka_resp_err_t err = produce(w, j);
+        if (!err) return;
+        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && !atomic_load(&w->sink_stop)) {
+            rd_kafka_poll(w->producer, 10);
+            continue;
+        }
+        atomic_fetch_add(&w->n_produce_errors, 1);
+        LOG_W("produce_failed", "id=%s error=\"%s\"", j->id, rd_kafka_err2str(err));
+        j->next = w->retry;
+        w->retry = j;
+        return;
+    }
+}
+
+static void *sink_main(void *arg)
+{
+    struct worker *w = arg;
+    size_t cap = 0;
+    struct job **results = NULL;
+    while (!atomic_load(&w->sink_stop)) {
+        struct job *list = jq_take_all(&w->sinkq, 5);
+        size_t n = 0;
+        for (struct job *j = list; j; j = j->next) n++;
+        if (n > cap) {
+            struct job **r = realloc(results, n * sizeof(*r));
+            if (!r) {
+                LOG_E("out_of_memory", "where=sink");
+                atomic_store(&w->fatal, 1);
+                jq_push_list(&w->sinkq, list);
+                break;
+            }
+            results = r;
+            cap = n;
+        }
+        size_t nr = 0;
+        for (struct job *j = list, *next; j; j = next) {
+            next = j->next;
+            j->next = NULL;
+            j->acks_pending = j->kind == JOB_RESULT ? 2 : 1;
+            if (j->kind == JOB_RESULT) results[nr++] = j;
+            produce_or_retry(w, j);
+        }
+        /* One pipelined round trip for the whole batch. */
+        if (nr && rsink_set_batch(w->rsink, results, nr, &w->sink_stop) == 0) {
+            for (size_t i = 0; i < nr; i++) ack(w, results[i]);
+        } else if (nr) {
+            /* Stopping with Redis unreachable: these stay uncommitted. The
+             * delivery report may still arrive, so the job stays alive
+             * until the producer is gone and is never counted done. */
+            for (size_t i = 0; i < nr; i++) {
+                results[i]->stranded = 1;
+                results[i]->next = w->stranded;
+                w->stranded = results[i];
+            }
+        }
+        rd_kafka_poll(w->producer, 0);
+        /* Deliveries that failed (after librdkafka's own retries) go again
+         * after a pause: their offsets stay uncommitted meanwhile. */
+        int64_t now = batcher_now_us();
+        if (w->retry && now >= w->retry_at_us) {
+            struct job *r = w->retry;
+            w->retry = NULL;
+            w->retry_at_us = now + 500000;
+            while (r) {
+                struct job *next = r->next;
+                produce_or_retry(w, r);
+                r = next;
+            }
+        }
+    }
+    free(results);
+    return NULL;
+}
+
+/* ---- setup and the poll loop ---------------------------------------------- */
+
+static int load_models(struct worker *w)
+{
+    const struct kcfg *c = w->cfg;
+    w->models = calloc(c->n_models, sizeof(*w->models));
+    if (!w->models) return -1;
+    for (size_t i = 0; i < c->n_models; i++) {
+        char err[512];
+        w->models[i] = model_load(&c->models[i], err, sizeof(err));
+        if (!w->models[i]) {
+            LOG_E("model_load_failed", "model=%s error=\"%s\"", c->models[i].name, err);
+            return -1;
+        }
+        w->n_models++;
+        LOG_I("model_loaded", "model=%s path=%s input_width=%zu output_width=%zu "
+              "params=%zu backend=cpu", model_name(w->models[i]), c->models[i].path,
+              model_input_width(w->models[i]), model_output_width(w->models[i]),
+              model_param_count(w->models[i]));
+    }
+    w->default_model = cfg_model_index(c, c->default_model);
+    return w->default_model < 0 ? -1 : 0;
+}
+
+static rd_kafka_t *make_client(struct worker *w, enum kq_role role)
+{
+    char err[512];
+    rd_kafka_conf_t *conf = kq_conf_new(w->cfg, role, err, sizeof(err));
+    if (!conf) {
+        LOG_E("kafka_config", "error=\"%s\"", err);
+        return NULL;
+    }
+    rd_kafka_conf_set_opaque(conf, w);
+    rd_kafka_conf_set_error_cb(conf, error_cb);
+    if (role == KQ_CONSUMER) rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+    else rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+    rd_kafka_t *rk = rd_kafka_new(role == KQ_CONSUMER ? RD_KAFKA_CONSUMER
+                                                      : RD_KAFKA_PRODUCER,
+                                  conf, err, sizeof(err));
+    if (!rk) {
+        rd_kafka_conf_destroy(conf);
+        LOG_E("kafka_client", "error=\"%s\"", err);
+    }
+    return rk;
+}
+
+static void log_stats(struct worker *w)
+{
+    uint64_t b = atomic_load(&w->n_batches);
+    LOG_I("stats", "consumed=%" PRIu64 " ok=%" PRIu64 " failed=%" PRIu64
+          " dead_lettered=%" PRIu64 " batches=%" PRIu64 " mean_batch_rows=%.1f"
+          " queued_rows=%zu inflight_rows=%zu paused=%d produce_errors=%" PRIu64
+          " redis_errors=%" PRIu64,
+          atomic_load(&w->n_consumed), atomic_load(&w->n_ok),
+          atomic_load(&w->n_failed), atomic_load(&w->n_dead), b,
+          b ? (double)atomic_load(&w->n_batch_rows) / (double)b : 0.0,
+          batcher_queued_rows(w->batcher), w->inflight_rows, w->paused,
+          atomic_load(&w->n_produce_errors), rsink_errors(w->rsink));
+}
+
+/* After a stop request: no new records are taken; everything taken in gets
+ * drain_timeout_ms to finish. Returns the number of jobs left unfinished
+ * (their offsets stay uncommitted: the next owner runs them). */
+static size_t drain(struct worker *w)
+{
+    w->draining = 1;
+    backpressure(w);
+    batcher_close(w->batcher);
+    int64_t give_up = batcher_now_us() + (int64_t)w->cfg->worker.drain_timeout_ms * 1000;
+    size_t left;
+    while ((left = offtrack_pending_total(w->ot)) > 0 && batcher_now_us() < give_up &&
+           !atomic_load(&w->fatal)) {
+        /* Keep serving the group (and rebalances) while draining; records
+         * still buffered for paused partitions are not taken. */
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 5);
+        if (m) rd_kafka_message_destroy(m);
+        drain_done(w);
+    }
+    return left;
+}
+
+enum worker_exit worker_run(const struct kcfg *c, volatile sig_atomic_t *stop)
+{
+    struct worker *w = calloc(1, sizeof(*w));
+    enum worker_exit rc = WORKER_EXIT_STARTUP;
+    if (!w) return rc;
+    w->cfg = c;
+    w->stop = stop;
+    w->max_job_rows = (size_t)c->batching.max_job_rows;
+    jq_init(&w->sinkq);
+    jq_init(&w->doneq);
+    model_set_threads(c->worker.blas_threads);
+    if (load_models(w) < 0) goto out;
+    size_t max_in = 0;
+    for (size_t i = 0; i < w->n_models; i++)
+        if (model_input_width(w->models[i]) > max_in) max_in = model_input_width(w->models[i]);
+    w->lim.max_payload_bytes = (size_t)c->worker.max_payload_bytes;
+    w->lim.max_input_floats = w->max_job_rows * max_in;
+    w->lim.max_depth = 32;
+
+    struct batcher_conf bc = {.n_models = w->n_models,
+                              .max_batch_rows = (size_t)c->batching.max_batch_rows,
+                              .max_wait_ms = c->batching.max_wait_ms};
+    w->batcher = batcher_new(&bc);
+    w->ot = offtrack_new();
+    struct rsink_conf rc_ = {.host = c->redis.host, .port = c->redis.port,
+                             .password = c->redis.password, .db = c->redis.db,
+                             .key_prefix = c->redis.key_prefix, .ttl_ms = c->redis.ttl_ms,
+                             .timeout_ms = c->redis.timeout_ms,
+                             .publish_channel = c->redis.publish_channel};
+    w->rsink = rsink_new(&rc_);
+    if (!w->batcher || !w->ot || !w->rsink) goto out;
+    if (rsink_ping(w->rsink) < 0)
+        LOG_W("redis_unreachable", "host=%s port=%d note=\"results wait until it answers\"",
+              c->redis.host, c->redis.port);
+
+    w->producer = make_client(w, KQ_PRODUCER);
+    w->consumer = w->producer ? make_client(w, KQ_CONSUMER) : NULL;
+    if (!w->consumer) goto out;
+    rd_kafka_poll_set_consumer(w->consumer);
+    rd_kafka_topic_partition_list_t *topics =
+        rd_kafka_topic_partition_list_new((int)c->kafka.n_topics);
+    for (size_t i = 0; i < c->kafka.n_topics; i++)
+        rd_kafka_topic_partition_list_add(topics, c->kafka.topics[i], RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t err = rd_kafka_subscribe(w->consumer, topics);
+    rd_kafka_topic_partition_list_destroy(topics);
+    if (err) {
+        LOG_E("subscribe_failed", "error=\"%s\"", rd_kafka_err2str(err));
+        goto out;
+    }
+    if (pthread_create(&w->exec_thr, NULL, exec_main, w) != 0) goto out;
+    if (pthread_create(&w->sink_thr, NULL, sink_main, w) != 0) {
+        atomic_store(&w->exec_stop, 1);
+        batcher_stop(w->batcher);
+        pthread_join(w->exec_thr, NULL);
+        goto out;
+    }
+    LOG_I("worker_started", "brokers=%s group=%s topics=%zu reply_topic=%s redis=%s:%d "
+          "max_batch_rows=%d max_wait_ms=%d", c->kafka.brokers, c->kafka.group,
+          c->kafka.n_topics, c->kafka.reply_topic, c->redis.host, c->redis.port,
+          c->batching.max_batch_rows, c->batching.max_wait_ms);
+
+    int64_t next_stats = batcher_now_us() + 10 * 1000000;
+    while (!*stop && !atomic_load(&w->fatal)) {
+        drain_done(w);
+        backpressure(w);
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 20);
+        if (m) {
+            if (m->err) {
+                if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                    LOG_W("consume_error", "error=\"%s\"", rd_kafka_message_errstr(m));
+            } else {
+                take_record(w, m);
+            }
+            rd_kafka_message_destroy(m);
+        }
+        if (batcher_now_us() >= next_stats) {
+            log_stats(w);
+            next_stats = batcher_now_us() + 10 * 1000000;
+        }
+    }
+    int fatal = atomic_load(&w->fatal);
+    LOG_I("draining", "reason=%s inflight_rows=%zu", fatal ? "fatal_error" : "signal",
+          w->inflight_rows);
+    size_t left = fatal ? offtrack_pending_total(w->ot) : drain(w);
+
+    atomic_store(&w->exec_stop, 1);
+    batcher_stop(w->batcher);
+    pthread_join(w->exec_thr, NULL);
+    atomic_store(&w->sink_stop, 1);
+    pthread_join(w->sink_thr, NULL);
+    /* Deliveries still owed are served here; their jobs complete into the
+     * done queue and their offsets are stored below. */
+    rd_kafka_flush(w->producer, 5000);
+    drain_done(w);
+    left = offtrack_pending_total(w->ot);
+    err = rd_kafka_commit(w->consumer, NULL, 0);
+    if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+        LOG_W("commit_failed", "when=shutdown error=\"%s\"", rd_kafka_err2str(err));
+    rd_kafka_consumer_close(w->consumer);
+    log_stats(w);
+    LOG_I("stopped", "unfinished=%zu note=\"unfinished jobs stay uncommitted and run again\"",
+          left);
+    rc = fatal ? WORKER_EXIT_FATAL : WORKER_EXIT_OK;
+out:
+    if (w->consumer) rd_kafka_destroy(w->consumer);
+    if (w->producer) {
+        rd_kafka_purge(w->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_poll(w->producer, 0); /* purged deliveries land on the retry list */
+        rd_kafka_destroy(w->producer);
+    }
+    free_jobs(w->retry);
+    free_jobs(w->stranded);
+    jq_fini(&w->sinkq);
+    jq_fini(&w->doneq);
+    batcher_destroy(w->batcher);
+    offtrack_destroy(w->ot);
+    rsink_destroy(w->rsink);
+    for (size_t i = 0; i < w->n_models; i++) model_destroy(w->models[i]);
+    free(w->models);
+    free(w);
+    return rc;
+}
