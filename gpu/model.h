@@ -8,6 +8,7 @@
 #define KINFER_MODEL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define MODEL_NAME_MAX 128
 #define MODEL_TENSOR_NAME_MAX 256
@@ -51,7 +52,12 @@ const char *model_op_name(enum model_op op);
  * the layers name (dtype F32/F16/BF16, shapes chained layer to layer) and
  * converts weights to float32. Returns a new model or NULL with errstr
  * filled ("model demo: layer 2 (dense): tensor 1.weight has shape
- * [16,32], expected [*,64]"). Borrows spec; copies what it keeps. */
+ * [16,32], expected [*,64]"; layers are numbered from 0). Rules: at
+ * least one layer; dense needs a weight, its bias is optional; layernorm's
+ * weight and bias are each optional (absent = ones / zeros, as PyTorch's
+ * elementwise_affine=False / bias=False) and its eps must be finite and
+ * > 0; the other ops must name no tensor. The file is closed before this
+ * returns. Borrows spec; copies what it keeps. */
 struct model *model_load(const struct model_spec *spec, char *errstr,
                          size_t errstr_size);
 void model_destroy(struct model *m);
@@ -63,18 +69,28 @@ size_t model_param_count(const struct model *m);
 
 /* Workspace for up to max_rows rows through m: every buffer the forward
  * pass needs, allocated once here so model_forward allocates nothing.
- * Returns NULL on allocation failure. */
+ * Returns NULL on allocation failure or if max_rows is 0 or > INT_MAX. */
 struct model_ws *model_ws_new(const struct model *m, size_t max_rows);
 void model_ws_destroy(struct model_ws *ws);
 
 /* Runs rows x input_width floats (row-major, contiguous) through the
  * model. On success returns 0 and points *out at rows x output_width
  * floats inside ws (valid until the next call with ws). Returns -1 if
- * rows exceeds the workspace or is 0. Allocates nothing. */
+ * rows exceeds the workspace or is 0, or ws was made for another model.
+ * Allocates nothing; never writes in, which must not point into ws. */
 int model_forward(const struct model *m, struct model_ws *ws, const float *in,
                   size_t rows, const float **out);
 
 /* Sets OpenBLAS's thread count for this process (0 = leave the default). */
 void model_set_threads(int n);
+
+/* Writes a demo 2-layer MLP to path as a safetensors file (F32): tensors
+ * "0.weight" [hidden,in], "0.bias" [hidden], "2.weight" [out,hidden],
+ * "2.bias" [out], drawn like PyTorch's nn.Linear init (uniform in
+ * +-1/sqrt(fan_in)) from a generator seeded with seed, so the same seed
+ * gives the same file. The matching layer list is dense(0.weight, 0.bias),
+ * relu, dense(2.weight, 2.bias). Returns 0, or -1 with errstr filled. */
+int model_write_demo(const char *path, size_t in, size_t hidden, size_t out,
+                     uint64_t seed, char *errstr, size_t errstr_size);
 
 #endif

@@ -95,7 +95,7 @@ static const char *write_config(const char *name, const char *topic, const char 
     fprintf(f,
             "kafka = { brokers = \"%s\"; group = \"%s\"; topics = [ \"%s\" ];\n"
             "  reply_topic = \"%s\"; dlq_topic = \"%s\";\n"
-            "  properties = ( ( \"auto.commit.interval.ms\", \"200\" ) ); };\n"
+            "  properties = ( ( \"auto.commit.interval.ms\", \"200\" ), ( \"fetch.wait.max.ms\", \"10\" ) ); };\n"
             "redis = { host = \"127.0.0.1\"; port = %d; key_prefix = \"%s:\"; ttl_ms = 600000; };\n"
             "batching = { max_batch_rows = 16; max_wait_ms = 5; };\n"
             "models = ( { name = \"demo\"; path = \"%s\";\n"

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# make demo: the worker end to end on its embedded defaults. Starts kinfer's
+# dev broker and a local redis-server on free ports, writes the demo model,
+# runs the worker on worker.cfg (pointed at them with --set), sends a few
+# hundred jobs with `kinfer smoke`, which waits for every result in Redis and
+# prints the summary, then stops everything it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+K=build/kinfer
+JOBS=${JOBS:-400}
+work=$(mktemp -d /tmp/kinfer-demo-XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null \
+  || shuf -i 20000-60000 -n 1; }
+
+echo "== demo model"
+$K model demo -o models/demo.safetensors --in 64 --hidden 128 --out 16
+
+echo "== kinfer broker (librdkafka mock cluster, its own process)"
+$K broker --partitions 4 --topics jobs,results,jobs.dlq >"$work/broker.out" 2>"$work/broker.log" &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$work/broker.out" ] && break; sleep 0.05; done
+brokers=$(head -n1 "$work/broker.out")
+echo "   bootstrap: $brokers"
+
+echo "== redis-server"
+rport=$(free_port)
+redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
+  >"$work/redis.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
+echo "   127.0.0.1:$rport"
+
+set_args=(--set "kafka.brokers=$brokers" --set "redis.port=$rport" --set kafka.properties.fetch.wait.max.ms=10)
+echo "== kinfer worker -c worker.cfg ${set_args[*]}"
+$K worker -c worker.cfg "${set_args[@]}" 2>"$work/worker.log" &
+wpid=$!
+pids+=($wpid)
+
+# Wait until the worker has joined the group and owns the partitions, so
+# the latency printed below is the worker's, not the group join's.
+for _ in $(seq 600); do grep -q 'event=partitions_assigned' "$work/worker.log" && break; sleep 0.05; done
+grep -q 'event=partitions_assigned' "$work/worker.log" || { echo "worker did not join the group:"; tail "$work/worker.log"; exit 1; }
+
+RATE=${RATE:-400}
+echo "== kinfer smoke: $JOBS jobs at $RATE/s (every 5th as JSON), every result checked against the model"
+status=0
+$K smoke -c worker.cfg "${set_args[@]}" --jobs "$JOBS" --rate "$RATE" --json-every 5 --timeout 120 || status=$?
+
+echo "== stopping the worker (SIGTERM: drain, flush, commit)"
+kill -TERM "$wpid"
+wait "$wpid" && echo "   worker exited 0" || { echo "   worker exited $?"; status=1; }
+grep -E 'event=(worker_started|stopped)' "$work/worker.log" | sed 's/^/   /' || true
+echo "   logs: $work"
+exit $status
