@@ -1,0 +1,998 @@
+/* codec.c - the wire contract of protocol.md: decodes a job record value
+ * (MessagePack or JSON, told apart by the first byte) into a struct job,
+ * and encodes a job's result in the encoding the job came in.
+ *
+ * Threads: the poll thread decodes, the sink (or whichever thread holds the
+ * job) encodes; there is no shared state, so any thread may call either.
+ * Ownership: every input is borrowed. Whatever the job keeps (input
+ * floats, re-encoded meta, the result body) is copied into malloc'd memory
+ * owned by the job and freed by job_free(); nothing points into the Kafka
+ * message, the msgpack zone or the jansson tree after a call returns
+ * (style rule 6).
+ *
+ * Hostile input (reliability.md rule 9): the payload is capped before any
+ * parsing, MessagePack is pre-scanned by mpscan before msgpack-c may
+ * allocate from its declared counts, nesting is capped in both encodings,
+ * and meta re-encoding stops as soon as it passes JOB_META_MAX.
+ *
+ * Decisions the contract leaves open, made here:
+ * - A record that parses but whose top level is not a map is not a job and
+ *   is dead-lettered even when its key is a valid id: it "cannot be decoded"
+ *   (protocol.md). Likewise anything that does not parse (truncated, too
+ *   deep, trailing bytes, duplicate keys). Only an oversize payload is
+ *   answered with invalid_input when the key is a usable id, because that
+ *   record may be a well-formed job that is merely too big.
+ * - Duplicate keys: JSON rejects them anywhere (JSON_REJECT_DUPLICATES);
+ *   MessagePack rejects a duplicated known top-level field (comparing every
+ *   key pair of a large hostile map would be quadratic).
+ * - deadline_ms: 0 means none (as in struct job); negative is invalid.
+ * - timeout_ms is relative to record_ts_ms; when the record has no
+ *   timestamp (<= 0, librdkafka's -1), the current wall clock stands in.
+ * - Element numbers in messages ("element 3") count from 0.
+ * - Running out of memory while copying a decoded job answers it with
+ *   inference_failed rather than dead-lettering a job that may be fine. */
+#include "codec.h"
+#include "mpscan.h"
+
+#include <float.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <jansson.h>
+#include <msgpack.h>
+
+/* Tensors are raw IEEE-754 binary32 on the wire; the byte order is handled
+ * explicitly below, the format must match the host's. */
+_Static_assert(sizeof(float) == 4 && sizeof(uint32_t) == 4 && FLT_RADIX == 2 &&
+                   FLT_MANT_DIG == 24 && FLT_MAX_EXP == 128,
+               "float must be IEEE-754 binary32");
+
+#define CT_MSGPACK "application/msgpack"
+#define CT_JSON "application/json"
+
+/* ------------------------------------------------------------------ */
+/* Small buffers and helpers                                           */
+/* ------------------------------------------------------------------ */
+
+/* A growable byte buffer with a hard limit, shared by the msgpack packer
+ * and jansson's dump callback so that the codec owns its allocations (and
+ * can stop re-encoding meta the moment it passes JOB_META_MAX). */
+struct gbuf {
+    unsigned char *p;
+    size_t len, cap;
+    size_t limit; /* len never exceeds this */
+    int over;     /* a write was refused because of `limit` (not memory) */
+};
+
+/* Appends n bytes; -1 when the limit would be passed or memory runs out. */
+static int gbuf_put(struct gbuf *b, const void *src, size_t n)
+{
+    if (n == 0) return 0;
+    if (n > b->limit - b->len) {
+        b->over = 1;
+        return -1;
+    }
+    if (n > b->cap - b->len) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap - b->len < n) {
+            if (cap > SIZE_MAX / 2) {
+                cap = b->len + n;
+                break;
+            }
+            cap *= 2;
+        }
+        unsigned char *np = realloc(b->p, cap);
+        if (!np) return -1;
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+/* msgpack_packer's write callback (data first). */
+static int gbuf_mp_write(void *data, const char *buf, size_t len)
+{
+    return gbuf_put(data, buf, len);
+}
+
+/* jansson's dump callback (data last). */
+static int gbuf_json_write(const char *buf, size_t len, void *data)
+{
+    return gbuf_put(data, buf, len);
+}
+
+/* Hands the buffer's bytes to the caller as an exact-size allocation. */
+static unsigned char *gbuf_take(struct gbuf *b, size_t *len)
+{
+    unsigned char *p = b->p;
+    if (p && b->len < b->cap) {
+        unsigned char *np = realloc(p, b->len ? b->len : 1);
+        if (np) p = np;
+    }
+    *len = b->len;
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return p;
+}
+
+/* Writes a float as 4 little-endian bytes whatever the host's order. */
+static void put_f32le(unsigned char *d, float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    d[0] = (unsigned char)u;
+    d[1] = (unsigned char)(u >> 8);
+    d[2] = (unsigned char)(u >> 16);
+    d[3] = (unsigned char)(u >> 24);
+}
+
+/* Reads 4 little-endian bytes (any alignment) as a float. */
+static float get_f32le(const unsigned char *s)
+{
+    uint32_t u = (uint32_t)s[0] | (uint32_t)s[1] << 8 | (uint32_t)s[2] << 16 |
+                 (uint32_t)s[3] << 24;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+/* The wall clock in Unix ms; used only when a record has no timestamp. */
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ------------------------------------------------------------------ */
+/* Decoding                                                            */
+/* ------------------------------------------------------------------ */
+
+/* A scalar top-level field seen through either encoding, so that id,
+ * model, deadline_ms, timeout_ms and priority are validated by one piece
+ * of code and say the same thing in both. */
+enum fv_kind { FV_ABSENT = 0, FV_STR, FV_INT, FV_OTHER };
+
+struct fval {
+    enum fv_kind kind;
+    const char *s;    /* FV_STR: bytes (not NUL-terminated), borrowed from the parse */
+    size_t len;
+    int64_t i;        /* FV_INT */
+    int too_big;      /* FV_INT: an unsigned value above INT64_MAX */
+    const char *type; /* the value's type, for messages */
+};
+
+/* The top-level fields, referring into the parsed document (msgpack zone
+ * or jansson tree); valid until that document is freed. */
+struct fields {
+    struct fval id, model, deadline, timeout, priority;
+    const msgpack_object *mp_input, *mp_meta;
+    json_t *js_input, *js_meta;
+};
+
+/* One decode call's arguments, passed down as one pointer. */
+struct dctx {
+    struct job *job;
+    const struct codec_limits *lim;
+    const char *key;
+    size_t key_len;
+    int key_ok; /* the record key is a valid id */
+    const char *content_type;
+    int64_t record_ts_ms;
+    char *errstr;
+    size_t errstr_size;
+};
+
+/* Gives up on the record: says why in errstr, and leaves the job owning
+ * nothing the decoder allocated, so the caller can dead-letter it. */
+static enum codec_rc dead(struct dctx *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static enum codec_rc dead(struct dctx *c, const char *fmt, ...)
+{
+    if (c->errstr && c->errstr_size > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->errstr, c->errstr_size, fmt, ap);
+        va_end(ap);
+    }
+    struct job *j = c->job;
+    free(j->input);
+    j->input = NULL;
+    j->n_input = 0;
+    free(j->meta);
+    j->meta = NULL;
+    j->meta_len = 0;
+    j->id[0] = '\0';
+    j->err = JOB_OK;
+    j->errmsg[0] = '\0';
+    return CODEC_DEAD;
+}
+
+/* Copies the record key in as the job id; only called when key_ok. */
+static void id_from_key(struct dctx *c)
+{
+    memcpy(c->job->id, c->key, c->key_len);
+    c->job->id[c->key_len] = '\0';
+}
+
+/* The MessagePack type of an object, for messages. */
+static const char *mp_type(const msgpack_object *o)
+{
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL: return "nil";
+    case MSGPACK_OBJECT_BOOLEAN: return "boolean";
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER: return "integer";
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64: return "float";
+    case MSGPACK_OBJECT_STR: return "string";
+    case MSGPACK_OBJECT_ARRAY: return "array";
+    case MSGPACK_OBJECT_MAP: return "map";
+    case MSGPACK_OBJECT_BIN: return "bin";
+    case MSGPACK_OBJECT_EXT: return "ext";
+    }
+    return "unknown";
+}
+
+/* The JSON type of a value, for messages. */
+static const char *js_type(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "object";
+    case JSON_ARRAY: return "array";
+    case JSON_STRING: return "string";
+    case JSON_INTEGER: return "integer";
+    case JSON_REAL: return "real";
+    case JSON_TRUE:
+    case JSON_FALSE: return "boolean";
+    case JSON_NULL: return "null";
+    }
+    return "unknown";
+}
+
+/* Views a MessagePack object as a field value. */
+static void fval_mp(struct fval *f, const msgpack_object *o)
+{
+    memset(f, 0, sizeof(*f));
+    f->type = mp_type(o);
+    if (o->type == MSGPACK_OBJECT_STR) {
+        f->kind = FV_STR;
+        f->s = o->via.str.ptr;
+        f->len = o->via.str.size;
+    } else if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+        f->kind = FV_INT;
+        if (o->via.u64 > (uint64_t)INT64_MAX) f->too_big = 1;
+        else f->i = (int64_t)o->via.u64;
+    } else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
+        f->kind = FV_INT;
+        f->i = o->via.i64;
+    } else {
+        f->kind = FV_OTHER;
+    }
+}
+
+/* Views a JSON value (NULL = absent) as a field value. */
+static void fval_js(struct fval *f, const json_t *v)
+{
+    memset(f, 0, sizeof(*f));
+    if (!v) return;
+    f->type = js_type(v);
+    if (json_is_string(v)) {
+        f->kind = FV_STR;
+        f->s = json_string_value(v);
+        f->len = json_string_length(v);
+    } else if (json_is_integer(v)) {
+        f->kind = FV_INT;
+        f->i = (int64_t)json_integer_value(v);
+    } else {
+        f->kind = FV_OTHER;
+    }
+}
+
+/* Picks the job id: the `id` field when valid, else the record key (with
+ * invalid_input when `id` was present but bad). Returns CODEC_DEAD when
+ * no usable id exists, because then no one could be answered. */
+static enum codec_rc resolve_id(struct dctx *c, const struct fval *id)
+{
+    char why[JOB_ERRMSG_MAX];
+
+    if (id->kind == FV_ABSENT) {
+        if (c->key_ok) {
+            id_from_key(c);
+            return CODEC_JOB;
+        }
+        return dead(c, "no field id, and %s", c->key && c->key_len
+                                                   ? "the record key is not a valid id"
+                                                   : "no record key");
+    }
+    if (id->kind != FV_STR)
+        snprintf(why, sizeof(why), "field id: must be a string, got %s", id->type);
+    else if (id->len == 0)
+        snprintf(why, sizeof(why), "field id: empty");
+    else if (id->len > JOB_ID_MAX)
+        snprintf(why, sizeof(why), "field id: %zu bytes, longer than %d", id->len, JOB_ID_MAX);
+    else if (!job_id_valid(id->s, id->len))
+        snprintf(why, sizeof(why), "field id: characters outside [A-Za-z0-9._:@/-]");
+    else {
+        memcpy(c->job->id, id->s, id->len);
+        c->job->id[id->len] = '\0';
+        return CODEC_JOB;
+    }
+    if (c->key_ok) {
+        id_from_key(c);
+        job_fail(c->job, JOB_ERR_INVALID_INPUT, "%s", why);
+        return CODEC_JOB;
+    }
+    return dead(c, "%s; the record key is not a valid id either", why);
+}
+
+/* Records a decode error on the job unless an earlier one is already set:
+ * the first error is the one reported. Returns -1 for `return fail(...)`. */
+static int fail(struct job *j, enum job_err e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(struct job *j, enum job_err e, const char *fmt, ...)
+{
+    if (j->err == JOB_OK) {
+        j->err = e;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(j->errmsg, sizeof(j->errmsg), fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* Stores the re-encoded meta, or fails the job when it is too big. The
+ * buffer stops at JOB_META_MAX + 1 bytes so a hostile meta costs little. */
+static int meta_store(struct job *j, struct gbuf *b, int rc)
+{
+    if (rc != 0 || b->over) {
+        free(b->p);
+        if (b->over)
+            return fail(j, JOB_ERR_INVALID_INPUT, "field meta: more than %d encoded bytes",
+                        JOB_META_MAX);
+        return fail(j, JOB_ERR_INFERENCE_FAILED, "out of memory encoding meta");
+    }
+    j->meta = gbuf_take(b, &j->meta_len);
+    return 0;
+}
+
+/* Re-encodes a MessagePack meta value into the job (new bytes, owned). */
+static int meta_mp(struct job *j, const msgpack_object *o)
+{
+    struct gbuf b = {.limit = JOB_META_MAX};
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &b, gbuf_mp_write);
+    return meta_store(j, &b, msgpack_pack_object(&pk, *o));
+}
+
+/* Re-encodes a JSON meta value into the job (new bytes, owned). Full
+ * precision (jansson's default) so that reals echo back unchanged. */
+static int meta_js(struct job *j, const json_t *v)
+{
+    struct gbuf b = {.limit = JOB_META_MAX};
+    int rc = json_dump_callback(v, gbuf_json_write, &b, JSON_COMPACT | JSON_ENCODE_ANY);
+    return meta_store(j, &b, rc);
+}
+
+/* Copies a content-type header into a printable, bounded form for a
+ * message: the header is untrusted and the message goes back to clients. */
+static void printable(char *dst, size_t dst_size, const char *s, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 1 < dst_size; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        dst[k++] = ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\' ? (char)ch : '?';
+    }
+    if (dst_size) dst[k] = '\0';
+}
+
+/* Checks the content-type header against the body's encoding. Media types
+ * are case-insensitive and may carry parameters ("; charset=utf-8"), which
+ * are ignored; an unknown type is an error, like a disagreeing one. */
+static int check_content_type(struct job *j, const char *ct)
+{
+    if (!ct) return 0;
+    while (*ct == ' ' || *ct == '\t') ct++;
+    size_t n = strcspn(ct, "; \t");
+    char shown[72];
+    printable(shown, sizeof(shown), ct, n);
+    int is_json = n == strlen(CT_JSON) && strncasecmp(ct, CT_JSON, n) == 0;
+    int is_mp = (n == strlen(CT_MSGPACK) && strncasecmp(ct, CT_MSGPACK, n) == 0) ||
+                (n == strlen("application/x-msgpack") &&
+                 strncasecmp(ct, "application/x-msgpack", n) == 0);
+    if (!is_json && !is_mp)
+        return fail(j, JOB_ERR_INVALID_INPUT, "content-type \"%s\" is not %s or %s", shown,
+                    CT_MSGPACK, CT_JSON);
+    if (is_json != (j->enc == JOB_ENC_JSON))
+        return fail(j, JOB_ERR_INVALID_INPUT, "content-type \"%s\" disagrees with the %s body",
+                    shown, j->enc == JOB_ENC_JSON ? "JSON" : "MessagePack");
+    return 0;
+}
+
+/* Validates and copies `model`: an optional string of at most
+ * JOB_MODEL_MAX bytes (no NUL: it becomes a C string). */
+static int take_model(struct job *j, const struct fval *m)
+{
+    if (m->kind == FV_ABSENT) return 0;
+    if (m->kind != FV_STR)
+        return fail(j, JOB_ERR_INVALID_INPUT, "field model: must be a string, got %s", m->type);
+    if (m->len > JOB_MODEL_MAX)
+        return fail(j, JOB_ERR_INVALID_INPUT, "field model: %zu bytes, longer than %d", m->len,
+                    JOB_MODEL_MAX);
+    if (m->len && memchr(m->s, '\0', m->len))
+        return fail(j, JOB_ERR_INVALID_INPUT, "field model: contains a NUL byte");
+    if (m->len) memcpy(j->model, m->s, m->len);
+    j->model[m->len] = '\0';
+    return 0;
+}
+
+/* Allocates job->input for n floats after checking n against the limits. */
+static int input_alloc(struct job *j, size_t n, const struct codec_limits *lim)
+{
+    if (n == 0) return fail(j, JOB_ERR_INVALID_INPUT, "field input: empty");
+    if (n > lim->max_input_floats)
+        return fail(j, JOB_ERR_INVALID_INPUT, "field input: %zu values, more than max_input_floats %zu",
+                    n, lim->max_input_floats);
+    j->input = malloc(n * sizeof(float));
+    if (!j->input) return fail(j, JOB_ERR_INFERENCE_FAILED, "out of memory for %zu input values", n);
+    j->n_input = n;
+    return 0;
+}
+
+/* Stores element i, already converted to float32. The check is after the
+ * conversion: a finite double beyond FLT_MAX becomes inf here (IEEE-754,
+ * C11 Annex F) and is as useless to the model as a NaN. */
+static int input_put(struct job *j, size_t i, float f)
+{
+    if (!isfinite(f))
+        return fail(j, JOB_ERR_INVALID_INPUT, "field input: element %zu is not finite", i);
+    j->input[i] = f;
+    return 0;
+}
+
+/* Drops a half-filled input after an element error, so a failed job does
+ * not carry a tensor that no one will run. */
+static int input_drop(struct job *j)
+{
+    free(j->input);
+    j->input = NULL;
+    j->n_input = 0;
+    return -1;
+}
+
+/* MessagePack input: a bin of 4*n little-endian float32 bytes, or an array
+ * of numbers (integers or floats). */
+static int input_mp(struct job *j, const msgpack_object *o, const struct codec_limits *lim)
+{
+    if (!o) return fail(j, JOB_ERR_INVALID_INPUT, "field input: missing");
+    if (o->type == MSGPACK_OBJECT_BIN) {
+        const unsigned char *b = (const unsigned char *)o->via.bin.ptr;
+        size_t sz = o->via.bin.size;
+        if (sz % 4 != 0)
+            return fail(j, JOB_ERR_INVALID_INPUT,
+                        "field input: bin of %zu bytes is not a multiple of 4", sz);
+        if (input_alloc(j, sz / 4, lim) < 0) return -1;
+        for (size_t i = 0; i < sz / 4; i++)
+            if (input_put(j, i, get_f32le(b + 4 * i)) < 0) return input_drop(j);
+        return 0;
+    }
+    if (o->type != MSGPACK_OBJECT_ARRAY)
+        return fail(j, JOB_ERR_INVALID_INPUT,
+                    "field input: must be a bin of float32 or an array of numbers, got %s",
+                    mp_type(o));
+    size_t n = o->via.array.size;
+    if (input_alloc(j, n, lim) < 0) return -1;
+    for (size_t i = 0; i < n; i++) {
+        const msgpack_object *e = &o->via.array.ptr[i];
+        float f;
+        switch (e->type) {
+        case MSGPACK_OBJECT_POSITIVE_INTEGER: f = (float)e->via.u64; break;
+        case MSGPACK_OBJECT_NEGATIVE_INTEGER: f = (float)e->via.i64; break;
+        case MSGPACK_OBJECT_FLOAT32:
+        case MSGPACK_OBJECT_FLOAT64: f = (float)e->via.f64; break;
+        default:
+            fail(j, JOB_ERR_INVALID_INPUT, "field input: element %zu is not a number (%s)", i,
+                 mp_type(e));
+            return input_drop(j);
+        }
+        if (input_put(j, i, f) < 0) return input_drop(j);
+    }
+    return 0;
+}
+
+/* JSON input: an array of numbers. */
+static int input_js(struct job *j, const json_t *v, const struct codec_limits *lim)
+{
+    if (!v) return fail(j, JOB_ERR_INVALID_INPUT, "field input: missing");
+    if (!json_is_array(v))
+        return fail(j, JOB_ERR_INVALID_INPUT, "field input: must be an array of numbers, got %s",
+                    js_type(v));
+    size_t n = json_array_size(v);
+    if (input_alloc(j, n, lim) < 0) return -1;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(v, i);
+        float f;
+        if (json_is_integer(e)) {
+            f = (float)json_integer_value(e);
+        } else if (json_is_real(e)) {
+            f = (float)json_real_value(e);
+        } else {
+            fail(j, JOB_ERR_INVALID_INPUT, "field input: element %zu is not a number (%s)", i,
+                 js_type(e));
+            return input_drop(j);
+        }
+        if (input_put(j, i, f) < 0) return input_drop(j);
+    }
+    return 0;
+}
+
+/* deadline_ms and timeout_ms: both optional integers; the earlier of the
+ * absolute deadline and record time + timeout wins; 0 means none. */
+static int take_deadline(struct job *j, const struct fval *dl, const struct fval *to,
+                         int64_t record_ts_ms)
+{
+    int64_t deadline = 0;
+    if (dl->kind != FV_ABSENT) {
+        if (dl->kind != FV_INT)
+            return fail(j, JOB_ERR_INVALID_INPUT, "field deadline_ms: must be an integer, got %s",
+                        dl->type);
+        if (dl->too_big || dl->i < 0)
+            return fail(j, JOB_ERR_INVALID_INPUT,
+                        "field deadline_ms: out of range (Unix ms, 0 = none)");
+        deadline = dl->i;
+    }
+    if (to->kind != FV_ABSENT) {
+        if (to->kind != FV_INT)
+            return fail(j, JOB_ERR_INVALID_INPUT, "field timeout_ms: must be an integer, got %s",
+                        to->type);
+        if (to->too_big)
+            return fail(j, JOB_ERR_INVALID_INPUT, "field timeout_ms: out of range");
+        if (to->i < 0)
+            return fail(j, JOB_ERR_INVALID_INPUT, "field timeout_ms: must be >= 0, got %" PRId64,
+                        to->i);
+        int64_t base = record_ts_ms > 0 ? record_ts_ms : wall_ms();
+        int64_t t = to->i > INT64_MAX - base ? INT64_MAX : base + to->i;
+        if (deadline == 0 || t < deadline) deadline = t;
+    }
+    j->deadline_ms = deadline;
+    return 0;
+}
+
+/* priority: an optional integer 0..9; absent leaves the job's -1. */
+static int take_priority(struct job *j, const struct fval *p)
+{
+    if (p->kind == FV_ABSENT) return 0;
+    if (p->kind != FV_INT)
+        return fail(j, JOB_ERR_INVALID_INPUT, "field priority: must be an integer, got %s",
+                    p->type);
+    if (p->too_big || p->i < 0 || p->i > 9)
+        return fail(j, JOB_ERR_INVALID_INPUT, "field priority: must be 0..9");
+    j->priority = (int)p->i;
+    return 0;
+}
+
+/* The format-independent part of decoding, in the order errors are
+ * reported: id, meta (kept even when a later field fails, so the error
+ * result echoes it), content-type, model, input, deadline, priority. The
+ * first error stops the rest. */
+static enum codec_rc decode_fields(struct dctx *c, const struct fields *f)
+{
+    struct job *j = c->job;
+    if (resolve_id(c, &f->id) == CODEC_DEAD) return CODEC_DEAD;
+    if (f->mp_meta) meta_mp(j, f->mp_meta);
+    else if (f->js_meta) meta_js(j, f->js_meta);
+    if (j->err != JOB_OK) return CODEC_JOB;
+    if (check_content_type(j, c->content_type) < 0) return CODEC_JOB;
+    if (take_model(j, &f->model) < 0) return CODEC_JOB;
+    if (j->enc == JOB_ENC_MSGPACK ? input_mp(j, f->mp_input, c->lim) < 0
+                                  : input_js(j, f->js_input, c->lim) < 0)
+        return CODEC_JOB;
+    if (take_deadline(j, &f->deadline, &f->timeout, c->record_ts_ms) < 0) return CODEC_JOB;
+    take_priority(j, &f->priority);
+    return CODEC_JOB;
+}
+
+/* Matches a MessagePack map key against a field name. */
+static int mp_key_is(const msgpack_object *k, const char *name)
+{
+    size_t n = strlen(name);
+    return k->via.str.size == n && memcmp(k->via.str.ptr, name, n) == 0;
+}
+
+/* MessagePack: pre-scan (no allocation), unpack into a zone, pick the
+ * fields, decode them, free the zone. */
+static enum codec_rc decode_msgpack(struct dctx *c, const unsigned char *v, size_t len)
+{
+    char why[160];
+    int is_map = (v[0] >= 0x80 && v[0] <= 0x8f) || v[0] == 0xde || v[0] == 0xdf;
+    if (mpscan_check(v, len, c->lim->max_depth, why, sizeof(why)) < 0) {
+        /* For something that is not even a map (plain text, say), lead
+         * with that: how its bytes failed to parse is secondary. */
+        if (!is_map)
+            return dead(c, "not a job: a job is a JSON object or a MessagePack map, "
+                           "this value starts with byte 0x%02x (msgpack: %s)", v[0], why);
+        return dead(c, "msgpack: %s", why);
+    }
+
+    msgpack_unpacked up;
+    msgpack_unpacked_init(&up);
+    size_t off = 0;
+    msgpack_unpack_return r = msgpack_unpack_next(&up, (const char *)v, len, &off);
+    if (r != MSGPACK_UNPACK_SUCCESS || off != len) {
+        msgpack_unpacked_destroy(&up);
+        return dead(c, "msgpack: unpack failed (%d)%s", (int)r,
+                    r == MSGPACK_UNPACK_NOMEM_ERROR ? ": out of memory or nested deeper than 32"
+                                                    : "");
+    }
+    const msgpack_object *root = &up.data;
+    if (root->type != MSGPACK_OBJECT_MAP) {
+        const char *type = mp_type(root); /* before destroy clears root */
+        msgpack_unpacked_destroy(&up);
+        return dead(c, "msgpack: top level is %s, not a map", type);
+    }
+
+    struct fields f;
+    memset(&f, 0, sizeof(f));
+    enum codec_rc rc = CODEC_JOB;
+    const char *dup = NULL;
+    for (uint32_t i = 0; i < root->via.map.size && !dup; i++) {
+        const msgpack_object *k = &root->via.map.ptr[i].key;
+        const msgpack_object *val = &root->via.map.ptr[i].val;
+        if (k->type != MSGPACK_OBJECT_STR) continue; /* not a field we know */
+        static const char *const scalar_names[] = {"id", "model", "deadline_ms", "timeout_ms",
+                                                   "priority"};
+        struct fval *scalars[] = {&f.id, &f.model, &f.deadline, &f.timeout, &f.priority};
+        for (size_t s = 0; s < sizeof(scalars) / sizeof(scalars[0]); s++) {
+            if (!mp_key_is(k, scalar_names[s])) continue;
+            if (scalars[s]->kind != FV_ABSENT) dup = scalar_names[s];
+            fval_mp(scalars[s], val);
+        }
+        if (mp_key_is(k, "input")) {
+            if (f.mp_input) dup = "input";
+            f.mp_input = val;
+        } else if (mp_key_is(k, "meta")) {
+            if (f.mp_meta) dup = "meta";
+            f.mp_meta = val;
+        }
+    }
+    if (dup) rc = dead(c, "msgpack: duplicate field %s", dup);
+    else rc = decode_fields(c, &f);
+    msgpack_unpacked_destroy(&up);
+    return rc;
+}
+
+/* 1 when no container in v lies deeper than max (v itself at `depth`).
+ * Recursion stops one level past max, so it is bounded by the limit. */
+static int json_depth_ok(const json_t *v, int depth, int max)
+{
+    if (json_is_object(v)) {
+        if (depth > max) return 0;
+        const char *k;
+        json_t *e;
+        json_object_foreach((json_t *)v, k, e)
+            if (!json_depth_ok(e, depth + 1, max)) return 0;
+    } else if (json_is_array(v)) {
+        if (depth > max) return 0;
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (!json_depth_ok(json_array_get(v, i), depth + 1, max)) return 0;
+    }
+    return 1;
+}
+
+/* JSON: parse (duplicates rejected, trailing bytes rejected by jansson),
+ * cap the depth, pick the fields, decode them, free the tree. */
+static enum codec_rc decode_json(struct dctx *c, const unsigned char *v, size_t len)
+{
+    json_error_t e;
+    json_t *root = json_loadb((const char *)v, len, JSON_REJECT_DUPLICATES, &e);
+    if (!root) return dead(c, "json: %s (line %d, column %d)", e.text, e.line, e.column);
+    if (!json_is_object(root)) {
+        enum codec_rc rc = dead(c, "json: top level is %s, not an object", js_type(root));
+        json_decref(root);
+        return rc;
+    }
+    if (!json_depth_ok(root, 1, c->lim->max_depth)) {
+        json_decref(root);
+        return dead(c, "json: nesting deeper than %d", c->lim->max_depth);
+    }
+    struct fields f;
+    memset(&f, 0, sizeof(f));
+    fval_js(&f.id, json_object_get(root, "id"));
+    fval_js(&f.model, json_object_get(root, "model"));
+    fval_js(&f.deadline, json_object_get(root, "deadline_ms"));
+    fval_js(&f.timeout, json_object_get(root, "timeout_ms"));
+    fval_js(&f.priority, json_object_get(root, "priority"));
+    f.js_input = json_object_get(root, "input");
+    f.js_meta = json_object_get(root, "meta");
+    enum codec_rc rc = decode_fields(c, &f);
+    json_decref(root);
+    return rc;
+}
+
+/* Entry point: cheap checks first (empty, oversize), then the encoding's
+ * decoder. See the header for the contract and the top of this file for
+ * the choices made where the contract is silent. */
+enum codec_rc codec_decode_job(const void *value, size_t len, const void *key,
+                               size_t key_len, const char *content_type,
+                               int64_t record_ts_ms,
+                               const struct codec_limits *lim, struct job *job,
+                               char *errstr, size_t errstr_size)
+{
+    struct dctx c = {
+        .job = job,
+        .lim = lim,
+        .key = key,
+        .key_len = key ? key_len : 0,
+        .content_type = content_type,
+        .record_ts_ms = record_ts_ms,
+        .errstr = errstr,
+        .errstr_size = errstr_size,
+    };
+    c.key_ok = key && job_id_valid(key, key_len);
+    if (errstr && errstr_size > 0) errstr[0] = '\0';
+
+    free(job->input);
+    job->input = NULL;
+    job->n_input = 0;
+    free(job->meta);
+    job->meta = NULL;
+    job->meta_len = 0;
+    job->id[0] = '\0';
+    job->model[0] = '\0';
+    job->deadline_ms = 0;
+    job->priority = -1;
+    job->err = JOB_OK;
+    job->errmsg[0] = '\0';
+
+    if (!value || len == 0) return dead(&c, "empty value");
+    const unsigned char *v = value;
+    job->enc = v[0] == '{' ? JOB_ENC_JSON : JOB_ENC_MSGPACK;
+    if (len > lim->max_payload_bytes) {
+        if (!c.key_ok)
+            return dead(&c, "payload of %zu bytes exceeds max_payload_bytes %zu, and the record "
+                            "key is not a valid id", len, lim->max_payload_bytes);
+        id_from_key(&c);
+        job_fail(job, JOB_ERR_INVALID_INPUT, "payload of %zu bytes exceeds max_payload_bytes %zu",
+                 len, lim->max_payload_bytes);
+        return CODEC_JOB;
+    }
+    return job->enc == JOB_ENC_JSON ? decode_json(&c, v, len) : decode_msgpack(&c, v, len);
+}
+
+/* ------------------------------------------------------------------ */
+/* Encoding                                                            */
+/* ------------------------------------------------------------------ */
+
+/* The number of output floats, or -1 when the job's output is unusable
+ * (overflowing shape, or a shape without data). */
+static int output_count(const struct job *j, size_t *n)
+{
+    if (j->out_width && j->out_rows > SIZE_MAX / 4 / j->out_width) return -1;
+    *n = j->out_rows * j->out_width;
+    if (*n && !j->output) return -1;
+    return 0;
+}
+
+/* total_ms: record timestamp to now, never negative; 0 when the record
+ * carried no timestamp. */
+static double total_ms(const struct job *j, int64_t now_ms)
+{
+    if (j->record_ts_ms <= 0 || now_ms <= j->record_ts_ms) return 0.0;
+    return (double)(now_ms - j->record_ts_ms);
+}
+
+/* Packs a NUL-terminated string. */
+static int mp_str(msgpack_packer *pk, const char *s)
+{
+    size_t n = strlen(s);
+    return msgpack_pack_str_with_body(pk, s, n);
+}
+
+/* The MessagePack result, keys in protocol order. meta is written as the
+ * stored bytes (already MessagePack), output as one bin of LE float32. */
+static int encode_mp(struct job *j, int64_t now_ms, struct gbuf *b)
+{
+    int ok = j->err == JOB_OK;
+    size_t n = 0;
+    if (ok && (output_count(j, &n) < 0 || n > UINT32_MAX / 4)) return -1;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, b, gbuf_mp_write);
+    const char *model = j->model_name ? j->model_name : j->model;
+    int r = 0;
+    r |= msgpack_pack_map(&pk, 3 + (ok ? 2 : 1) + (j->meta ? 1 : 0) + 2);
+    r |= mp_str(&pk, "id");
+    r |= mp_str(&pk, j->id);
+    r |= mp_str(&pk, "model");
+    r |= mp_str(&pk, model);
+    r |= mp_str(&pk, "status");
+    r |= mp_str(&pk, ok ? "ok" : "error");
+    if (ok) {
+        unsigned char chunk[4 * 256];
+        r |= mp_str(&pk, "output");
+        r |= msgpack_pack_bin(&pk, n * 4);
+        for (size_t i = 0; i < n && r == 0; i += 256) {
+            size_t m = n - i < 256 ? n - i : 256;
+            for (size_t k = 0; k < m; k++) put_f32le(chunk + 4 * k, j->output[i + k]);
+            r |= msgpack_pack_bin_body(&pk, chunk, 4 * m);
+        }
+        r |= mp_str(&pk, "shape");
+        r |= msgpack_pack_array(&pk, 2);
+        r |= msgpack_pack_uint64(&pk, j->out_rows);
+        r |= msgpack_pack_uint64(&pk, j->out_width);
+    } else {
+        r |= mp_str(&pk, "error");
+        r |= msgpack_pack_map(&pk, 2);
+        r |= mp_str(&pk, "code");
+        r |= mp_str(&pk, job_err_name(j->err));
+        r |= mp_str(&pk, "message");
+        r |= mp_str(&pk, j->errmsg);
+    }
+    if (j->meta) {
+        r |= mp_str(&pk, "meta");
+        r |= gbuf_put(b, j->meta, j->meta_len);
+    }
+    r |= mp_str(&pk, "timing");
+    r |= msgpack_pack_map(&pk, 4);
+    r |= mp_str(&pk, "queued_ms");
+    r |= msgpack_pack_double(&pk, j->queued_ms);
+    r |= mp_str(&pk, "infer_ms");
+    r |= msgpack_pack_double(&pk, j->infer_ms);
+    r |= mp_str(&pk, "total_ms");
+    r |= msgpack_pack_double(&pk, total_ms(j, now_ms));
+    r |= mp_str(&pk, "batch_rows");
+    r |= msgpack_pack_uint64(&pk, j->batch_rows);
+    r |= mp_str(&pk, "source");
+    r |= msgpack_pack_map(&pk, 3);
+    r |= mp_str(&pk, "topic");
+    r |= mp_str(&pk, j->topic);
+    r |= mp_str(&pk, "partition");
+    r |= msgpack_pack_int32(&pk, j->partition);
+    r |= mp_str(&pk, "offset");
+    r |= msgpack_pack_int64(&pk, j->offset);
+    return r ? -1 : 0;
+}
+
+/* A JSON string from a C string that should be UTF-8 but may not be (a
+ * model name from config, a message quoting something): bytes outside
+ * ASCII are replaced by '?' rather than failing the whole result. */
+static json_t *js_str(const char *s)
+{
+    json_t *v = json_string(s ? s : "");
+    if (v) return v;
+    size_t n = strlen(s);
+    char *t = malloc(n + 1);
+    if (!t) return NULL;
+    for (size_t i = 0; i < n; i++) t[i] = (unsigned char)s[i] < 0x80 ? s[i] : '?';
+    t[n] = '\0';
+    v = json_string(t);
+    free(t);
+    return v;
+}
+
+/* A JSON real for a double that may be non-finite (jansson refuses those):
+ * timings fall back to 0, output values to null. */
+static json_t *js_num(double d, int null_if_bad)
+{
+    if (isfinite(d)) return json_real(d);
+    return null_if_bad ? json_null() : json_real(0.0);
+}
+
+/* Builds the first part of the JSON result: id, model, status, then output
+ * and shape, or error. */
+static json_t *js_head(const struct job *j)
+{
+    int ok = j->err == JOB_OK;
+    size_t n = 0;
+    if (ok && output_count(j, &n) < 0) return NULL;
+    json_t *o = json_object();
+    if (!o) return NULL;
+    int r = 0;
+    r |= json_object_set_new(o, "id", js_str(j->id));
+    r |= json_object_set_new(o, "model", js_str(j->model_name ? j->model_name : j->model));
+    r |= json_object_set_new(o, "status", json_string(ok ? "ok" : "error"));
+    if (ok) {
+        json_t *out = json_array();
+        r |= out ? 0 : -1;
+        for (size_t i = 0; i < n && r == 0; i++)
+            r |= json_array_append_new(out, js_num((double)j->output[i], 1));
+        r |= json_object_set_new(o, "output", out);
+        r |= json_object_set_new(o, "shape", json_pack("[II]", (json_int_t)j->out_rows,
+                                                       (json_int_t)j->out_width));
+    } else {
+        r |= json_object_set_new(o, "error", json_pack("{s:s,s:o}", "code",
+                                                       job_err_name(j->err), "message",
+                                                       js_str(j->errmsg)));
+    }
+    if (r) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Builds the last part of the JSON result: timing and source. */
+static json_t *js_tail(const struct job *j, int64_t now_ms)
+{
+    json_t *o = json_object();
+    if (!o) return NULL;
+    int r = 0;
+    r |= json_object_set_new(
+        o, "timing",
+        json_pack("{s:o,s:o,s:o,s:I}", "queued_ms", js_num(j->queued_ms, 0), "infer_ms",
+                  js_num(j->infer_ms, 0), "total_ms", js_num(total_ms(j, now_ms), 0),
+                  "batch_rows", (json_int_t)j->batch_rows));
+    r |= json_object_set_new(o, "source",
+                             json_pack("{s:o,s:i,s:I}", "topic", js_str(j->topic), "partition",
+                                       (int)j->partition, "offset", (json_int_t)j->offset));
+    if (r) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* The JSON result. Output is dumped with 9 significant digits, enough for
+ * any float32 to round-trip. meta is spliced in as its stored bytes rather
+ * than re-parsed and re-dumped, which would round its reals to 9 digits
+ * too: protocol.md echoes meta untouched. So the result is dumped as two
+ * objects, head (up to output/error) and tail (timing, source), joined
+ * with `,"meta":<bytes>,` — both are non-empty compact objects. */
+static int encode_json(struct job *j, int64_t now_ms, struct gbuf *b)
+{
+    const size_t flags = JSON_COMPACT | JSON_REAL_PRECISION(9);
+    struct gbuf tail = {.limit = SIZE_MAX};
+    json_t *h = js_head(j);
+    json_t *t = h ? js_tail(j, now_ms) : NULL;
+    int r = -1;
+    if (!h || !t) goto fail;
+    if (json_dump_callback(h, gbuf_json_write, b, flags) != 0) goto fail;
+    if (json_dump_callback(t, gbuf_json_write, &tail, flags) != 0) goto fail;
+    if (b->len < 2 || tail.len < 2 || b->p[b->len - 1] != '}' || tail.p[0] != '{') goto fail;
+    b->len--; /* drop the head's closing brace */
+    r = 0;
+    if (j->meta) {
+        r |= gbuf_put(b, ",\"meta\":", 8);
+        r |= gbuf_put(b, j->meta, j->meta_len);
+    }
+    r |= gbuf_put(b, ",", 1);
+    r |= gbuf_put(b, tail.p + 1, tail.len - 1);
+fail:
+    json_decref(h);
+    json_decref(t);
+    free(tail.p);
+    return r;
+}
+
+/* Encodes into a fresh buffer and only then replaces job->body, so a
+ * failure leaves the job as it was except for the old body, which is
+ * freed either way (a stale body must not be published). */
+int codec_encode_result(struct job *job, int64_t now_ms)
+{
+    struct gbuf b = {.limit = SIZE_MAX};
+    free(job->body);
+    job->body = NULL;
+    job->body_len = 0;
+    int r = job->enc == JOB_ENC_JSON ? encode_json(job, now_ms, &b) : encode_mp(job, now_ms, &b);
+    if (r != 0) {
+        free(b.p);
+        return -1;
+    }
+    job->body = gbuf_take(&b, &job->body_len);
+    return 0;
+}
+
+/* The content-type header value that goes with an encoding. */
+const char *codec_content_type(enum job_enc enc)
+{
+    return enc == JOB_ENC_JSON ? CT_JSON : CT_MSGPACK;
+}
