@@ -1,29 +1,39 @@
-/* batcher.c - one FIFO queue per model under one mutex. The poll thread
- * pushes and signals; executor threads wait on the condition variable with
- * a deadline equal to the earliest "oldest job + max_wait" among queues, so
- * a batch closes on time even when no new job arrives.
+/* batcher.c - per-model queues under one mutex. Each model keeps one FIFO
+ * list per priority level, so the oldest job of each level is its list's
+ * head and picking the next job is a scan of ten heads. The rules live in
+ * batcher_take, which is pure given the clock; batcher_next only adds the
+ * waiting (a condition variable on the monotonic clock, woken by pushes and
+ * by the earliest time a rule can fire).
  *
- * Threads: poll thread (push, purge, close), executors (next). */
+ * Threads: poll thread (push, expire, purge, close), executors (next,
+ * record), any (stats). */
 #include "batcher.h"
 
-#include <string.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
-struct bqueue {
+#define N_BUCKETS 18 /* batch sizes 1, 2, 4, ... 2^17 rows */
+#define DEADLINE_MARGIN_US 1000 /* close this much before the estimate says */
+
+struct plist {
     struct job *head, *tail;
+};
+
+struct bqueue {
+    struct plist prio[BATCHER_PRIORITIES];
     size_t rows, jobs;
+    double est_s[N_BUCKETS]; /* measured batch time by size bucket, EWMA */
 };
 
 struct batcher {
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    struct batcher_conf conf;
     struct bqueue *q;
-    size_t n_models;
-    size_t max_rows;
-    int64_t max_wait_us;
     size_t rows, jobs;
+    uint64_t closed[BATCH_REASONS], expired;
     int closing, stopped;
 };
 
@@ -34,21 +44,33 @@ int64_t batcher_now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+int64_t batcher_clock(const struct batcher *b)
+{
+    return b->conf.clock ? b->conf.clock(b->conf.clock_ctx) : batcher_now_us();
+}
+
+const char *batcher_reason_name(enum batcher_reason r)
+{
+    static const char *const names[] = {"size", "deadline", "wait", "drain"};
+    return r < BATCH_REASONS ? names[r] : "unknown";
+}
+
 struct batcher *batcher_new(const struct batcher_conf *conf)
 {
     struct batcher *b = calloc(1, sizeof(*b));
     if (!b) return NULL;
-    b->q = calloc(conf->n_models ? conf->n_models : 1, sizeof(*b->q));
+    b->conf = *conf;
+    if (b->conf.n_models == 0) b->conf.n_models = 1;
+    if (b->conf.max_batch_rows == 0) b->conf.max_batch_rows = 1;
+    if (b->conf.n_preferred > BATCHER_PREFERRED_MAX) b->conf.n_preferred = BATCHER_PREFERRED_MAX;
+    b->q = calloc(b->conf.n_models, sizeof(*b->q));
     if (!b->q) {
         free(b);
         return NULL;
     }
-    b->n_models = conf->n_models;
-    b->max_rows = conf->max_batch_rows ? conf->max_batch_rows : 1;
-    b->max_wait_us = (int64_t)conf->max_wait_ms * 1000;
     pthread_mutex_init(&b->mu, NULL);
-    /* Timed waits use the monotonic clock so wall-clock jumps don't stall
-     * or rush a batch. */
+    /* Timed waits use the monotonic clock so wall-clock jumps neither stall
+     * nor rush a batch. */
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -69,11 +91,17 @@ static void free_list(struct job *j)
 void batcher_destroy(struct batcher *b)
 {
     if (!b) return;
-    for (size_t i = 0; i < b->n_models; i++) free_list(b->q[i].head);
+    for (size_t i = 0; i < b->conf.n_models; i++)
+        for (int p = 0; p < BATCHER_PRIORITIES; p++) free_list(b->q[i].prio[p].head);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
     free(b->q);
     free(b);
+}
+
+static int clamp_prio(int p)
+{
+    return p < 0 ? 0 : p >= BATCHER_PRIORITIES ? BATCHER_PRIORITIES - 1 : p;
 }
 
 void batcher_push(struct batcher *b, struct job *job)
@@ -81,110 +109,317 @@ void batcher_push(struct batcher *b, struct job *job)
     job->next = NULL;
     pthread_mutex_lock(&b->mu);
     struct bqueue *q = &b->q[job->model_idx];
-    if (q->tail) q->tail->next = job;
-    else q->head = job;
-    q->tail = job;
+    struct plist *l = &q->prio[clamp_prio(job->priority)];
+    if (l->tail) l->tail->next = job;
+    else l->head = job;
+    l->tail = job;
     q->rows += job->rows;
     q->jobs++;
     b->rows += job->rows;
     b->jobs++;
-    /* Wake a waiter: either this push filled a batch or the waiter must
-     * recompute its deadline from a queue that was empty. */
+    /* Wake a waiter: this push may fill a batch, or bring the earliest
+     * time a rule fires forward. */
     pthread_cond_signal(&b->cv);
     pthread_mutex_unlock(&b->mu);
 }
 
-/* Cuts the first batch off q: jobs in order while they fit in max_rows; a
- * first job larger than max_rows goes alone. Caller holds the lock. */
-static struct job *cut(struct batcher *b, struct bqueue *q, size_t *rows)
+/* ---- estimates ------------------------------------------------------- */
+
+static int bucket_of(size_t rows)
 {
-    struct job *first = q->head, *last = first;
-    size_t n = first->rows, cnt = 1;
-    while (last->next && n + last->next->rows <= b->max_rows) {
-        last = last->next;
-        n += last->rows;
-        cnt++;
+    int k = 0;
+    while (k < N_BUCKETS - 1 && ((size_t)1 << k) < rows) k++;
+    return k;
+}
+
+/* The estimate for rows: its bucket's, else the nearest larger measured
+ * bucket's (a bigger batch is slower: erring long closes early, which is
+ * the safe side for a deadline), else the nearest smaller one's. */
+static double estimate_locked(const struct bqueue *q, size_t rows)
+{
+    int k = bucket_of(rows);
+    for (int i = k; i < N_BUCKETS; i++)
+        if (q->est_s[i] > 0) return q->est_s[i];
+    for (int i = k - 1; i >= 0; i--)
+        if (q->est_s[i] > 0) return q->est_s[i];
+    return 0;
+}
+
+void batcher_record(struct batcher *b, int model_idx, size_t rows, double seconds)
+{
+    if (model_idx < 0 || (size_t)model_idx >= b->conf.n_models || seconds < 0) return;
+    pthread_mutex_lock(&b->mu);
+    double *e = &b->q[model_idx].est_s[bucket_of(rows)];
+    *e = *e > 0 ? 0.8 * *e + 0.2 * seconds : seconds;
+    pthread_mutex_unlock(&b->mu);
+}
+
+double batcher_estimate(struct batcher *b, int model_idx, size_t rows)
+{
+    if (model_idx < 0 || (size_t)model_idx >= b->conf.n_models) return 0;
+    pthread_mutex_lock(&b->mu);
+    double e = estimate_locked(&b->q[model_idx], rows);
+    pthread_mutex_unlock(&b->mu);
+    return e;
+}
+
+/* ---- the rules ------------------------------------------------------- */
+
+/* Oldest arrival among a queue's heads (each level's head is its oldest). */
+static int64_t oldest_arrival(const struct bqueue *q)
+{
+    int64_t t = INT64_MAX;
+    for (int p = 0; p < BATCHER_PRIORITIES; p++)
+        if (q->prio[p].head && q->prio[p].head->arrived_us < t) t = q->prio[p].head->arrived_us;
+    return t;
+}
+
+/* Earliest deadline queued for a model (a scan: queues are bounded by the
+ * worker's max_queued_rows, and this runs only when a waiter wakes). */
+static int64_t earliest_deadline(const struct bqueue *q)
+{
+    int64_t t = INT64_MAX;
+    for (int p = 0; p < BATCHER_PRIORITIES; p++)
+        for (const struct job *j = q->prio[p].head; j; j = j->next)
+            if (j->deadline_us && j->deadline_us < t) t = j->deadline_us;
+    return t;
+}
+
+/* Decides whether model queue q closes at now. Returns 1 with *why set, or
+ * 0 with *wake set to when it may. */
+static int ready(const struct batcher *b, const struct bqueue *q, int64_t now,
+                 enum batcher_reason *why, int64_t *wake)
+{
+    *wake = INT64_MAX;
+    if (q->jobs == 0) return 0;
+    if (b->closing) return *why = BATCH_DRAIN, 1;
+    if (q->rows >= b->conf.max_batch_rows) return *why = BATCH_SIZE, 1;
+    int64_t dl = earliest_deadline(q);
+    if (dl != INT64_MAX) {
+        size_t rows = q->rows < b->conf.max_batch_rows ? q->rows : b->conf.max_batch_rows;
+        int64_t lead = (int64_t)(estimate_locked(q, rows) * 1e6) + DEADLINE_MARGIN_US;
+        if (dl - lead <= now) return *why = BATCH_DEADLINE, 1;
+        *wake = dl - lead;
     }
-    q->head = last->next;
-    if (!q->head) q->tail = NULL;
-    last->next = NULL;
-    q->rows -= n;
-    q->jobs -= cnt;
-    b->rows -= n;
-    b->jobs -= cnt;
+    int64_t due = oldest_arrival(q) + (int64_t)b->conf.max_wait_ms * 1000;
+    if (due <= now) return *why = BATCH_WAIT, 1;
+    if (due < *wake) *wake = due;
+    return 0;
+}
+
+/* The level whose head has the highest effective priority at now: its
+ * level plus one per aging_ms waited; ties go to the older head. */
+static struct plist *best_head(struct bqueue *q, int64_t now, int aging_ms)
+{
+    struct plist *best = NULL;
+    double best_eff = -1;
+    int64_t best_arr = INT64_MAX;
+    for (int p = 0; p < BATCHER_PRIORITIES; p++) {
+        const struct job *h = q->prio[p].head;
+        if (!h) continue;
+        double eff = p;
+        if (aging_ms > 0 && now > h->arrived_us)
+            eff += (double)(now - h->arrived_us) / (aging_ms * 1000.0);
+        if (eff > best_eff || (eff == best_eff && h->arrived_us < best_arr)) {
+            best = &q->prio[p];
+            best_eff = eff;
+            best_arr = h->arrived_us;
+        }
+    }
+    return best;
+}
+
+/* The row target of a batch closing for why: max_batch_rows, or for a
+ * close by time the largest preferred size the queued rows can fill (all
+ * of them when they fill none). */
+static size_t target_rows(const struct batcher *b, const struct bqueue *q,
+                          enum batcher_reason why)
+{
+    size_t target = b->conf.max_batch_rows;
+    if (why != BATCH_WAIT || b->conf.n_preferred == 0 || q->rows >= target) return target;
+    /* Deadline closes are not cut: the job with the deadline must go now. */
+    size_t fill = 0;
+    for (size_t i = 0; i < b->conf.n_preferred; i++)
+        if (b->conf.preferred[i] <= q->rows && b->conf.preferred[i] > fill)
+            fill = b->conf.preferred[i];
+    return fill ? fill : target;
+}
+
+/* Cuts a batch off q in effective-priority order while the rows fit the
+ * target; a first job larger than the target goes alone. Lock held. */
+static struct job *cut(struct batcher *b, struct bqueue *q, int64_t now, size_t target,
+                       size_t *rows)
+{
+    struct job *first = NULL, **tail = &first;
+    size_t n = 0;
+    for (;;) {
+        struct plist *l = best_head(q, now, b->conf.aging_ms);
+        if (!l) break;
+        struct job *j = l->head;
+        if (first && n + j->rows > target) break;
+        l->head = j->next;
+        if (!l->head) l->tail = NULL;
+        j->next = NULL;
+        *tail = j;
+        tail = &j->next;
+        n += j->rows;
+        q->rows -= j->rows;
+        q->jobs--;
+        b->rows -= j->rows;
+        b->jobs--;
+        if (n >= target) break;
+    }
     *rows = n;
     return first;
 }
 
-struct job *batcher_next(struct batcher *b, int timeout_ms, size_t *rows)
+/* batcher_take with the lock held. */
+static struct job *take_locked(struct batcher *b, int64_t now, size_t *rows,
+                               enum batcher_reason *why, int64_t *wake_us)
 {
-    int64_t give_up = batcher_now_us() + (int64_t)timeout_ms * 1000;
-    pthread_mutex_lock(&b->mu);
-    for (;;) {
-        if (b->stopped) break;
-        int64_t now = batcher_now_us();
-        int64_t wake = give_up;
-        struct bqueue *pick = NULL;
-        int64_t pick_age = -1;
-        for (size_t i = 0; i < b->n_models; i++) {
-            struct bqueue *q = &b->q[i];
-            if (!q->head) continue;
-            int64_t due = q->head->arrived_us + b->max_wait_us;
-            int ready = b->closing || q->rows >= b->max_rows || due <= now;
-            if (ready) {
-                /* Among ready queues, serve the one whose oldest job has
-                 * waited longest, so no model starves another. */
-                int64_t age = now - q->head->arrived_us;
-                if (age > pick_age) {
-                    pick = q;
-                    pick_age = age;
-                }
-            } else if (due < wake) {
-                wake = due;
+    int64_t wake = INT64_MAX;
+    struct bqueue *pick = NULL;
+    enum batcher_reason pick_why = BATCH_WAIT;
+    int64_t pick_arr = INT64_MAX;
+    for (size_t i = 0; i < b->conf.n_models; i++) {
+        struct bqueue *q = &b->q[i];
+        enum batcher_reason r;
+        int64_t w;
+        if (ready(b, q, now, &r, &w)) {
+            /* Among ready models, the one whose oldest job has waited
+             * longest goes first, so no model starves another. */
+            int64_t arr = oldest_arrival(q);
+            if (arr < pick_arr) {
+                pick = q;
+                pick_arr = arr;
+                pick_why = r;
             }
+        } else if (w < wake) {
+            wake = w;
         }
-        if (pick) {
-            struct job *batch = cut(b, pick, rows);
-            if (b->jobs) pthread_cond_signal(&b->cv); /* more may be ready */
-            pthread_mutex_unlock(&b->mu);
-            return batch;
+    }
+    if (wake_us) *wake_us = wake;
+    size_t n = 0;
+    struct job *batch = NULL;
+    if (pick) {
+        batch = cut(b, pick, now, target_rows(b, pick, pick_why), &n);
+        b->closed[pick_why]++;
+        if (why) *why = pick_why;
+    }
+    if (rows) *rows = n;
+    return batch;
+}
+
+struct job *batcher_take(struct batcher *b, int64_t now_us, size_t *rows,
+                         enum batcher_reason *why, int64_t *wake_us)
+{
+    pthread_mutex_lock(&b->mu);
+    struct job *batch = take_locked(b, now_us, rows, why, wake_us);
+    pthread_mutex_unlock(&b->mu);
+    return batch;
+}
+
+struct job *batcher_next(struct batcher *b, int timeout_ms, size_t *rows,
+                         enum batcher_reason *why)
+{
+    pthread_mutex_lock(&b->mu);
+    int64_t give_up = batcher_clock(b) + (int64_t)timeout_ms * 1000;
+    struct job *batch = NULL;
+    while (!b->stopped) {
+        int64_t now = batcher_clock(b), wake;
+        batch = take_locked(b, now, rows, why, &wake);
+        if (batch) {
+            if (b->jobs) pthread_cond_signal(&b->cv); /* another may be ready */
+            break;
         }
         if (now >= give_up) break;
-        struct timespec ts = {.tv_sec = wake / 1000000,
-                              .tv_nsec = (wake % 1000000) * 1000};
+        if (wake > give_up) wake = give_up;
+        /* The condition variable runs on the real monotonic clock; with an
+         * injected clock, re-check at least every millisecond. */
+        int64_t until = b->conf.clock ? batcher_now_us() + 1000
+                                      : wake;
+        struct timespec ts = {.tv_sec = until / 1000000,
+                              .tv_nsec = (until % 1000000) * 1000};
         pthread_cond_timedwait(&b->cv, &b->mu, &ts);
     }
     pthread_mutex_unlock(&b->mu);
-    *rows = 0;
-    return NULL;
+    if (!batch && rows) *rows = 0;
+    return batch;
 }
 
-struct job *batcher_purge(struct batcher *b, const char *topic,
-                          int32_t partition)
+/* Unlinks from every level the jobs for which match() holds, appending
+ * them to *out. Lock held. Returns how many. */
+static size_t take_matching(struct batcher *b, int (*match)(const struct job *, const void *),
+                            const void *arg, struct job ***out_tail)
 {
-    struct job *out = NULL, **out_tail = &out;
-    pthread_mutex_lock(&b->mu);
-    for (size_t i = 0; i < b->n_models; i++) {
+    size_t n = 0;
+    for (size_t i = 0; i < b->conf.n_models; i++) {
         struct bqueue *q = &b->q[i];
-        struct job **pp = &q->head, *prev = NULL;
-        while (*pp) {
-            struct job *j = *pp;
-            if (j->partition == partition && strcmp(j->topic, topic) == 0) {
-                *pp = j->next;
-                q->rows -= j->rows;
-                q->jobs--;
-                b->rows -= j->rows;
-                b->jobs--;
-                j->next = NULL;
-                *out_tail = j;
-                out_tail = &j->next;
-            } else {
-                prev = j;
-                pp = &j->next;
+        for (int p = 0; p < BATCHER_PRIORITIES; p++) {
+            struct plist *l = &q->prio[p];
+            struct job **pp = &l->head, *prev = NULL;
+            while (*pp) {
+                struct job *j = *pp;
+                if (match(j, arg)) {
+                    *pp = j->next;
+                    q->rows -= j->rows;
+                    q->jobs--;
+                    b->rows -= j->rows;
+                    b->jobs--;
+                    j->next = NULL;
+                    **out_tail = j;
+                    *out_tail = &j->next;
+                    n++;
+                } else {
+                    prev = j;
+                    pp = &j->next;
+                }
             }
+            l->tail = prev;
         }
-        q->tail = prev;
     }
+    return n;
+}
+
+static int is_expired(const struct job *j, const void *now)
+{
+    return j->deadline_us && j->deadline_us <= *(const int64_t *)now;
+}
+
+struct job *batcher_expire(struct batcher *b, int64_t now_us, int64_t *next_deadline_us)
+{
+    struct job *out = NULL, **tail = &out;
+    pthread_mutex_lock(&b->mu);
+    b->expired += take_matching(b, is_expired, &now_us, &tail);
+    if (next_deadline_us) {
+        int64_t t = INT64_MAX;
+        for (size_t i = 0; i < b->conf.n_models; i++) {
+            int64_t d = earliest_deadline(&b->q[i]);
+            if (d < t) t = d;
+        }
+        *next_deadline_us = t;
+    }
+    pthread_mutex_unlock(&b->mu);
+    return out;
+}
+
+struct part_key {
+    const char *topic;
+    int32_t partition;
+};
+
+static int is_partition(const struct job *j, const void *arg)
+{
+    const struct part_key *k = arg;
+    return j->partition == k->partition && strcmp(j->topic, k->topic) == 0;
+}
+
+struct job *batcher_purge(struct batcher *b, const char *topic, int32_t partition)
+{
+    struct part_key k = {topic, partition};
+    struct job *out = NULL, **tail = &out;
+    pthread_mutex_lock(&b->mu);
+    take_matching(b, is_partition, &k, &tail);
     pthread_mutex_unlock(&b->mu);
     return out;
 }
@@ -202,6 +437,22 @@ void batcher_stop(struct batcher *b)
     pthread_mutex_lock(&b->mu);
     b->stopped = 1;
     pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+void batcher_get_stats(struct batcher *b, int64_t now_us, struct batcher_stats *out)
+{
+    pthread_mutex_lock(&b->mu);
+    memcpy(out->closed, b->closed, sizeof(out->closed));
+    out->expired = b->expired;
+    out->queued_rows = b->rows;
+    out->queued_jobs = b->jobs;
+    int64_t oldest = INT64_MAX;
+    for (size_t i = 0; i < b->conf.n_models; i++) {
+        int64_t t = oldest_arrival(&b->q[i]);
+        if (t < oldest) oldest = t;
+    }
+    out->oldest_age_us = oldest == INT64_MAX || oldest > now_us ? 0 : now_us - oldest;
     pthread_mutex_unlock(&b->mu);
 }
 

@@ -52,10 +52,14 @@ struct job {
     int64_t offset;
     int64_t record_ts_ms;          /* Kafka record timestamp, Unix ms */
     int64_t arrived_us;            /* monotonic clock when polled */
+    int64_t deadline_us;           /* deadline_ms on the monotonic clock; 0 = none */
 
     /* --- routing (poll thread) --- */
     int model_idx;                 /* index into the worker's models, -1 if none */
     size_t rows;                   /* n_input / the model's input width */
+    size_t weight;                 /* what it counts against the worker's
+                                      in-flight bound, in rows (a dead letter
+                                      by its bytes); set by the poll thread */
 
     /* --- outcome (executor, or poll thread for early errors) --- */
     enum job_err err;
@@ -73,11 +77,14 @@ struct job {
     size_t raw_key_len;
     unsigned char *raw_value;      /* original record value (JOB_DEAD), owned */
     size_t raw_value_len;
+    size_t truncated_from;         /* raw_value was cut from this many bytes; 0 = whole */
 
     /* --- sink bookkeeping --- */
     int acks_pending;              /* reply/DLQ delivery + Redis SET still owed */
     int produce_attempts;
     int stranded;                  /* sink gave up on it at stop: never done */
+    int batch_last;                /* last job of an executor batch */
+    struct job *stranded_next;     /* sink's list of jobs given up at stop */
 
     struct job *next;              /* intrusive list link, owned by whoever holds the job */
 };

@@ -96,7 +96,8 @@ static void check_batch(struct job *batch, size_t rows, size_t max_rows)
 
 static struct batcher *mkbatcher(size_t n_models, size_t max_rows, int max_wait_ms)
 {
-    struct batcher_conf conf = {n_models, max_rows, max_wait_ms};
+    struct batcher_conf conf = {.n_models = n_models, .max_batch_rows = max_rows,
+                                .max_wait_ms = max_wait_ms};
     struct batcher *b = batcher_new(&conf);
     assert_non_null(b);
     return b;
@@ -143,7 +144,7 @@ static void expect_batch(struct batcher *b, const size_t *want, size_t max_rows,
                          int64_t *next_offset, size_t *jobs_out, size_t *rows_out)
 {
     size_t rows = 999;
-    struct job *batch = batcher_next(b, 0, &rows);
+    struct job *batch = batcher_next(b, 0, &rows, NULL);
     if (want[0] == 0) {
         if (batch) fail_msg("unexpected batch of %zu rows", rows);
         assert_int_equal(rows, 0);
@@ -206,7 +207,7 @@ static void test_wait_aged_job_at_once(void **state)
     struct batcher *b = mkbatcher(2, 64, wait_ms);
     batcher_push(b, mkjob(1, 1, "t", 0, 7, batcher_now_us() - wait_ms * 1000));
     size_t rows = 0;
-    struct job *j = batcher_next(b, 0, &rows);
+    struct job *j = batcher_next(b, 0, &rows, NULL);
     assert_non_null(j);
     assert_int_equal(j->offset, 7);
     assert_int_equal(rows, 1);
@@ -227,12 +228,12 @@ static void test_wait_fresh_job(void **state)
     int64_t arrived = batcher_now_us();
     batcher_push(b, mkjob(0, 2, "t", 0, 1, arrived));
     size_t rows = 99;
-    assert_null(batcher_next(b, 0, &rows));
+    assert_null(batcher_next(b, 0, &rows, NULL));
     assert_int_equal(rows, 0);
     assert_int_equal(batcher_queued_jobs(b), 1);
     assert_int_equal(batcher_queued_rows(b), 2);
 
-    struct job *j = batcher_next(b, 5000, &rows);
+    struct job *j = batcher_next(b, 5000, &rows, NULL);
     int64_t got = batcher_now_us();
     assert_non_null(j);
     assert_int_equal(rows, 2);
@@ -256,7 +257,7 @@ static void test_wait_counts_from_oldest(void **state)
     batcher_push(b, mkjob(0, 1, "t", 0, 1, now - wait_ms * 1000));
     batcher_push(b, mkjob(0, 2, "t", 0, 2, batcher_now_us()));
     size_t rows = 0;
-    struct job *batch = batcher_next(b, 0, &rows);
+    struct job *batch = batcher_next(b, 0, &rows, NULL);
     assert_non_null(batch);
     check_batch(batch, rows, 64);
     assert_int_equal(rows, 3); /* the whole queue closes together */
@@ -278,7 +279,7 @@ static void test_wait_deadline_of_oldest_in_next(void **state)
     batcher_push(b, mkjob(0, 1, "t", 0, 1, old));
     batcher_push(b, mkjob(0, 1, "t", 0, 2, batcher_now_us()));
     size_t rows = 0;
-    struct job *batch = batcher_next(b, 5000, &rows);
+    struct job *batch = batcher_next(b, 5000, &rows, NULL);
     int64_t got = batcher_now_us();
     assert_non_null(batch);
     check_batch(batch, rows, 64);
@@ -300,7 +301,7 @@ struct waiter {
 static void *waiter_main(void *arg)
 {
     struct waiter *w = arg;
-    w->got = batcher_next(w->b, w->timeout_ms, &w->rows);
+    w->got = batcher_next(w->b, w->timeout_ms, &w->rows, NULL);
     w->returned_us = batcher_now_us();
     return NULL;
 }
@@ -339,11 +340,11 @@ static void test_wait_only_due_model(void **state)
     batcher_push(b, mkjob(0, 1, "t", 0, 1, now));
     batcher_push(b, mkjob(1, 1, "t", 0, 2, now - 2 * wait_ms * 1000));
     size_t rows = 0;
-    struct job *j = batcher_next(b, 0, &rows);
+    struct job *j = batcher_next(b, 0, &rows, NULL);
     assert_non_null(j);
     assert_int_equal(j->model_idx, 1);
     job_free(j);
-    assert_null(batcher_next(b, 0, &rows));
+    assert_null(batcher_next(b, 0, &rows, NULL));
     assert_int_equal(batcher_queued_jobs(b), 1);
     batcher_destroy(b); /* frees the one still queued */
 }
@@ -372,7 +373,7 @@ static void test_models_never_mix(void **state)
         if (phase == 1) batcher_close(b);
         size_t rows;
         struct job *batch;
-        while ((batch = batcher_next(b, 0, &rows))) {
+        while ((batch = batcher_next(b, 0, &rows, NULL))) {
             check_batch(batch, rows, max_rows);
             for (struct job *j = batch; j; j = j->next) {
                 int64_t o = j->offset;
@@ -427,7 +428,7 @@ static void test_age_case(void **state)
     }
     for (int k = 0; c->order[k] >= 0; k++) {
         size_t rows = 0;
-        struct job *j = batcher_next(b, 0, &rows);
+        struct job *j = batcher_next(b, 0, &rows, NULL);
         if (!j) fail_msg("batch %d: none, want model %d", k, c->order[k]);
         if (j->model_idx != c->order[k])
             fail_msg("batch %d: model %d, want %d", k, j->model_idx, c->order[k]);
@@ -454,37 +455,37 @@ static void test_close_drains(void **state)
     struct job *batch;
     /* Model 0 has two full batches; the rest waits for 60 s. */
     for (int k = 0; k < 2; k++) {
-        batch = batcher_next(b, 0, &rows);
+        batch = batcher_next(b, 0, &rows, NULL);
         assert_non_null(batch);
         assert_int_equal(batch->model_idx, 0);
         assert_int_equal(rows, 4);
         free_list(batch);
     }
-    assert_null(batcher_next(b, 0, &rows));
+    assert_null(batcher_next(b, 0, &rows, NULL));
     assert_int_equal(batcher_queued_jobs(b), 5);
 
     batcher_close(b);
     int64_t start = batcher_now_us();
-    batch = batcher_next(b, LONG_WAIT_MS, &rows); /* must not wait */
+    batch = batcher_next(b, LONG_WAIT_MS, &rows, NULL); /* must not wait */
     assert_non_null(batch);
     assert_int_equal(batch->model_idx, 1); /* older head */
     assert_int_equal(rows, 3);
     check_batch(batch, rows, 4);
     free_list(batch);
-    batch = batcher_next(b, LONG_WAIT_MS, &rows);
+    batch = batcher_next(b, LONG_WAIT_MS, &rows, NULL);
     assert_non_null(batch);
     assert_int_equal(batch->model_idx, 0);
     assert_int_equal(rows, 2);
     assert_int_equal(batch->offset, 8);
     free_list(batch);
     assert_true(ms_since(start) < 10000); /* far below max_wait */
-    assert_null(batcher_next(b, 0, &rows));
+    assert_null(batcher_next(b, 0, &rows, NULL));
     assert_int_equal(batcher_queued_jobs(b), 0);
     assert_int_equal(batcher_queued_rows(b), 0);
 
     /* Still closing: a job pushed now comes out at once too. */
     batcher_push(b, mkjob(0, 1, "t", 0, 100, batcher_now_us()));
-    batch = batcher_next(b, 0, &rows);
+    batch = batcher_next(b, 0, &rows, NULL);
     assert_non_null(batch);
     assert_int_equal(batch->offset, 100);
     free_list(batch);
@@ -523,13 +524,13 @@ static void test_stop(void **state)
     batcher_push(b, mkjob(1, 1, "t", 0, 2, now - 100000000)); /* long due */
     batcher_stop(b);
     size_t rows = 5;
-    assert_null(batcher_next(b, 0, &rows));
+    assert_null(batcher_next(b, 0, &rows, NULL));
     assert_int_equal(rows, 0);
     int64_t start = batcher_now_us();
-    assert_null(batcher_next(b, 30000, &rows));
+    assert_null(batcher_next(b, 30000, &rows, NULL));
     assert_true(ms_since(start) < 10000);
     batcher_close(b); /* close after stop: still stopped */
-    assert_null(batcher_next(b, 0, &rows));
+    assert_null(batcher_next(b, 0, &rows, NULL));
     assert_int_equal(batcher_queued_jobs(b), 2);
     assert_int_equal(batcher_queued_rows(b), 3);
     batcher_destroy(b);
@@ -690,7 +691,7 @@ static void test_purge_case(void **state)
     batcher_close(b);
     size_t got[2] = {0, 0};
     struct job *batch;
-    while ((batch = batcher_next(b, 0, &rows))) {
+    while ((batch = batcher_next(b, 0, &rows, NULL))) {
         check_batch(batch, rows, 1000);
         int m = batch->model_idx;
         for (struct job *j = batch; j; j = j->next) {
@@ -733,7 +734,7 @@ static void *executor_main(void *arg)
     struct executor *e = arg;
     for (;;) {
         size_t rows = 0;
-        struct job *batch = batcher_next(e->b, 20, &rows);
+        struct job *batch = batcher_next(e->b, 20, &rows, NULL);
         if (!batch) {
             if (atomic_load(e->finish)) break;
             continue;

@@ -9,7 +9,7 @@
  * 20) store last contiguous done + 1; partitions and topics are independent;
  * unknown partitions/offsets answer -1; duplicate completions change
  * nothing; pending counts per partition and in total; drop forgets one
- * partition; a seek back resets. Then the ring: growth past 64 entries while
+ * partition; a seek back forgets only offsets at or above the seek point. Then the ring: growth past 64 entries while
  * wrapped, and a long sliding window. Last, a randomized property test
  * against a model kept by the test: the stored watermark equals last
  * contiguous done + 1 (last added + 1 when nothing is pending), never passes
@@ -193,10 +193,18 @@ static const struct scenario scenarios[] = {
         S_ADD("t", 0, 12),
         S_DONE("t", 0, 12, 0, 0), S_DONE("t", 0, 11, 1, 13),
         S_END}},
-    {"seek_to_same_offset_resets", {
+    {"seek_to_same_offset_keeps_earlier", {
         S_ADD("t", 0, 5), S_ADD("t", 0, 6),
-        S_ADD("t", 0, 6), S_PEND("t", 0, 1),
-        S_DONE("t", 0, 5, -1, 0), S_DONE("t", 0, 6, 1, 7),
+        S_ADD("t", 0, 6), S_PEND("t", 0, 2), /* 5 still in flight, 6 again */
+        S_DONE("t", 0, 5, 1, 6), S_DONE("t", 0, 6, 1, 7),
+        S_END}},
+    {"seek_back_never_skips_unfinished_below", {
+        /* 5..8 in flight, 8 finishes, then a re-fetch from 7: 5 and 6 must
+         * still hold the watermark back until they finish. */
+        S_ADD("t", 0, 5), S_ADD("t", 0, 6), S_ADD("t", 0, 7), S_ADD("t", 0, 8),
+        S_DONE("t", 0, 8, 0, 0),
+        S_ADD("t", 0, 7), S_PEND("t", 0, 3),
+        S_DONE("t", 0, 7, 0, 0), S_DONE("t", 0, 5, 1, 6), S_DONE("t", 0, 6, 1, 8),
         S_END}},
     {"seek_back_after_all_done", {
         S_ADD("t", 0, 0), S_ADD("t", 0, 1),

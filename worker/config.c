@@ -83,6 +83,16 @@ static const struct cfg_option options[] = {
             "largest job accepted, rows; a job above max_batch_rows runs alone"),
     INT_OPT("batching.max_queued_rows", 1, 16777216, 4096, batching.max_queued_rows,
             "rows waiting to run before the consumer pauses fetching; >= max_batch_rows, max_job_rows"),
+    INT_OPT("batching.max_inflight_batches", 1, 1024, 4, batching.max_inflight_batches,
+            "closed batches running or being written out at once; more wait in the queue"),
+    INT_OPT("batching.executors", 1, 64, 1, batching.executors,
+            "executor threads: batches form while earlier ones run"),
+    INT_OPT("batching.default_timeout_ms", 0, 86400000, 0, batching.default_timeout_ms,
+            "deadline after the record's timestamp for every job, ms; 0 = none; jobs may only shorten it"),
+    INT_OPT("batching.default_priority", 0, 9, 5, batching.default_priority,
+            "priority of jobs that give none and whose topic has no entry in topic_priorities"),
+    INT_OPT("batching.aging_ms", 0, 3600000, 1000, batching.aging_ms,
+            "a queued job gains one priority level per aging_ms waited; 0 = no aging"),
     STR_OPT("default_model", 1, MODEL_NAME_MAX - 1, NULL, NULL, NULL, default_model,
             "model for jobs that name none; must be one of models; default: the first"),
     STR_OPT("metrics.listen", 1, 255, "127.0.0.1:9464", NULL, check_listen, metrics.listen,
@@ -125,6 +135,8 @@ struct loader {
 static int read_topics(struct loader *ld, const config_setting_t *s);
 static int read_properties(struct loader *ld, const config_setting_t *s);
 static int read_models(struct loader *ld, const config_setting_t *s);
+static int read_preferred_sizes(struct loader *ld, const config_setting_t *s);
+static int read_topic_priorities(struct loader *ld, const config_setting_t *s);
 
 /* Settings that hold more than one value: the walker hands them to their
  * readers; --set refuses them by name rather than calling them unknown. */
@@ -136,6 +148,8 @@ static const struct aggregate {
     {"kafka.topics", "a list of strings", read_topics},
     {"kafka.properties", "a list of ( \"name\", \"value\" ) pairs", read_properties},
     {"models", "a list of groups", read_models},
+    {"batching.preferred_sizes", "an array of integers [ 8, 16, 32 ]", read_preferred_sizes},
+    {"batching.topic_priorities", "a list of ( \"topic\", priority ) pairs", read_topic_priorities},
 };
 #define N_AGGREGATES (sizeof(aggregates) / sizeof(aggregates[0]))
 
@@ -565,6 +579,76 @@ static int read_properties(struct loader *ld, const config_setting_t *s)
     return 0;
 }
 
+/* batching.preferred_sizes = [ 8, 16, 32 ]: the batch sizes a batch closed
+ * by time is cut to. Strictly increasing so "the largest that fits" is
+ * unambiguous; checked against max_batch_rows in validate(). */
+static int read_preferred_sizes(struct loader *ld, const config_setting_t *s)
+{
+    struct kcfg *c = ld->c;
+    if (!config_setting_is_array(s) && !config_setting_is_list(s))
+        return fail_at(ld, s, "batching.preferred_sizes: expected an array of integers "
+                       "[ 8, 16, 32 ], got %s", type_words(config_setting_type(s)));
+    int n = config_setting_length(s);
+    size_t cap = sizeof(c->batching.preferred_sizes) / sizeof(c->batching.preferred_sizes[0]);
+    if ((size_t)n > cap)
+        return fail_at(ld, s, "batching.preferred_sizes: at most %zu sizes, got %d", cap, n);
+    c->batching.n_preferred_sizes = 0;
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+        int t = config_setting_type(e);
+        if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64)
+            return fail_at(ld, e, "batching.preferred_sizes[%d]: expected an integer, got %s",
+                           i, type_words(t));
+        long long v = config_setting_get_int64(e);
+        if (v < 1 || v > 65536)
+            return fail_at(ld, e, "batching.preferred_sizes[%d]: %lld is out of range 1..65536",
+                           i, v);
+        if (i > 0 && (size_t)v <= c->batching.preferred_sizes[i - 1])
+            return fail_at(ld, e, "batching.preferred_sizes: sizes must be strictly increasing "
+                           "(%lld after %zu)", v, c->batching.preferred_sizes[i - 1]);
+        c->batching.preferred_sizes[c->batching.n_preferred_sizes++] = (size_t)v;
+    }
+    return 0;
+}
+
+/* batching.topic_priorities = ( ( "backfill", 2 ) ): the priority of jobs
+ * from a topic that give none, e.g. a backfill topic below live traffic.
+ * The topics must be input topics; validate() checks that. */
+static int read_topic_priorities(struct loader *ld, const config_setting_t *s)
+{
+    struct kcfg *c = ld->c;
+    if (!config_setting_is_list(s) && !(config_setting_is_array(s) && config_setting_length(s) == 0))
+        return fail_at(ld, s, "batching.topic_priorities: expected a list of pairs "
+                       "( ( \"topic\", priority ), ... ), got %s",
+                       type_words(config_setting_type(s)));
+    int n = config_setting_length(s);
+    c->batching.topic_priorities = calloc((size_t)n + 1, sizeof(struct cfg_topic_prio));
+    if (!c->batching.topic_priorities) return fail_plain(ld, "out of memory");
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+        const config_setting_t *t = config_setting_is_list(e) && config_setting_length(e) == 2
+                                        ? config_setting_get_elem(e, 0) : NULL;
+        const config_setting_t *p = t ? config_setting_get_elem(e, 1) : NULL;
+        if (!t || config_setting_type(t) != CONFIG_TYPE_STRING ||
+            (config_setting_type(p) != CONFIG_TYPE_INT && config_setting_type(p) != CONFIG_TYPE_INT64))
+            return fail_at(ld, e, "batching.topic_priorities[%d]: expected ( \"topic\", priority )",
+                           i);
+        long long v = config_setting_get_int64(p);
+        if (v < 0 || v > 9)
+            return fail_at(ld, e, "batching.topic_priorities[%d]: priority %lld is out of range 0..9",
+                           i, v);
+        const char *topic = config_setting_get_string(t);
+        for (size_t k = 0; k < c->batching.n_topic_priorities; k++)
+            if (strcmp(c->batching.topic_priorities[k].topic, topic) == 0)
+                return fail_at(ld, e, "batching.topic_priorities: '%s' is given twice", topic);
+        struct cfg_topic_prio *tp = &c->batching.topic_priorities[c->batching.n_topic_priorities];
+        if (!(tp->topic = strdup(topic))) return fail_plain(ld, "out of memory");
+        tp->priority = (int)v;
+        c->batching.n_topic_priorities++;
+    }
+    return 0;
+}
+
 /* Which layer keys an op gives meaning to, and whether it needs a weight.
  * dense needs a weight and may have a bias; layernorm may have either
  * (absent: ones and zeros, PyTorch's elementwise_affine=False) and an eps.
@@ -863,6 +947,20 @@ static int validate(struct loader *ld)
                            "could never be queued",
                            c->batching.max_queued_rows, c->batching.max_job_rows);
 
+    for (size_t i = 0; i < c->batching.n_preferred_sizes; i++)
+        if (c->batching.preferred_sizes[i] > (size_t)c->batching.max_batch_rows)
+            return fail_plain(ld, "%s: batching.preferred_sizes: %zu is larger than "
+                              "max_batch_rows (%d)", ld->path, c->batching.preferred_sizes[i],
+                              c->batching.max_batch_rows);
+    for (size_t i = 0; i < c->batching.n_topic_priorities; i++) {
+        const char *t = c->batching.topic_priorities[i].topic;
+        size_t k = 0;
+        while (k < c->kafka.n_topics && strcmp(c->kafka.topics[k], t) != 0) k++;
+        if (k == c->kafka.n_topics)
+            return fail_plain(ld, "%s: batching.topic_priorities: '%s' is not one of "
+                              "kafka.topics", ld->path, t);
+    }
+
     const char *out[] = {"kafka.reply_topic", "kafka.dlq_topic"};
     for (size_t i = 0; i < 2; i++) {
         const struct cfg_option *o = option_find(out[i]);
@@ -996,9 +1094,21 @@ void cfg_destroy(struct kcfg *c)
         free(c->kafka.properties[i].value);
     }
     free(c->kafka.properties);
+    for (size_t i = 0; i < c->batching.n_topic_priorities; i++)
+        free(c->batching.topic_priorities[i].topic);
+    free(c->batching.topic_priorities);
     for (size_t i = 0; i < c->n_models; i++) free(c->models[i].layers);
     free(c->models);
     free(c);
+}
+
+/* Linear: a handful of input topics at most. */
+int cfg_topic_priority(const struct kcfg *c, const char *topic)
+{
+    for (size_t i = 0; i < c->batching.n_topic_priorities; i++)
+        if (strcmp(c->batching.topic_priorities[i].topic, topic) == 0)
+            return c->batching.topic_priorities[i].priority;
+    return c->batching.default_priority;
 }
 
 /* Linear: a worker serves a handful of models, and this runs per job only

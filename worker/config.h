@@ -17,6 +17,11 @@ struct cfg_kv {
     char *value;
 };
 
+struct cfg_topic_prio {
+    char *topic;
+    int priority;
+};
+
 struct kcfg {
     struct {
         char *brokers;          /* "127.0.0.1:9092" */
@@ -44,6 +49,15 @@ struct kcfg {
         int max_wait_ms;        /* 5 */
         int max_job_rows;       /* 1024 */
         int max_queued_rows;    /* 4096: poll thread pauses fetching above */
+        int max_inflight_batches; /* 4: closed batches running or being written */
+        int executors;          /* 1: batches run in parallel on this many threads */
+        int default_timeout_ms; /* 0 = none; a job may only shorten it */
+        int default_priority;   /* 5: for jobs that give none, unless their topic has one */
+        int aging_ms;           /* 1000: a waiting job gains one priority level per aging_ms */
+        size_t preferred_sizes[16]; /* increasing; empty = none */
+        size_t n_preferred_sizes;
+        struct cfg_topic_prio *topic_priorities; /* default priority per input topic */
+        size_t n_topic_priorities;
     } batching;
     struct model_spec *models;  /* at least one */
     size_t n_models;
@@ -100,6 +114,10 @@ struct kcfg *cfg_load(const char *path, const char *const *sets, size_t n_sets,
                       char *errstr, size_t errstr_size);
 /* Frees c and everything it owns; accepts NULL. */
 void cfg_destroy(struct kcfg *c);
+
+/* The default priority of jobs from topic: its batching.topic_priorities
+ * entry, else batching.default_priority. */
+int cfg_topic_priority(const struct kcfg *c, const char *topic);
 
 /* Index of the model named name in c->models, or -1. */
 int cfg_model_index(const struct kcfg *c, const char *name);

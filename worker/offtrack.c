@@ -81,9 +81,10 @@ int offtrack_add(struct offtrack *t, const char *topic, int32_t partition,
         t->n++;
     }
     if (offset <= p->last_added) {
-        /* A seek back (e.g. re-fetch after an error): what was outstanding
-         * will be consumed again, so start over from here. */
-        p->head = p->count = 0;
+        /* A seek back: offsets from here on will be consumed again, so
+         * their entries go; entries below stay, done or not, so the
+         * watermark can never pass work still in flight there. */
+        while (p->count > 0 && at(p, p->count - 1)->offset >= offset) p->count--;
     }
     if (p->count == p->cap) {
         size_t ncap = p->cap ? p->cap * 2 : 64;

@@ -18,9 +18,11 @@ struct offtrack *offtrack_new(void);
 void offtrack_destroy(struct offtrack *t);
 
 /* Records that offset was consumed from topic/partition. Offsets of one
- * partition must come in increasing order (gaps allowed); an offset not
- * above the last one recorded resets the partition (a seek). Returns 0, or
- * -1 on allocation failure. Borrows topic. */
+ * partition come in increasing order (gaps allowed); an offset not above
+ * the last one recorded is a seek back: entries at or above it are
+ * forgotten (they will be consumed again), entries below it are kept, so
+ * unfinished work there still holds the watermark. Returns 0, or -1 on
+ * allocation failure. Borrows topic. */
 int offtrack_add(struct offtrack *t, const char *topic, int32_t partition,
                  int64_t offset);
 

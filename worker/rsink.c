@@ -149,11 +149,14 @@ static int attempt(struct rsink *r, struct job *const *jobs, size_t n)
     size_t plen = strlen(r->prefix);
     char key[4096 + JOB_ID_MAX + 1];
     int publish = r->channel[0] != 0;
+    /* A SET refused last round (2) is owed again, even when the connection
+     * dropped before that round's bookkeeping finished. */
+    for (size_t i = 0; i < n; i++)
+        if (r->acked[i] == 2) r->acked[i] = 0;
     for (size_t i = 0; i < n; i++) {
         if (r->acked[i]) continue;
         const struct job *j = jobs[i];
-        size_t idlen = strlen(j->id);
-        if (plen + idlen >= sizeof(key)) plen = sizeof(key) - idlen - 1;
+        size_t idlen = strlen(j->id); /* prefix <= 1024 (config), id <= 200 */
         memcpy(key, r->prefix, plen);
         memcpy(key + plen, j->id, idlen);
         const char *argv[] = {"SET", key, (const char *)j->body, "PX", r->ttl};
@@ -200,7 +203,7 @@ int rsink_set_batch(struct rsink *r, struct job *const *jobs, size_t n,
 {
     if (n > r->acked_cap) {
         unsigned char *a = realloc(r->acked, n);
-        if (!a) return -1;
+        if (!a) return -2; /* out of memory: the caller must not carry on */
         r->acked = a;
         r->acked_cap = n;
     }

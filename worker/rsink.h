@@ -35,8 +35,10 @@ void rsink_destroy(struct rsink *r);
 
 /* Writes the body of each of the n jobs. Retries until every SET is
  * acknowledged (returns 0) or *stop becomes nonzero (returns -1: some SETs
- * may be unacknowledged, so the caller counts none of the n done). Borrows
- * jobs. */
+ * may be unacknowledged, so the caller counts none of the n done); -2 when
+ * out of memory. Borrows jobs. The timeout bounds each connect, write and
+ * read; host name resolution is not bounded by it (use an address or a
+ * local resolver cache where that matters). */
 int rsink_set_batch(struct rsink *r, struct job *const *jobs, size_t n,
                     const atomic_int *stop);
 

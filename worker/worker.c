@@ -53,6 +53,8 @@ struct worker {
     struct rsink *rsink;
     struct codec_limits lim;
     size_t max_job_rows;
+    size_t max_record_bytes; /* largest record the producer can publish, less framing */
+    size_t row_bytes;        /* bytes of one input row of the widest model */
 
     struct jq sinkq; /* executor/poll thread -> sink thread */
     struct jq doneq; /* sink thread -> poll thread */
@@ -61,14 +63,19 @@ struct worker {
                              after the producer, which may still hold them */
     int64_t retry_at_us;
 
-    pthread_t exec_thr, sink_thr;
+    pthread_t *exec_thr, sink_thr;
+    size_t n_exec;
+    atomic_int inflight_batches; /* taken by an executor, not yet written out */
     atomic_int exec_stop, sink_stop;
     atomic_int fatal;  /* a thread hit an error the process must exit on */
 
     /* Poll thread only. */
     size_t inflight_rows; /* taken from Kafka, not yet done */
+    int64_t last_deadline_us; /* deadline of the job take_record just queued */
     int paused;
+    int paused_partitions;
     int draining;
+    int pipeline_stopped; /* executors and sink joined: nothing more completes */
 
     /* Counters for the stats line (and the metrics endpoint later). */
     atomic_uint_fast64_t n_consumed, n_ok, n_failed, n_dead, n_batches,
@@ -149,16 +156,20 @@ static struct job *jq_take_all(struct jq *q, int wait_ms)
 
 static size_t job_weight(const struct job *j)
 {
-    return j->rows ? j->rows : 1;
+    return j->weight ? j->weight : 1;
 }
 
 /* Finishes a job that will not run: encodes its error result and hands it
  * to the sink. */
 static void answer_now(struct worker *w, struct job *j)
 {
+    if (!j->weight) j->weight = 1;
+    w->inflight_rows += j->weight;
     if (codec_encode_result(j, wall_ms()) < 0) {
-        /* Out of memory: dead-letter the original record rather than lose it. */
-        j->kind = JOB_DEAD;
+        /* Out of memory: stop (the supervisor restarts us; the job is not
+         * committed, so it runs again) rather than publish nothing. */
+        LOG_E("out_of_memory", "where=encode id=%s", j->id);
+        atomic_store(&w->fatal, 1);
     }
     jq_push_list(&w->sinkq, j);
 }
@@ -170,16 +181,24 @@ static void dead_letter(struct worker *w, struct job *j,
     j->kind = JOB_DEAD;
     j->err = JOB_ERR_INVALID_INPUT;
     snprintf(j->errmsg, sizeof(j->errmsg), "%s", why);
-    if (m->key_len) {
-        j->raw_key = malloc(m->key_len);
-        if (j->raw_key) memcpy(j->raw_key, m->key, m->key_len);
-        j->raw_key_len = j->raw_key ? m->key_len : 0;
+    /* The record is copied, up to what the producer can publish: the
+     * original stays in its topic at the offset the headers name. */
+    size_t klen = m->key_len < 16384 ? m->key_len : 16384;
+    size_t vlen = m->len < w->max_record_bytes ? m->len : w->max_record_bytes;
+    j->truncated_from = vlen < m->len ? m->len : 0;
+    if (klen) {
+        j->raw_key = malloc(klen);
+        if (j->raw_key) memcpy(j->raw_key, m->key, klen);
+        j->raw_key_len = j->raw_key ? klen : 0;
     }
-    if (m->len) {
-        j->raw_value = malloc(m->len);
-        if (j->raw_value) memcpy(j->raw_value, m->payload, m->len);
-        j->raw_value_len = j->raw_value ? m->len : 0;
+    if (vlen) {
+        j->raw_value = malloc(vlen);
+        if (j->raw_value) memcpy(j->raw_value, m->payload, vlen);
+        j->raw_value_len = j->raw_value ? vlen : 0;
     }
+    /* Held bytes count against the in-flight bound like rows of input. */
+    j->weight = 1 + (klen + vlen) / w->row_bytes;
+    w->inflight_rows += j->weight;
     atomic_fetch_add(&w->n_dead, 1);
     LOG_W("dead_letter", "topic=%s partition=%" PRId32 " offset=%" PRId64
           " error=\"%s\"", j->topic, j->partition, j->offset, why);
@@ -208,6 +227,7 @@ static const char *content_type(const rd_kafka_message_t *m, char *buf,
  * exactly one job that is tracked until both its acknowledgements. */
 static void take_record(struct worker *w, const rd_kafka_message_t *m)
 {
+    w->last_deadline_us = 0;
     struct job *j = job_new();
     if (!j) {
         LOG_E("out_of_memory", "where=take_record");
@@ -235,7 +255,6 @@ static void take_record(struct worker *w, const rd_kafka_message_t *m)
     enum codec_rc rc = codec_decode_job(m->payload, m->len, m->key, m->key_len,
                                         ct, j->record_ts_ms, &w->lim, j, why,
                                         sizeof(why));
-    w->inflight_rows += 1; /* rows are known below; weight fixed up there */
     if (rc == CODEC_DEAD) {
         dead_letter(w, j, m, why);
         return;
@@ -271,14 +290,42 @@ static void take_record(struct worker *w, const rd_kafka_message_t *m)
         answer_now(w, j);
         return;
     }
-    if (j->deadline_ms && j->deadline_ms <= wall_ms()) {
+    /* The configured default timeout bounds every job; a job's own
+     * deadline may only make it earlier. */
+    int64_t now_ms = wall_ms();
+    if (w->cfg->batching.default_timeout_ms > 0) {
+        int64_t d = j->record_ts_ms + w->cfg->batching.default_timeout_ms;
+        if (!j->deadline_ms || d < j->deadline_ms) j->deadline_ms = d;
+    }
+    if (j->deadline_ms && j->deadline_ms <= now_ms) {
         job_fail(j, JOB_ERR_DEADLINE_EXCEEDED, "deadline passed before the job was queued");
         answer_now(w, j);
         return;
     }
+    if (j->deadline_ms) j->deadline_us = j->arrived_us + (j->deadline_ms - now_ms) * 1000;
     j->rows = rows;
-    w->inflight_rows += rows - 1;
+    j->weight = rows;
+    w->inflight_rows += rows;
+    if (j->priority < 0) j->priority = cfg_topic_priority(w->cfg, j->topic);
+    w->last_deadline_us = j->deadline_us;
     batcher_push(w->batcher, j);
+}
+
+/* The expiry timer: answers deadline_exceeded for every queued job whose
+ * deadline has passed (they never run) and sets *next to the earliest
+ * deadline still queued. */
+static void expire(struct worker *w, int64_t now, int64_t *next)
+{
+    struct job *j = batcher_expire(w->batcher, now, next);
+    while (j) {
+        struct job *following = j->next;
+        j->next = NULL;
+        j->queued_ms = (double)(now - j->arrived_us) / 1000.0;
+        job_fail(j, JOB_ERR_DEADLINE_EXCEEDED, "deadline passed after %.1f ms in the queue",
+                 j->queued_ms);
+        answer_now(w, j);
+        j = following;
+    }
 }
 
 /* ---- poll thread: offsets ---------------------------------------------- */
@@ -323,16 +370,24 @@ static void drain_done(struct worker *w)
  * marks, so the backlog stays in Kafka and memory stays bounded. */
 static void backpressure(struct worker *w)
 {
-    size_t high = (size_t)w->cfg->batching.max_queued_rows;
-    int want = w->draining || w->inflight_rows >= high ||
-               (w->paused && w->inflight_rows > high / 2);
+    /* High marks: the queue holds max_queued_rows, or everything taken in
+     * (queued, running, being written) reaches that plus a full batch per
+     * in-flight slot. Low marks: half of each. */
+    const struct kcfg *c = w->cfg;
+    size_t q_high = (size_t)c->batching.max_queued_rows;
+    size_t all_high = q_high + (size_t)c->batching.max_inflight_batches *
+                                   (size_t)c->batching.max_batch_rows;
+    size_t queued = batcher_queued_rows(w->batcher);
+    int want = w->draining || queued >= q_high || w->inflight_rows >= all_high ||
+               (w->paused && (queued > q_high / 2 || w->inflight_rows > all_high / 2));
     if (want == w->paused) return;
     rd_kafka_topic_partition_list_t *a = NULL;
     if (rd_kafka_assignment(w->consumer, &a) != RD_KAFKA_RESP_ERR_NO_ERROR) return;
     if (want) rd_kafka_pause_partitions(w->consumer, a);
     else rd_kafka_resume_partitions(w->consumer, a);
-    LOG_D(want ? "paused" : "resumed", "partitions=%d inflight_rows=%zu",
-          a->cnt, w->inflight_rows);
+    LOG_D(want ? "paused" : "resumed", "partitions=%d queued_rows=%zu inflight_rows=%zu",
+          a->cnt, queued, w->inflight_rows);
+    w->paused_partitions = want ? a->cnt : 0;
     rd_kafka_topic_partition_list_destroy(a);
     w->paused = want;
 }
@@ -361,8 +416,10 @@ static void on_revoke(struct worker *w, rd_kafka_topic_partition_list_t *parts,
         }
     }
     if (!lost) {
-        int64_t give_up = batcher_now_us() +
-                          (int64_t)w->cfg->kafka.revoke_timeout_ms * 1000;
+        /* Once the executors and sink have stopped (the close at the end of
+         * a drain) nothing more can finish: don't wait for it. */
+        int64_t budget_ms = w->pipeline_stopped ? 0 : w->cfg->kafka.revoke_timeout_ms;
+        int64_t give_up = batcher_now_us() + budget_ms * 1000;
         for (;;) {
             drain_done(w);
             int busy = 0;
@@ -371,9 +428,10 @@ static void on_revoke(struct worker *w, rd_kafka_topic_partition_list_t *parts,
                                         parts->elems[i].partition) >
                        (purged ? purged[i] : 0);
             if (!busy) break;
-            if (batcher_now_us() > give_up) {
-                LOG_W("revoke_timeout", "partitions=%d timeout_ms=%d", parts->cnt,
-                      w->cfg->kafka.revoke_timeout_ms);
+            if (batcher_now_us() >= give_up) {
+                if (budget_ms)
+                    LOG_W("revoke_timeout", "partitions=%d timeout_ms=%d", parts->cnt,
+                          w->cfg->kafka.revoke_timeout_ms);
                 break;
             }
             sleep_ms(2);
@@ -413,8 +471,15 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             rd_kafka_assign(rk, NULL);
         }
     } else {
+        /* Treated as a lost assignment: commit nothing, let everything go. */
         LOG_E("rebalance_error", "error=\"%s\"", rd_kafka_err2str(err));
-        rd_kafka_assign(rk, NULL);
+        on_revoke(w, parts, 1);
+        if (coop) {
+            rd_kafka_error_t *e = rd_kafka_incremental_unassign(rk, parts);
+            if (e) rd_kafka_error_destroy(e);
+        } else {
+            rd_kafka_assign(rk, NULL);
+        }
     }
 }
 
@@ -456,10 +521,19 @@ static void *exec_main(void *arg)
     float *staging = ws ? malloc(cap * max_in * sizeof(float)) : NULL;
     if (!staging) goto oom;
 
+    int max_inflight = w->cfg->batching.max_inflight_batches;
     while (!atomic_load(&w->exec_stop)) {
+        /* A closed batch is only taken while fewer than max_inflight_batches
+         * are running or being written out; meanwhile jobs keep queueing
+         * (and the queue's high mark pauses fetching). */
+        if (atomic_load(&w->inflight_batches) >= max_inflight) {
+            sleep_ms(1);
+            continue;
+        }
         size_t rows;
-        struct job *batch = batcher_next(w->batcher, 100, &rows);
+        struct job *batch = batcher_next(w->batcher, 100, &rows, NULL);
         if (!batch) continue;
+        atomic_fetch_add(&w->inflight_batches, 1);
         int64_t start_us = batcher_now_us(), now_ms = wall_ms();
         const struct model *m = w->models[batch->model_idx];
         size_t in_w = model_input_width(m), out_w = model_output_width(m);
@@ -479,6 +553,8 @@ static void *exec_main(void *arg)
                                           run_rows, &out)
                           : 0;
         double infer_ms = (double)(batcher_now_us() - start_us) / 1000.0;
+        if (run_rows && rc == 0)
+            batcher_record(w->batcher, batch->model_idx, run_rows, infer_ms / 1000.0);
         size_t at = 0;
         for (struct job *j = batch; j; j = j->next) {
             if (j->err != JOB_OK) continue;
@@ -489,21 +565,38 @@ static void *exec_main(void *arg)
                          model_name(m), run_rows);
                 continue;
             }
+            const float *mine = out + at * out_w;
+            at += j->rows;
             j->output = malloc(j->rows * out_w * sizeof(float));
             if (!j->output) {
                 job_fail(j, JOB_ERR_INFERENCE_FAILED, "out of memory for the output");
                 continue;
             }
-            memcpy(j->output, out + at * out_w, j->rows * out_w * sizeof(float));
+            memcpy(j->output, mine, j->rows * out_w * sizeof(float));
             j->out_rows = j->rows;
             j->out_width = out_w;
-            at += j->rows;
         }
         int64_t enc_ms = wall_ms();
         for (struct job *j = batch; j; j = j->next) {
             free(j->input); /* not needed any more: keep the sink's memory small */
             j->input = NULL;
-            if (codec_encode_result(j, enc_ms) < 0) j->kind = JOB_DEAD;
+            if (codec_encode_result(j, enc_ms) == 0 && j->body_len > w->max_record_bytes) {
+                /* The producer could never publish it: answer with an error
+                 * that fits instead of retrying forever. */
+                size_t big = j->body_len;
+                free(j->output);
+                j->output = NULL;
+                j->out_rows = j->out_width = 0;
+                job_fail(j, JOB_ERR_INFERENCE_FAILED,
+                         "result of %zu bytes exceeds the producer's message.max.bytes "
+                         "(%zu usable): send fewer rows per job", big, w->max_record_bytes);
+                codec_encode_result(j, enc_ms);
+            }
+            if (!j->body) {
+                LOG_E("out_of_memory", "where=encode id=%s", j->id);
+                atomic_store(&w->fatal, 1);
+            }
+            j->batch_last = j->next == NULL;
         }
         atomic_fetch_add(&w->n_batches, 1);
         atomic_fetch_add(&w->n_batch_rows, run_rows);
@@ -583,6 +676,11 @@ static rd_kafka_resp_err_t produce(struct worker *w, struct job *j)
     rd_kafka_header_add(h, "x-source-topic", -1, j->topic, -1);
     rd_kafka_header_add(h, "x-source-partition", -1, part, -1);
     rd_kafka_header_add(h, "x-source-offset", -1, off, -1);
+    if (j->truncated_from) {
+        char orig[24];
+        snprintf(orig, sizeof(orig), "%zu", j->truncated_from);
+        rd_kafka_header_add(h, "x-truncated-from", -1, orig, -1);
+    }
     rd_kafka_resp_err_t err = rd_kafka_producev(
         w->producer, RD_KAFKA_V_TOPIC(w->cfg->kafka.dlq_topic),
         RD_KAFKA_V_KEY(j->raw_key, j->raw_key_len),
@@ -632,15 +730,26 @@ static void *sink_main(void *arg)
             cap = n;
         }
         size_t nr = 0;
+        int batch_ends = 0;
         for (struct job *j = list, *next; j; j = next) {
             next = j->next;
             j->next = NULL;
             j->acks_pending = j->kind == JOB_RESULT ? 2 : 1;
             if (j->kind == JOB_RESULT) results[nr++] = j;
-            produce_or_retry(w, j);
+            batch_ends += j->batch_last;
+            produce_or_retry(w, j); /* may complete j: not touched after */
         }
         /* One pipelined round trip for the whole batch. */
-        if (nr && rsink_set_batch(w->rsink, results, nr, &w->sink_stop) == 0) {
+        int rrc = nr ? rsink_set_batch(w->rsink, results, nr, &w->sink_stop) : 0;
+        if (rrc == -2) {
+            LOG_E("out_of_memory", "where=redis_sink");
+            atomic_store(&w->fatal, 1);
+        }
+        int redis_ok = rrc == 0;
+        /* The batches are written out (delivery reports may still be on
+         * their way): their in-flight slots free up. */
+        atomic_fetch_sub(&w->inflight_batches, batch_ends);
+        if (nr && redis_ok) {
             for (size_t i = 0; i < nr; i++) ack(w, results[i]);
         } else if (nr) {
             /* Stopping with Redis unreachable: these stay uncommitted. The
@@ -648,7 +757,7 @@ static void *sink_main(void *arg)
              * until the producer is gone and is never counted done. */
             for (size_t i = 0; i < nr; i++) {
                 results[i]->stranded = 1;
-                results[i]->next = w->stranded;
+                results[i]->stranded_next = w->stranded;
                 w->stranded = results[i];
             }
         }
@@ -770,10 +879,15 @@ enum worker_exit worker_run(const struct kcfg *c, volatile sig_atomic_t *stop)
     w->lim.max_payload_bytes = (size_t)c->worker.max_payload_bytes;
     w->lim.max_input_floats = w->max_job_rows * max_in;
     w->lim.max_depth = 32;
+    w->row_bytes = max_in * sizeof(float);
 
     struct batcher_conf bc = {.n_models = w->n_models,
                               .max_batch_rows = (size_t)c->batching.max_batch_rows,
-                              .max_wait_ms = c->batching.max_wait_ms};
+                              .max_wait_ms = c->batching.max_wait_ms,
+                              .aging_ms = c->batching.aging_ms,
+                              .n_preferred = c->batching.n_preferred_sizes};
+    memcpy(bc.preferred, c->batching.preferred_sizes,
+           c->batching.n_preferred_sizes * sizeof(size_t));
     w->batcher = batcher_new(&bc);
     w->ot = offtrack_new();
     struct rsink_conf rc_ = {.host = c->redis.host, .port = c->redis.port,
@@ -790,6 +904,15 @@ enum worker_exit worker_run(const struct kcfg *c, volatile sig_atomic_t *stop)
     w->producer = make_client(w, KQ_PRODUCER);
     w->consumer = w->producer ? make_client(w, KQ_CONSUMER) : NULL;
     if (!w->consumer) goto out;
+    /* What the producer refuses can never be published: results and dead
+     * letters are kept below it (less room for key, headers, framing). */
+    char mmb[32];
+    size_t mmb_len = sizeof(mmb);
+    w->max_record_bytes = 1000000;
+    if (rd_kafka_conf_get(rd_kafka_conf(w->producer), "message.max.bytes", mmb, &mmb_len) ==
+        RD_KAFKA_CONF_OK)
+        w->max_record_bytes = (size_t)strtoull(mmb, NULL, 10);
+    w->max_record_bytes = w->max_record_bytes > 8192 ? w->max_record_bytes - 4096 : 4096;
     rd_kafka_poll_set_consumer(w->consumer);
     rd_kafka_topic_partition_list_t *topics =
         rd_kafka_topic_partition_list_new((int)c->kafka.n_topics);
@@ -801,11 +924,15 @@ enum worker_exit worker_run(const struct kcfg *c, volatile sig_atomic_t *stop)
         LOG_E("subscribe_failed", "error=\"%s\"", rd_kafka_err2str(err));
         goto out;
     }
-    if (pthread_create(&w->exec_thr, NULL, exec_main, w) != 0) goto out;
-    if (pthread_create(&w->sink_thr, NULL, sink_main, w) != 0) {
+    w->exec_thr = calloc((size_t)c->batching.executors, sizeof(pthread_t));
+    if (!w->exec_thr) goto out;
+    for (w->n_exec = 0; w->n_exec < (size_t)c->batching.executors; w->n_exec++)
+        if (pthread_create(&w->exec_thr[w->n_exec], NULL, exec_main, w) != 0) break;
+    if (w->n_exec < (size_t)c->batching.executors ||
+        pthread_create(&w->sink_thr, NULL, sink_main, w) != 0) {
         atomic_store(&w->exec_stop, 1);
         batcher_stop(w->batcher);
-        pthread_join(w->exec_thr, NULL);
+        for (size_t i = 0; i < w->n_exec; i++) pthread_join(w->exec_thr[i], NULL);
         goto out;
     }
     LOG_I("worker_started", "brokers=%s group=%s topics=%zu reply_topic=%s redis=%s:%d "
@@ -814,16 +941,25 @@ enum worker_exit worker_run(const struct kcfg *c, volatile sig_atomic_t *stop)
           c->batching.max_batch_rows, c->batching.max_wait_ms);
 
     int64_t next_stats = batcher_now_us() + 10 * 1000000;
+    int64_t next_deadline = INT64_MAX;
     while (!*stop && !atomic_load(&w->fatal)) {
         drain_done(w);
+        int64_t now = batcher_now_us();
+        if (next_deadline <= now) expire(w, now, &next_deadline);
         backpressure(w);
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 20);
+        /* Poll no longer than until the next queued deadline: the expiry
+         * timer of jobs waiting in the queue, executors busy or not. */
+        int64_t wait_us = next_deadline - now;
+        int wait_ms = wait_us >= 20000 ? 20 : wait_us <= 0 ? 0 : (int)((wait_us + 999) / 1000);
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, wait_ms);
         if (m) {
             if (m->err) {
                 if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
                     LOG_W("consume_error", "error=\"%s\"", rd_kafka_message_errstr(m));
             } else {
                 take_record(w, m);
+                if (w->last_deadline_us && w->last_deadline_us < next_deadline)
+                    next_deadline = w->last_deadline_us;
             }
             rd_kafka_message_destroy(m);
         }
@@ -839,9 +975,10 @@ enum worker_exit worker_run(const struct kcfg *c, volatile sig_atomic_t *stop)
 
     atomic_store(&w->exec_stop, 1);
     batcher_stop(w->batcher);
-    pthread_join(w->exec_thr, NULL);
+    for (size_t i = 0; i < w->n_exec; i++) pthread_join(w->exec_thr[i], NULL);
     atomic_store(&w->sink_stop, 1);
     pthread_join(w->sink_thr, NULL);
+    w->pipeline_stopped = 1;
     /* Deliveries still owed are served here; their jobs complete into the
      * done queue and their offsets are stored below. */
     rd_kafka_flush(w->producer, 5000);
@@ -854,7 +991,7 @@ enum worker_exit worker_run(const struct kcfg *c, volatile sig_atomic_t *stop)
     log_stats(w);
     LOG_I("stopped", "unfinished=%zu note=\"unfinished jobs stay uncommitted and run again\"",
           left);
-    rc = fatal ? WORKER_EXIT_FATAL : WORKER_EXIT_OK;
+    rc = fatal || atomic_load(&w->fatal) ? WORKER_EXIT_FATAL : WORKER_EXIT_OK;
 out:
     if (w->consumer) rd_kafka_destroy(w->consumer);
     if (w->producer) {
@@ -862,8 +999,17 @@ out:
         rd_kafka_poll(w->producer, 0); /* purged deliveries land on the retry list */
         rd_kafka_destroy(w->producer);
     }
-    free_jobs(w->retry);
-    free_jobs(w->stranded);
+    free(w->exec_thr);
+    /* A stranded job may also sit on the retry list: free it once, from
+     * the stranded list. */
+    for (struct job *j = w->retry, *next; j; j = next) {
+        next = j->next;
+        if (!j->stranded) job_free(j);
+    }
+    for (struct job *j = w->stranded, *next; j; j = next) {
+        next = j->stranded_next;
+        job_free(j);
+    }
     jq_fini(&w->sinkq);
     jq_fini(&w->doneq);
     batcher_destroy(w->batcher);
