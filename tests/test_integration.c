@@ -476,6 +476,82 @@ static void test_sigterm_restart_loses_nothing(void **state)
     redisFree(rc);
 }
 
+/* ---- batching on a real run: a burst fills batches, a trickle does not wait -- */
+
+#define N_BURST 320
+#define N_TRICKLE 12
+
+static void produce_one(rd_kafka_t *p, const char *topic, const char *id, const float *in,
+                        int64_t timeout_ms)
+{
+    struct wire_job j = {.id = id, .input = in, .n_input = IN_W, .timeout_ms = timeout_ms,
+                         .priority = -1};
+    unsigned char *body;
+    size_t len;
+    assert_int_equal(wire_encode_job(&j, JOB_ENC_MSGPACK, &body, &len), 0);
+    assert_int_equal(h_produce(p, topic, id, strlen(id), body, len, NULL), 0);
+    free(body);
+}
+
+static void test_burst_and_trickle(void **state)
+{
+    (void)state;
+    const char *cfg = write_config("batch", "batch.jobs", "batch.results", "batch.dlq",
+                                   "g-batch", NULL);
+    rd_kafka_t *p = h_producer(brokers);
+    static char ids[N_BURST + N_TRICKLE][64];
+    float in[IN_W];
+    for (int k = 0; k < IN_W; k++) in[k] = tu_randf(-1, 1);
+    /* The burst waits in Kafka before the worker starts: it arrives as a
+     * backlog, so batches should close by size (max_batch_rows = 16). */
+    for (size_t i = 0; i < N_BURST; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "burst-%zu", i);
+        produce_one(p, "batch.jobs", ids[i], in, -1);
+    }
+    assert_int_equal(rd_kafka_flush(p, 10000), 0);
+    pid_t w = start_worker(cfg, "batch");
+    static char *bodies[N_BURST + N_TRICKLE];
+    static size_t lens[N_BURST + N_TRICKLE];
+    assert_int_equal(wait_results("batch", ids, N_BURST, bodies, lens, 60), N_BURST);
+    size_t full = 0;
+    for (size_t i = 0; i < N_BURST; i++) {
+        struct wire_result r;
+        char err[256];
+        assert_int_equal(wire_decode_result(bodies[i], lens[i], &r, err, sizeof(err)), 0);
+        assert_true(r.ok);
+        assert_true(r.batch_rows >= 1 && r.batch_rows <= 16);
+        full += r.batch_rows == 16;
+        wire_result_fini(&r);
+    }
+    fprintf(stderr, "test_integration: burst: %zu of %d jobs ran in full batches of 16\n",
+            full, N_BURST);
+    assert_true(full * 10 >= N_BURST * 8); /* at least 80% in full batches */
+
+    /* The trickle: one job at a time, far apart: each runs alone, having
+     * waited about max_wait_ms (5) plus a small slack for a busy machine. */
+    for (size_t i = N_BURST; i < N_BURST + N_TRICKLE; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "trickle-%zu", i);
+        produce_one(p, "batch.jobs", ids[i], in, -1);
+        rd_kafka_flush(p, 5000);
+        assert_int_equal(wait_results("batch", ids + i, 1, bodies + i, lens + i, 30), 1);
+    }
+    size_t alone = 0;
+    for (size_t i = N_BURST; i < N_BURST + N_TRICKLE; i++) {
+        struct wire_result r;
+        char err[256];
+        assert_int_equal(wire_decode_result(bodies[i], lens[i], &r, err, sizeof(err)), 0);
+        assert_true(r.ok);
+        alone += r.batch_rows == 1;
+        if (r.queued_ms > 5 + 40)
+            fail_msg("%s waited %.1f ms in the queue; max_wait_ms is 5", r.id, r.queued_ms);
+        wire_result_fini(&r);
+    }
+    assert_int_equal(alone, N_TRICKLE);
+    for (size_t i = 0; i < N_BURST + N_TRICKLE; i++) free(bodies[i]);
+    rd_kafka_destroy(p);
+    assert_int_equal(h_stop(w, SIGTERM, 30), 0);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -487,7 +563,7 @@ static int setup(void **state)
     }
     load_reference_weights();
     if (h_start_broker(KINFER, "good.jobs,good.results,good.dlq,bad.jobs,bad.results,bad.dlq,"
-                               "term.jobs,term.results,term.dlq", PARTS, brokers,
+                               "term.jobs,term.results,term.dlq,batch.jobs,batch.results,batch.dlq", PARTS, brokers,
                        sizeof(brokers)) < 0)
         return -1;
     if (h_start_redis(&redis_port) < 0) return -1;
@@ -511,6 +587,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_results_every_encoding),
         cmocka_unit_test(test_errors_and_dead_letters),
         cmocka_unit_test(test_sigterm_restart_loses_nothing),
+        cmocka_unit_test(test_burst_and_trickle),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "../batching/batcher.h"
+#include "../batching/flow.h"
 #include "../codecs/codec.h"
 #include "../gpu/model.h"
 #include "kq.h"
@@ -372,14 +373,15 @@ static void backpressure(struct worker *w)
 {
     /* High marks: the queue holds max_queued_rows, or everything taken in
      * (queued, running, being written) reaches that plus a full batch per
-     * in-flight slot. Low marks: half of each. */
+     * in-flight slot. */
     const struct kcfg *c = w->cfg;
-    size_t q_high = (size_t)c->batching.max_queued_rows;
-    size_t all_high = q_high + (size_t)c->batching.max_inflight_batches *
-                                   (size_t)c->batching.max_batch_rows;
+    struct flow_marks marks = {
+        .queued_high = (size_t)c->batching.max_queued_rows,
+        .taken_high = (size_t)c->batching.max_queued_rows +
+                      (size_t)c->batching.max_inflight_batches *
+                          (size_t)c->batching.max_batch_rows};
     size_t queued = batcher_queued_rows(w->batcher);
-    int want = w->draining || queued >= q_high || w->inflight_rows >= all_high ||
-               (w->paused && (queued > q_high / 2 || w->inflight_rows > all_high / 2));
+    int want = w->draining || flow_should_pause(&marks, w->paused, queued, w->inflight_rows);
     if (want == w->paused) return;
     rd_kafka_topic_partition_list_t *a = NULL;
     if (rd_kafka_assignment(w->consumer, &a) != RD_KAFKA_RESP_ERR_NO_ERROR) return;
@@ -828,16 +830,23 @@ static rd_kafka_t *make_client(struct worker *w, enum kq_role role)
 
 static void log_stats(struct worker *w)
 {
+    struct batcher_stats bs;
+    batcher_get_stats(w->batcher, batcher_now_us(), &bs);
     uint64_t b = atomic_load(&w->n_batches);
     LOG_I("stats", "consumed=%" PRIu64 " ok=%" PRIu64 " failed=%" PRIu64
           " dead_lettered=%" PRIu64 " batches=%" PRIu64 " mean_batch_rows=%.1f"
-          " queued_rows=%zu inflight_rows=%zu paused=%d produce_errors=%" PRIu64
-          " redis_errors=%" PRIu64,
+          " closed_size=%" PRIu64 " closed_deadline=%" PRIu64 " closed_wait=%" PRIu64
+          " closed_drain=%" PRIu64 " expired=%" PRIu64 " queued_rows=%zu queued_jobs=%zu"
+          " oldest_queued_ms=%.1f inflight_batches=%d inflight_rows=%zu"
+          " paused_partitions=%d produce_errors=%" PRIu64 " redis_errors=%" PRIu64,
           atomic_load(&w->n_consumed), atomic_load(&w->n_ok),
           atomic_load(&w->n_failed), atomic_load(&w->n_dead), b,
           b ? (double)atomic_load(&w->n_batch_rows) / (double)b : 0.0,
-          batcher_queued_rows(w->batcher), w->inflight_rows, w->paused,
-          atomic_load(&w->n_produce_errors), rsink_errors(w->rsink));
+          bs.closed[BATCH_SIZE], bs.closed[BATCH_DEADLINE], bs.closed[BATCH_WAIT],
+          bs.closed[BATCH_DRAIN], bs.expired, bs.queued_rows, bs.queued_jobs,
+          (double)bs.oldest_age_us / 1000.0, atomic_load(&w->inflight_batches),
+          w->inflight_rows, w->paused_partitions, atomic_load(&w->n_produce_errors),
+          rsink_errors(w->rsink));
 }
 
 /* After a stop request: no new records are taken; everything taken in gets
