@@ -176,7 +176,7 @@ static int cmd_with_config(int argc, char **argv, int smoke)
     struct kcfg *c = load_config(path, sets, n_sets);
     if (!c) goto out;
     install_signals();
-    rc = smoke ? smoke_run(c, &so, &stop_flag) : (int)worker_run(c, &stop_flag);
+    rc = smoke ? smoke_run(c, &so, &stop_flag) : (int)worker_run(c, NULL, &stop_flag);
     cfg_destroy(c);
 out:
     free(sets);

@@ -18,7 +18,7 @@
 
 struct rsink {
     char *host, *password, *prefix, *channel;
-    int port, db, timeout_ms;
+    int port, db, timeout_ms, if_absent;
     char ttl[32];
     redisContext *ctx;
     int backoff_ms;            /* next wait after a failure, capped */
@@ -48,6 +48,7 @@ struct rsink *rsink_new(const struct rsink_conf *c)
         return NULL;
     }
     r->port = c->port;
+    r->if_absent = c->if_absent;
     r->db = c->db;
     r->timeout_ms = c->timeout_ms > 0 ? c->timeout_ms : 2000;
     snprintf(r->ttl, sizeof(r->ttl), "%" PRId64, c->ttl_ms);
@@ -159,9 +160,11 @@ static int attempt(struct rsink *r, struct job *const *jobs, size_t n)
         size_t idlen = strlen(j->id); /* prefix <= 1024 (config), id <= 200 */
         memcpy(key, r->prefix, plen);
         memcpy(key + plen, j->id, idlen);
-        const char *argv[] = {"SET", key, (const char *)j->body, "PX", r->ttl};
-        size_t lens[] = {3, plen + idlen, j->body_len, 2, strlen(r->ttl)};
-        redisAppendCommandArgv(r->ctx, 5, argv, lens);
+        /* With NX, a key that exists is left alone and the reply is nil:
+         * that is an acknowledgement too (the result is there). */
+        const char *argv[] = {"SET", key, (const char *)j->body, "PX", r->ttl, "NX"};
+        size_t lens[] = {3, plen + idlen, j->body_len, 2, strlen(r->ttl), 2};
+        redisAppendCommandArgv(r->ctx, r->if_absent ? 6 : 5, argv, lens);
         if (publish) {
             const char *pargv[] = {"PUBLISH", r->channel, j->id};
             size_t plens[] = {7, strlen(r->channel), idlen};

@@ -25,6 +25,7 @@ struct rsink_conf {
     int64_t ttl_ms;
     int timeout_ms;              /* connect and per-command timeout */
     const char *publish_channel; /* "" or NULL: no PUBLISH */
+    int if_absent;               /* SET ... NX: never overwrite an existing key */
 };
 
 struct rsink;

@@ -42,8 +42,20 @@ struct jq {
     struct job *head, *tail;
 };
 
+/* Assign mode: a range's state, poll thread only. */
+struct range_state {
+    int64_t done;        /* jobs finished in range */
+    int reached_end;     /* consumed (or positioned) up to range end */
+};
+
 struct worker {
     const struct kcfg *cfg;
+    struct worker_opts opts;      /* zeroed: the plain worker */
+    const char *reply_topic;
+    int model_override;           /* model index for every job, -1 = none */
+    struct range_state *rs;       /* per opts.ranges */
+    double tokens;                /* rate cap: jobs that may be taken now */
+    int64_t tokens_at_us;
     volatile sig_atomic_t *stop;
     rd_kafka_t *consumer, *producer;
     struct model **models;
@@ -264,7 +276,9 @@ static void take_record(struct worker *w, const rd_kafka_message_t *m)
         answer_now(w, j);
         return;
     }
-    int idx = j->model[0] ? -1 : w->default_model;
+    int idx = w->model_override >= 0 ? w->model_override
+              : j->model[0]         ? -1
+                                    : w->default_model;
     for (size_t i = 0; idx < 0 && i < w->n_models; i++)
         if (strcmp(model_name(w->models[i]), j->model) == 0) idx = (int)i;
     if (idx < 0) {
@@ -307,6 +321,7 @@ static void take_record(struct worker *w, const rd_kafka_message_t *m)
     j->rows = rows;
     j->weight = rows;
     w->inflight_rows += rows;
+    if (w->opts.priority >= 0) j->priority = w->opts.priority;
     if (j->priority < 0) j->priority = cfg_topic_priority(w->cfg, j->topic);
     w->last_deadline_us = j->deadline_us;
     batcher_push(w->batcher, j);
@@ -342,6 +357,17 @@ static void store_offsets(struct worker *w, rd_kafka_topic_partition_list_t *l)
     }
 }
 
+/* Assign mode: the index of topic/partition's range, or -1 (also when
+ * not in assign mode). Linear: a replay covers tens of partitions. */
+static int range_of(const struct worker *w, const char *topic, int32_t partition)
+{
+    for (size_t i = 0; i < w->opts.n_ranges; i++)
+        if (w->opts.ranges[i].partition == partition &&
+            strcmp(w->opts.ranges[i].topic, topic) == 0)
+            return (int)i;
+    return -1;
+}
+
 /* Takes finished jobs back from the sink: advances each partition's
  * watermark, stores the offsets that moved, frees the jobs. */
 static void drain_done(struct worker *w)
@@ -360,6 +386,8 @@ static void drain_done(struct worker *w)
         }
         size_t wgt = job_weight(j);
         w->inflight_rows -= wgt < w->inflight_rows ? wgt : w->inflight_rows;
+        int r = range_of(w, j->topic, j->partition);
+        if (r >= 0) w->rs[r].done++;
         job_free(j);
         j = next;
     }
@@ -385,6 +413,12 @@ static void backpressure(struct worker *w)
     if (want == w->paused) return;
     rd_kafka_topic_partition_list_t *a = NULL;
     if (rd_kafka_assignment(w->consumer, &a) != RD_KAFKA_RESP_ERR_NO_ERROR) return;
+    /* Ranges that reached their end stay paused for good. */
+    for (int i = a->cnt - 1; w->rs && i >= 0; i--) {
+        int r = range_of(w, a->elems[i].topic, a->elems[i].partition);
+        if (r >= 0 && w->rs[r].reached_end)
+            rd_kafka_topic_partition_list_del_by_idx(a, i);
+    }
     if (want) rd_kafka_pause_partitions(w->consumer, a);
     else rd_kafka_resume_partitions(w->consumer, a);
     LOG_D(want ? "paused" : "resumed", "partitions=%d queued_rows=%zu inflight_rows=%zu",
@@ -663,7 +697,7 @@ static rd_kafka_resp_err_t produce(struct worker *w, struct job *j)
     if (j->kind == JOB_RESULT) {
         const char *ct = codec_content_type(j->enc);
         return rd_kafka_producev(
-            w->producer, RD_KAFKA_V_TOPIC(w->cfg->kafka.reply_topic),
+            w->producer, RD_KAFKA_V_TOPIC(w->reply_topic),
             RD_KAFKA_V_KEY(j->id, strlen(j->id)),
             RD_KAFKA_V_VALUE(j->body, j->body_len),
             RD_KAFKA_V_HEADER("content-type", ct, (ssize_t)strlen(ct)),
@@ -736,8 +770,9 @@ static void *sink_main(void *arg)
         for (struct job *j = list, *next; j; j = next) {
             next = j->next;
             j->next = NULL;
-            j->acks_pending = j->kind == JOB_RESULT ? 2 : 1;
-            if (j->kind == JOB_RESULT) results[nr++] = j;
+            int to_redis = j->kind == JOB_RESULT && w->opts.redis != WORKER_REDIS_OFF;
+            j->acks_pending = to_redis ? 2 : 1;
+            if (to_redis) results[nr++] = j;
             batch_ends += j->batch_last;
             produce_or_retry(w, j); /* may complete j: not touched after */
         }
@@ -814,6 +849,12 @@ static rd_kafka_t *make_client(struct worker *w, enum kq_role role)
         LOG_E("kafka_config", "error=\"%s\"", err);
         return NULL;
     }
+    if (role == KQ_CONSUMER && w->opts.group &&
+        kq_set(conf, "group.id", w->opts.group, err, sizeof(err)) < 0) {
+        LOG_E("kafka_config", "error=\"%s\"", err);
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
     rd_kafka_conf_set_opaque(conf, w);
     rd_kafka_conf_set_error_cb(conf, error_cb);
     if (role == KQ_CONSUMER) rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
@@ -849,6 +890,80 @@ static void log_stats(struct worker *w)
           rsink_errors(w->rsink));
 }
 
+/* Assign mode: whether m is inside its range. A record at or past the
+ * end marks the range as reached and pauses its partition (the records
+ * after it are someone else's business). */
+static int in_range(struct worker *w, const rd_kafka_message_t *m)
+{
+    int r = range_of(w, rd_kafka_topic_name(m->rkt), m->partition);
+    if (r < 0) return 0;
+    const struct worker_range *g = &w->opts.ranges[r];
+    if (m->offset >= g->end - 1) {
+        if (!w->rs[r].reached_end) {
+            w->rs[r].reached_end = 1;
+            rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+            rd_kafka_topic_partition_list_add(l, g->topic, g->partition);
+            rd_kafka_pause_partitions(w->consumer, l);
+            rd_kafka_topic_partition_list_destroy(l);
+        }
+        return m->offset < g->end;
+    }
+    return m->offset >= g->start;
+}
+
+/* Assign mode: every range consumed to its end (by record, or by the
+ * consumer's position when the last offsets hold no record, e.g. control
+ * records) and every job of it finished. */
+static int ranges_finished(struct worker *w)
+{
+    rd_kafka_topic_partition_list_t *l = NULL;
+    for (size_t i = 0; i < w->opts.n_ranges; i++) {
+        if (w->rs[i].reached_end) continue;
+        if (!l) l = rd_kafka_topic_partition_list_new((int)w->opts.n_ranges);
+        rd_kafka_topic_partition_list_add(l, w->opts.ranges[i].topic,
+                                          w->opts.ranges[i].partition);
+    }
+    if (l) {
+        rd_kafka_position(w->consumer, l);
+        for (int k = 0; k < l->cnt; k++) {
+            int r = range_of(w, l->elems[k].topic, l->elems[k].partition);
+            if (l->elems[k].offset >= w->opts.ranges[r].end) w->rs[r].reached_end = 1;
+        }
+        rd_kafka_topic_partition_list_destroy(l);
+    }
+    for (size_t i = 0; i < w->opts.n_ranges; i++)
+        if (!w->rs[i].reached_end ||
+            offtrack_pending(w->ot, w->opts.ranges[i].topic, w->opts.ranges[i].partition))
+            return 0;
+    return 1;
+}
+
+/* The rate cap: a token bucket holding at most a second's worth. Returns 1
+ * if a record may be taken now. */
+static int take_allowed(struct worker *w, int64_t now)
+{
+    if (w->opts.rate <= 0) return 1;
+    w->tokens += (double)(now - w->tokens_at_us) / 1e6 * w->opts.rate;
+    w->tokens_at_us = now;
+    if (w->tokens > w->opts.rate) w->tokens = w->opts.rate;
+    if (w->tokens < -1) w->tokens = -1;
+    return w->tokens >= 1;
+}
+
+/* Hands the assign-mode counters to the progress callback. */
+static void report_progress(struct worker *w, int64_t started_us, int finished)
+{
+    int64_t done[256];
+    size_t n = w->opts.n_ranges < 256 ? w->opts.n_ranges : 256;
+    for (size_t i = 0; i < n; i++) done[i] = w->rs[i].done;
+    struct worker_progress p = {.ranges = w->opts.ranges, .done = done, .n_ranges = n,
+                                .ok = atomic_load(&w->n_ok), .failed = atomic_load(&w->n_failed),
+                                .dead_lettered = atomic_load(&w->n_dead),
+                                .elapsed_s = (double)(batcher_now_us() - started_us) / 1e6,
+                                .finished = finished};
+    w->opts.progress(w->opts.progress_ctx, &p);
+}
+
 /* After a stop request: no new records are taken; everything taken in gets
  * drain_timeout_ms to finish. Returns the number of jobs left unfinished
  * (their offsets stay uncommitted: the next owner runs them). */
@@ -870,18 +985,34 @@ static size_t drain(struct worker *w)
     return left;
 }
 
-enum worker_exit worker_run(const struct kcfg *c, volatile sig_atomic_t *stop)
+enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts,
+                            volatile sig_atomic_t *stop)
 {
     struct worker *w = calloc(1, sizeof(*w));
     enum worker_exit rc = WORKER_EXIT_STARTUP;
     if (!w) return rc;
     w->cfg = c;
     w->stop = stop;
+    if (opts) w->opts = *opts;
+    else w->opts.priority = -1;
+    w->reply_topic = w->opts.reply_topic ? w->opts.reply_topic : c->kafka.reply_topic;
+    w->model_override = -1;
+    if (w->opts.n_ranges) {
+        w->rs = calloc(w->opts.n_ranges, sizeof(*w->rs));
+        if (!w->rs) goto out;
+        for (size_t i = 0; i < w->opts.n_ranges; i++)
+            w->rs[i].reached_end = w->opts.ranges[i].start >= w->opts.ranges[i].end;
+    }
     w->max_job_rows = (size_t)c->batching.max_job_rows;
     jq_init(&w->sinkq);
     jq_init(&w->doneq);
     model_set_threads(c->worker.blas_threads);
     if (load_models(w) < 0) goto out;
+    if (w->opts.model && (w->model_override = cfg_model_index(c, w->opts.model)) < 0) {
+        LOG_E("unknown_model", "model=%s note=\"not one of this config's models\"",
+              w->opts.model);
+        goto out;
+    }
     size_t max_in = 0;
     for (size_t i = 0; i < w->n_models; i++)
         if (model_input_width(w->models[i]) > max_in) max_in = model_input_width(w->models[i]);
@@ -903,10 +1034,11 @@ enum worker_exit worker_run(const struct kcfg *c, volatile sig_atomic_t *stop)
                              .password = c->redis.password, .db = c->redis.db,
                              .key_prefix = c->redis.key_prefix, .ttl_ms = c->redis.ttl_ms,
                              .timeout_ms = c->redis.timeout_ms,
-                             .publish_channel = c->redis.publish_channel};
+                             .publish_channel = c->redis.publish_channel,
+                             .if_absent = w->opts.redis == WORKER_REDIS_IF_ABSENT};
     w->rsink = rsink_new(&rc_);
     if (!w->batcher || !w->ot || !w->rsink) goto out;
-    if (rsink_ping(w->rsink) < 0)
+    if (w->opts.redis != WORKER_REDIS_OFF && rsink_ping(w->rsink) < 0)
         LOG_W("redis_unreachable", "host=%s port=%d note=\"results wait until it answers\"",
               c->redis.host, c->redis.port);
 
@@ -923,14 +1055,30 @@ enum worker_exit worker_run(const struct kcfg *c, volatile sig_atomic_t *stop)
         w->max_record_bytes = (size_t)strtoull(mmb, NULL, 10);
     w->max_record_bytes = w->max_record_bytes > 8192 ? w->max_record_bytes - 4096 : 4096;
     rd_kafka_poll_set_consumer(w->consumer);
-    rd_kafka_topic_partition_list_t *topics =
-        rd_kafka_topic_partition_list_new((int)c->kafka.n_topics);
-    for (size_t i = 0; i < c->kafka.n_topics; i++)
-        rd_kafka_topic_partition_list_add(topics, c->kafka.topics[i], RD_KAFKA_PARTITION_UA);
-    rd_kafka_resp_err_t err = rd_kafka_subscribe(w->consumer, topics);
-    rd_kafka_topic_partition_list_destroy(topics);
+    rd_kafka_resp_err_t err;
+    if (w->opts.ranges) {
+        /* Assign mode: the ranges directly, no group membership, so no
+         * live group is joined or rebalanced. Finished ranges stay out. */
+        rd_kafka_topic_partition_list_t *l =
+            rd_kafka_topic_partition_list_new((int)w->opts.n_ranges);
+        for (size_t i = 0; i < w->opts.n_ranges; i++)
+            if (!w->rs[i].reached_end)
+                rd_kafka_topic_partition_list_add(l, w->opts.ranges[i].topic,
+                                                  w->opts.ranges[i].partition)->offset =
+                    w->opts.ranges[i].start;
+        err = rd_kafka_assign(w->consumer, l);
+        rd_kafka_topic_partition_list_destroy(l);
+    } else {
+        rd_kafka_topic_partition_list_t *topics =
+            rd_kafka_topic_partition_list_new((int)c->kafka.n_topics);
+        for (size_t i = 0; i < c->kafka.n_topics; i++)
+            rd_kafka_topic_partition_list_add(topics, c->kafka.topics[i], RD_KAFKA_PARTITION_UA);
+        err = rd_kafka_subscribe(w->consumer, topics);
+        rd_kafka_topic_partition_list_destroy(topics);
+    }
     if (err) {
-        LOG_E("subscribe_failed", "error=\"%s\"", rd_kafka_err2str(err));
+        LOG_E(w->opts.ranges ? "assign_failed" : "subscribe_failed", "error=\"%s\"",
+              rd_kafka_err2str(err));
         goto out;
     }
     w->exec_thr = calloc((size_t)c->batching.executors, sizeof(pthread_t));
@@ -945,9 +1093,12 @@ enum worker_exit worker_run(const struct kcfg *c, volatile sig_atomic_t *stop)
         goto out;
     }
     LOG_I("worker_started", "brokers=%s group=%s topics=%zu reply_topic=%s redis=%s:%d "
-          "max_batch_rows=%d max_wait_ms=%d", c->kafka.brokers, c->kafka.group,
-          c->kafka.n_topics, c->kafka.reply_topic, c->redis.host, c->redis.port,
-          c->batching.max_batch_rows, c->batching.max_wait_ms);
+          "max_batch_rows=%d max_wait_ms=%d ranges=%zu", c->kafka.brokers,
+          w->opts.group ? w->opts.group : c->kafka.group, c->kafka.n_topics, w->reply_topic,
+          c->redis.host, c->redis.port, c->batching.max_batch_rows, c->batching.max_wait_ms,
+          w->opts.n_ranges);
+    int64_t started_us = batcher_now_us(), next_progress = started_us;
+    w->tokens_at_us = started_us;
 
     int64_t next_stats = batcher_now_us() + 10 * 1000000;
     int64_t next_deadline = INT64_MAX;
@@ -956,6 +1107,18 @@ enum worker_exit worker_run(const struct kcfg *c, volatile sig_atomic_t *stop)
         int64_t now = batcher_now_us();
         if (next_deadline <= now) expire(w, now, &next_deadline);
         backpressure(w);
+        if (w->opts.ranges) {
+            if (w->opts.progress && now >= next_progress) {
+                report_progress(w, started_us, 0);
+                next_progress = now + (int64_t)(w->opts.progress_ms > 0 ? w->opts.progress_ms
+                                                                        : 1000) * 1000;
+            }
+            if (ranges_finished(w)) break;
+        }
+        if (!take_allowed(w, now)) {
+            sleep_ms(1);
+            continue;
+        }
         /* Poll no longer than until the next queued deadline: the expiry
          * timer of jobs waiting in the queue, executors busy or not. */
         int64_t wait_us = next_deadline - now;
@@ -965,8 +1128,9 @@ enum worker_exit worker_run(const struct kcfg *c, volatile sig_atomic_t *stop)
             if (m->err) {
                 if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
                     LOG_W("consume_error", "error=\"%s\"", rd_kafka_message_errstr(m));
-            } else {
+            } else if (!w->opts.ranges || in_range(w, m)) {
                 take_record(w, m);
+                w->tokens -= 1;
                 if (w->last_deadline_us && w->last_deadline_us < next_deadline)
                     next_deadline = w->last_deadline_us;
             }
@@ -978,8 +1142,8 @@ enum worker_exit worker_run(const struct kcfg *c, volatile sig_atomic_t *stop)
         }
     }
     int fatal = atomic_load(&w->fatal);
-    LOG_I("draining", "reason=%s inflight_rows=%zu", fatal ? "fatal_error" : "signal",
-          w->inflight_rows);
+    LOG_I("draining", "reason=%s inflight_rows=%zu",
+          fatal ? "fatal_error" : *stop ? "signal" : "ranges_done", w->inflight_rows);
     size_t left = fatal ? offtrack_pending_total(w->ot) : drain(w);
 
     atomic_store(&w->exec_stop, 1);
@@ -997,6 +1161,7 @@ enum worker_exit worker_run(const struct kcfg *c, volatile sig_atomic_t *stop)
     if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
         LOG_W("commit_failed", "when=shutdown error=\"%s\"", rd_kafka_err2str(err));
     rd_kafka_consumer_close(w->consumer);
+    if (w->opts.ranges && w->opts.progress) report_progress(w, started_us, 1);
     log_stats(w);
     LOG_I("stopped", "unfinished=%zu note=\"unfinished jobs stay uncommitted and run again\"",
           left);
@@ -1009,6 +1174,7 @@ out:
         rd_kafka_destroy(w->producer);
     }
     free(w->exec_thr);
+    free(w->rs);
     /* A stranded job may also sit on the retry list: free it once, from
      * the stranded list. */
     for (struct job *j = w->retry, *next; j; j = next) {
