@@ -4,13 +4,13 @@
 
 CC      ?= gcc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
-PKGS    := rdkafka hiredis msgpack libconfig jansson openblas
+PKGS    := rdkafka hiredis msgpack libconfig jansson openblas libmicrohttpd
 VERSION := 0.1.0
 
 # Debian 12 packages the build, tests and demo need (make deps installs them).
 DEB_PKGS := gcc make pkg-config librdkafka-dev libhiredis-dev libmsgpack-dev \
             libconfig-dev libopenblas-dev libjansson-dev libcmocka-dev \
-            redis-server kafkacat
+            redis-server kafkacat libmicrohttpd-dev curl prometheus python3-yaml
 
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2
 ifeq ($(WERROR),1)
@@ -57,8 +57,11 @@ endif
 
 TEST_SRCS := $(wildcard tests/test_*.c)
 TESTS     := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
+# The fault suite (minutes): make test-faults.
+FAULT_SRCS := $(wildcard tests/faults_*.c)
+FAULT_TESTS := $(FAULT_SRCS:tests/%.c=$(B)/tests/%)
 
-.PHONY: all deps test demo clean
+.PHONY: all deps test test-faults demo fuzz clean
 all: $(B)/kinfer
 
 $(B)/kinfer: $(B)/worker/main.o $(LIB_OBJS) $(CU_OBJS)
@@ -91,11 +94,38 @@ test: deps
 	$(MAKE) $(B)/kinfer $(TESTS)
 	KINFER_BIN=$(B)/kinfer tests/run.sh $(TESTS)
 
+test-faults: deps
+	$(MAKE) $(B)/kinfer $(FAULT_TESTS)
+	KINFER_BIN=$(B)/kinfer tests/run.sh $(FAULT_TESTS)
+
 demo: deps
 	$(MAKE) all
 	tests/demo.sh
 
+# libFuzzer on the job decoder and result encoder, with ASan and UBSan:
+# builds with clang, writes a seed corpus of valid and hostile jobs, runs
+# FUZZ_RUNS executions (10^7 by default, a few minutes on one core).
+FUZZ_RUNS ?= 10000000
+FUZZ_PKGS := clang libclang-rt-14-dev
+FUZZ_SRCS := codecs/codec.c codecs/mpscan.c codecs/job.c
+fuzz:
+	@missing=""; for p in $(FUZZ_PKGS) libmsgpack-dev libjansson-dev; do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; fi
+	@mkdir -p build-fuzz/corpus
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=undefined $(shell pkg-config --cflags msgpack jansson) \
+	  -o build-fuzz/fuzz_job tests/fuzz/fuzz_job.c $(FUZZ_SRCS) \
+	  $(shell pkg-config --libs msgpack jansson) -lm
+	$(CC) -std=c11 -D_GNU_SOURCE -O1 $(shell pkg-config --cflags msgpack jansson) \
+	  -o build-fuzz/seeds tests/fuzz/seeds.c codecs/wire.c \
+	  $(shell pkg-config --libs msgpack jansson) -lm
+	build-fuzz/seeds build-fuzz/corpus
+	build-fuzz/fuzz_job -runs=$(FUZZ_RUNS) -max_len=65536 -rss_limit_mb=2048 \
+	  -print_final_stats=1 build-fuzz/corpus
+
 clean:
-	rm -rf build build-address build-undefined build-thread
+	rm -rf build-fuzz build build-address build-undefined build-thread
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

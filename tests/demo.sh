@@ -37,7 +37,9 @@ pids+=($!)
 for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
 echo "   127.0.0.1:$rport"
 
-set_args=(--set "kafka.brokers=$brokers" --set "redis.port=$rport" --set kafka.properties.fetch.wait.max.ms=10)
+mport=$(free_port)
+set_args=(--set "kafka.brokers=$brokers" --set "redis.port=$rport" --set kafka.properties.fetch.wait.max.ms=10
+          --set "metrics.listen=127.0.0.1:$mport")
 echo "== kinfer worker -c worker.cfg ${set_args[*]}"
 $K worker -c worker.cfg "${set_args[@]}" 2>"$work/worker.log" &
 wpid=$!
@@ -52,6 +54,10 @@ RATE=${RATE:-400}
 echo "== kinfer smoke: $JOBS jobs at $RATE/s (every 5th as JSON), every result checked against the model"
 status=0
 $K smoke -c worker.cfg "${set_args[@]}" --jobs "$JOBS" --rate "$RATE" --json-every 5 --timeout 120 || status=$?
+
+echo "== a few of its metrics (http://127.0.0.1:$mport/metrics)"
+curl -s "http://127.0.0.1:$mport/metrics" | grep -E '^kinfer_(jobs_total|batches_total|queue_depth_rows|rows_per_second) ' | sed 's/^/   /' || true
+curl -s -o /dev/null -w '   /readyz: %{http_code}\n' "http://127.0.0.1:$mport/readyz" || true
 
 echo "== stopping the worker (SIGTERM: drain, flush, commit)"
 kill -TERM "$wpid"

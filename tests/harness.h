@@ -26,25 +26,28 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Every helper is static and may go unused by a given test program. */
+#define H_FN static __attribute__((unused))
+
 #define H_MAX_CHILDREN 16
 static pid_t h_children[H_MAX_CHILDREN];
 static char h_tmpdir[256];
 
-static double h_now(void)
+H_FN double h_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void h_sleep_ms(int ms)
+H_FN void h_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
     nanosleep(&ts, NULL);
 }
 
 /* Kills every child still running (at exit and on demand). */
-static void h_kill_all(void)
+H_FN void h_kill_all(void)
 {
     for (int i = 0; i < H_MAX_CHILDREN; i++) {
         if (h_children[i] > 0) {
@@ -55,14 +58,14 @@ static void h_kill_all(void)
     }
 }
 
-static void h_forget(pid_t pid)
+H_FN void h_forget(pid_t pid)
 {
     for (int i = 0; i < H_MAX_CHILDREN; i++)
         if (h_children[i] == pid) h_children[i] = 0;
 }
 
 /* A fresh scratch directory for this program's files. */
-static const char *h_dir(void)
+H_FN const char *h_dir(void)
 {
     if (!h_tmpdir[0]) {
         snprintf(h_tmpdir, sizeof(h_tmpdir), "/tmp/kinfer-test-XXXXXX");
@@ -76,7 +79,7 @@ static const char *h_dir(void)
 }
 
 /* A TCP port nobody listens on right now (bound then released). */
-static int h_free_port(void)
+H_FN int h_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -90,7 +93,7 @@ static int h_free_port(void)
 /* Starts argv[0] with argv in its own process group; stdout goes to a pipe
  * returned in *out_fd when out_fd is non-NULL, else to log_path (or
  * inherited when NULL); stderr to log_path when given. Returns the pid. */
-static pid_t h_spawn(char *const argv[], int *out_fd, const char *log_path)
+H_FN pid_t h_spawn(char *const argv[], int *out_fd, const char *log_path)
 {
     int pfd[2] = {-1, -1};
     if (out_fd && pipe(pfd) < 0) return -1;
@@ -130,7 +133,7 @@ static pid_t h_spawn(char *const argv[], int *out_fd, const char *log_path)
 /* Sends sig and waits up to timeout_s for the child; returns its exit
  * status (128+signal if killed), or -1 if it did not exit in time (it is
  * then killed). */
-static int h_stop(pid_t pid, int sig, double timeout_s)
+H_FN int h_stop(pid_t pid, int sig, double timeout_s)
 {
     if (pid <= 0) return -1;
     kill(pid, sig);
@@ -151,7 +154,7 @@ static int h_stop(pid_t pid, int sig, double timeout_s)
 }
 
 /* 1 if the child has exited (status in *status), else 0. */
-__attribute__((unused)) static int h_exited(pid_t pid, int *status)
+H_FN int h_exited(pid_t pid, int *status)
 {
     int st;
     if (waitpid(pid, &st, WNOHANG) == pid) {
@@ -163,7 +166,7 @@ __attribute__((unused)) static int h_exited(pid_t pid, int *status)
 }
 
 /* Starts `kinfer broker`; copies its bootstrap list into brokers. */
-static pid_t h_start_broker(const char *kinfer, const char *topics, int partitions,
+H_FN pid_t h_start_broker(const char *kinfer, const char *topics, int partitions,
                             char *brokers, size_t cap)
 {
     char parts[16], log[300];
@@ -183,7 +186,7 @@ static pid_t h_start_broker(const char *kinfer, const char *topics, int partitio
 
 /* Starts redis-server on a free port without persistence; waits until it
  * answers PING. Returns the pid, port in *port. */
-static pid_t h_start_redis(int *port)
+H_FN pid_t h_start_redis(int *port)
 {
     *port = h_free_port();
     char p[16], log[300];
@@ -209,7 +212,7 @@ static pid_t h_start_redis(int *port)
 }
 
 /* A producer to the harness cluster with idempotence on. */
-static rd_kafka_t *h_producer(const char *brokers)
+H_FN rd_kafka_t *h_producer(const char *brokers)
 {
     char err[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -220,7 +223,7 @@ static rd_kafka_t *h_producer(const char *brokers)
 }
 
 /* Produces one record (copied) with an optional content-type header. */
-static int h_produce(rd_kafka_t *p, const char *topic, const void *key, size_t key_len,
+H_FN int h_produce(rd_kafka_t *p, const char *topic, const void *key, size_t key_len,
                      const void *val, size_t len, const char *content_type)
 {
     rd_kafka_resp_err_t e;
@@ -242,7 +245,7 @@ static int h_produce(rd_kafka_t *p, const char *topic, const void *key, size_t k
 
 /* A consumer that reads topic from the beginning, outside any group's
  * committed offsets (its own throwaway group). */
-static rd_kafka_t *h_reader(const char *brokers, const char *topic)
+H_FN rd_kafka_t *h_reader(const char *brokers, const char *topic)
 {
     char err[512], group[64];
     snprintf(group, sizeof(group), "reader-%d-%ld", getpid(), (long)random());
@@ -263,7 +266,7 @@ static rd_kafka_t *h_reader(const char *brokers, const char *topic)
 
 /* The committed offsets of group on topic's partitions 0..n-1, summed
  * (-1 for a partition with none counts as 0). */
-static long long h_committed_sum(const char *brokers, const char *group, const char *topic,
+H_FN long long h_committed_sum(const char *brokers, const char *group, const char *topic,
                                  int n)
 {
     char err[512];

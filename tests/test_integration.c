@@ -109,7 +109,8 @@ static const char *write_config(const char *name, const char *topic, const char 
             "  layers = ( { op = \"dense\"; weight = \"0.weight\"; bias = \"0.bias\"; },\n"
             "             { op = \"relu\"; },\n"
             "             { op = \"dense\"; weight = \"2.weight\"; bias = \"2.bias\"; } ); } );\n"
-            "log = { level = \"info\"; };\n%s\n",
+            "log = { level = \"info\"; };\n"
+            "metrics = { listen = \"\"; heartbeat_prefix = \"\"; };\n%s\n",
             brokers, group, topic, reply, dlq, redis_port, name, model_path, extra ? extra : "");
     fclose(f);
     return path;

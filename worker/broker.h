@@ -9,6 +9,24 @@
 
 #include <signal.h>
 
+/* The control channel, for `kinfer broker --help`: commands read from
+ * stdin, one per line, each answered by one line on stdout. */
+#define BROKER_CONTROL_HELP                                                        \
+    "\n"                                                                           \
+    "Control channel: after the bootstrap line, commands are read from stdin,\n"   \
+    "one per line, and each is answered on stdout with one line, \"ok\" or\n"      \
+    "\"error <why>\". End of input only stops the reading, never the broker.\n"   \
+    "  down <broker_id|all>             close its connections, refuse new ones\n"  \
+    "  up <broker_id|all>               accept connections again\n"                \
+    "  rtt <broker_id|all> <ms>         delay every response by ms\n"              \
+    "  error <ApiKey> <count> <errcode> fail the next count requests of ApiKey\n"  \
+    "                                   (number or name: Produce, Fetch, ...;\n"   \
+    "                                   errcode a number or NOT_LEADER_FOR_PARTITION)\n" \
+    "  coordinator <group> <broker_id>  make broker_id the group's coordinator\n"  \
+    "  leader <topic> <partition> <broker_id>  move a partition's leader\n"       \
+    "  ping                             answers ok\n"                               \
+    "Broker ids are 1..--brokers.\n"
+
 struct broker_opts {
     int brokers;        /* number of mock brokers, >= 1 */
     int partitions;     /* partitions of each topic created up front */
@@ -16,8 +34,9 @@ struct broker_opts {
 };
 
 /* Starts the cluster, creates the topics, prints the bootstrap list as the
- * first line of stdout and runs until *stop. Returns 0, or 1 with a message
- * on stderr. Borrows o. */
+ * first line of stdout and runs until *stop, serving the control channel
+ * (BROKER_CONTROL_HELP) on stdin/stdout meanwhile. Returns 0, or 1 with a
+ * message on stderr. Borrows o. */
 int broker_run(const struct broker_opts *o, volatile sig_atomic_t *stop);
 
 #endif

@@ -95,14 +95,25 @@ static const struct cfg_option options[] = {
             "a queued job gains one priority level per aging_ms waited; 0 = no aging"),
     STR_OPT("default_model", 1, MODEL_NAME_MAX - 1, NULL, NULL, NULL, default_model,
             "model for jobs that name none; must be one of models; default: the first"),
-    STR_OPT("metrics.listen", 1, 255, "127.0.0.1:9464", NULL, check_listen, metrics.listen,
-            "host:port the Prometheus /metrics endpoint listens on ([::1]:9464 for IPv6)"),
+    STR_OPT("metrics.listen", 0, 255, "127.0.0.1:9464", NULL, check_listen, metrics.listen,
+            "host:port of /metrics, /healthz, /readyz ([::1]:9464 for IPv6); empty = none"),
+    INT_OPT("metrics.watchdog_ms", 100, 3600000, 60000, metrics.watchdog_ms,
+            "a worker loop silent this long trips the watchdog: /healthz answers 503, ms"),
+    INT_OPT("metrics.heartbeat_interval_ms", 100, 3600000, 5000, metrics.heartbeat_interval_ms,
+            "how often the Redis heartbeat is written and Redis checked for /readyz, ms"),
+    STR_OPT("metrics.heartbeat_prefix", 0, 1024, "kinfer:worker:", NULL, NULL,
+            metrics.heartbeat_prefix,
+            "heartbeat hash key prefix; key = prefix + group + ':' + id; empty = no heartbeat"),
+    STR_OPT("metrics.worker_id", 0, 200, "", NULL, NULL, metrics.worker_id,
+            "this worker's id in heartbeats; empty = <hostname>-<pid>"),
     INT_OPT("worker.drain_timeout_ms", 0, 600000, 15000, worker.drain_timeout_ms,
             "on SIGTERM, how long in-flight jobs may take to finish before exit, ms"),
     INT_OPT("worker.max_payload_bytes", 1, 1073741824, 1048576, worker.max_payload_bytes,
             "Kafka records larger than this are rejected without being decoded"),
     INT_OPT("worker.blas_threads", 0, 1024, 0, worker.blas_threads,
             "OpenBLAS threads; 0 = OpenBLAS's own default"),
+    STR_OPT("replay.reply_topic", 1, 249, "results.replay", NULL, NULL, replay.reply_topic,
+            "topic kinfer replay publishes results to without --reply-topic; not in kafka.topics"),
     STR_OPT("log.level", 1, 5, "info", log_levels, NULL, log.level,
             "least severe level logged: error, warn, info or debug"),
     STR_OPT("log.format", 1, 4, "text", log_formats, NULL, log.format,
@@ -280,9 +291,11 @@ static int fail_plain(struct loader *ld, const char *fmt, ...)
 
 /* metrics.listen must be host:port, so the metrics server fails here with
  * a line number rather than later with a bind error. IPv6 hosts go in
- * brackets so the port stays unambiguous. */
+ * brackets so the port stays unambiguous. Empty means no HTTP server at
+ * all, for deployments that scrape nothing. */
 static int check_listen(const char *value, char *why, size_t why_size)
 {
+    if (!*value) return 0; /* no HTTP server */
     const char *colon = strrchr(value, ':');
     if (!colon || colon == value) {
         snprintf(why, why_size, "'%s' is not host:port", value);
@@ -961,8 +974,8 @@ static int validate(struct loader *ld)
                               "kafka.topics", ld->path, t);
     }
 
-    const char *out[] = {"kafka.reply_topic", "kafka.dlq_topic"};
-    for (size_t i = 0; i < 2; i++) {
+    const char *out[] = {"kafka.reply_topic", "kafka.dlq_topic", "replay.reply_topic"};
+    for (size_t i = 0; i < sizeof(out) / sizeof(out[0]); i++) {
         const struct cfg_option *o = option_find(out[i]);
         const char *t = *(char **)field_at(c, o);
         for (size_t k = 0; k < c->kafka.n_topics; k++)

@@ -63,13 +63,20 @@ struct kcfg {
     size_t n_models;
     char *default_model;        /* name of one of models; default: the first */
     struct {
-        char *listen;           /* "127.0.0.1:9464" */
+        char *listen;           /* "127.0.0.1:9464"; "" = no HTTP server */
+        int watchdog_ms;        /* 60000: a loop silent this long fails /healthz */
+        int heartbeat_interval_ms; /* 5000: Redis heartbeat and Redis check period */
+        char *heartbeat_prefix; /* "kinfer:worker:"; "" = no heartbeat hash */
+        char *worker_id;        /* "" = <hostname>-<pid> */
     } metrics;
     struct {
         int drain_timeout_ms;   /* 15000: SIGTERM drain budget */
         int max_payload_bytes;  /* 1048576: larger records are rejected unread */
         int blas_threads;       /* 0 = OpenBLAS default */
     } worker;
+    struct {
+        char *reply_topic;      /* "results.replay": `kinfer replay` results */
+    } replay;
     struct {
         char *level;            /* "info" */
         char *format;           /* "text" | "json" */

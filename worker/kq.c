@@ -44,13 +44,20 @@ rd_kafka_conf_t *kq_conf_new(const struct kcfg *c, enum kq_role role,
         {"enable.auto.offset.store", "false"},
         {"enable.auto.commit", "true"},
         {"auto.offset.reset", "earliest"},
-        {"partition.assignment.strategy", "cooperative-sticky"},
+        /* librdkafka's eager assignors (its default), not cooperative-sticky:
+         * 2.0.2 (Debian 12) aborts when a cooperative consumer closes during
+         * a rebalance (librdkafka issue #4312), which turns a SIGTERM into a
+         * crash. The rebalance callback handles both protocols, so a newer
+         * librdkafka can opt in through kafka.properties. */
+        {"partition.assignment.strategy", "range,roundrobin"},
         {"enable.partition.eof", "false"},
+        {"statistics.interval.ms", "5000"}, /* consumer lag for the metrics */
     };
     static const char *const producer_base[][2] = {
         {"enable.idempotence", "true"},
         {"acks", "all"},
         {"linger.ms", "5"},
+        {"statistics.interval.ms", "5000"},
     };
     if (kq_set(conf, "bootstrap.servers", c->kafka.brokers, errstr, errstr_size) < 0)
         goto fail;

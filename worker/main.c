@@ -13,7 +13,10 @@
 #include "../gpu/model.h"
 #include "broker.h"
 #include "config.h"
+#include "heartbeat.h"
+#include "lag.h"
 #include "log.h"
+#include "replay.h"
 #include "smoke.h"
 #include "worker.h"
 #ifdef KINFER_HAVE_CUDA
@@ -51,6 +54,9 @@ static const char usage_main[] =
     "\n"
     "commands:\n"
     "  worker   run the worker:            kinfer worker -c worker.cfg\n"
+    "  replay   recompute a range:         kinfer replay -c worker.cfg --from T --to T\n"
+    "  lag      the group's lag:           kinfer lag -c worker.cfg [--json]\n"
+    "  status   live workers (heartbeats): kinfer status -c worker.cfg [--json]\n"
     "  broker   run an embedded Kafka:     kinfer broker --topics jobs\n"
     "  smoke    check a running worker:    kinfer smoke -c worker.cfg\n"
     "  model    model tools:               kinfer model demo -o models/demo.safetensors\n"
@@ -284,6 +290,9 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "worker") == 0) return cmd_with_config(argc - 1, argv + 1, 0);
     if (strcmp(cmd, "smoke") == 0) return cmd_with_config(argc - 1, argv + 1, 1);
     if (strcmp(cmd, "broker") == 0) return cmd_broker(argc - 1, argv + 1);
+    if (strcmp(cmd, "replay") == 0) return replay_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "lag") == 0) return lag_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "status") == 0) return status_main(argc - 1, argv + 1);
     if (strcmp(cmd, "model") == 0) return cmd_model(argc - 1, argv + 1);
     fprintf(stderr, "kinfer: unknown command '%s'\n\n%s", cmd, usage_main);
     return 1;

@@ -19,6 +19,8 @@
 struct rsink {
     char *host, *password, *prefix, *channel;
     int port, db, timeout_ms, if_absent;
+    void (*alive)(void *ctx);
+    void *alive_ctx;
     char ttl[32];
     redisContext *ctx;
     int backoff_ms;            /* next wait after a failure, capped */
@@ -49,6 +51,8 @@ struct rsink *rsink_new(const struct rsink_conf *c)
     }
     r->port = c->port;
     r->if_absent = c->if_absent;
+    r->alive = c->alive;
+    r->alive_ctx = c->alive_ctx;
     r->db = c->db;
     r->timeout_ms = c->timeout_ms > 0 ? c->timeout_ms : 2000;
     snprintf(r->ttl, sizeof(r->ttl), "%" PRId64, c->ttl_ms);
@@ -138,6 +142,7 @@ static void backoff(struct rsink *r, const atomic_int *stop)
     for (int slept = 0; slept < r->backoff_ms && !atomic_load(stop); slept += 10) {
         struct timespec ts = {0, 10 * 1000000};
         nanosleep(&ts, NULL);
+        if (r->alive) r->alive(r->alive_ctx);
     }
     r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
                                                        : r->backoff_ms * 2;

@@ -26,6 +26,10 @@ struct rsink_conf {
     int timeout_ms;              /* connect and per-command timeout */
     const char *publish_channel; /* "" or NULL: no PUBLISH */
     int if_absent;               /* SET ... NX: never overwrite an existing key */
+    /* Called while retrying (every backoff slice), so a caller's watchdog
+     * sees a thread that waits on Redis as alive, not hung. May be NULL. */
+    void (*alive)(void *ctx);
+    void *alive_ctx;
 };
 
 struct rsink;

@@ -34,6 +34,9 @@
 #include "log.h"
 #include "offtrack.h"
 #include "rsink.h"
+#include "heartbeat.h"
+#include "metrics.h"
+#include "stats.h"
 
 /* A mutex-protected FIFO of jobs linked through ->next. */
 struct jq {
@@ -89,6 +92,12 @@ struct worker {
     int paused_partitions;
     int draining;
     int pipeline_stopped; /* executors and sink joined: nothing more completes */
+
+    struct stats *stats;     /* any thread; outlives the clients (stats_cb) */
+    struct metrics *metrics; /* HTTP endpoints; NULL in assign mode */
+    struct hb *hb;           /* Redis heartbeat; NULL in assign mode */
+    atomic_int exec_ids;     /* hands each executor its watchdog slot */
+    int n_assigned;          /* poll thread: partitions assigned */
 
     /* Counters for the stats line (and the metrics endpoint later). */
     atomic_uint_fast64_t n_consumed, n_ok, n_failed, n_dead, n_batches,
@@ -262,6 +271,7 @@ static void take_record(struct worker *w, const rd_kafka_message_t *m)
         return;
     }
     atomic_fetch_add(&w->n_consumed, 1);
+    stats_consumed(w->stats);
 
     char ctbuf[64], why[256];
     const char *ct = content_type(m, ctbuf, sizeof(ctbuf));
@@ -470,6 +480,7 @@ static void on_revoke(struct worker *w, rd_kafka_topic_partition_list_t *parts,
                           w->cfg->kafka.revoke_timeout_ms);
                 break;
             }
+            stats_alive(w->stats, STATS_LOOP_POLL);
             sleep_ms(2);
         }
         rd_kafka_resp_err_t err = rd_kafka_commit(w->consumer, NULL, 0);
@@ -517,6 +528,11 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             rd_kafka_assign(rk, NULL);
         }
     }
+    rd_kafka_topic_partition_list_t *a = NULL;
+    if (rd_kafka_assignment(rk, &a) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        w->n_assigned = a->cnt;
+        rd_kafka_topic_partition_list_destroy(a);
+    }
 }
 
 /* librdkafka's error events: transient ones are logged (the client
@@ -534,6 +550,13 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
     LOG_W("kafka_error", "client=%s error=\"%s\" reason=\"%s\"", rd_kafka_name(rk),
           rd_kafka_err2str(err), reason);
 }
+
+/* stats_batch takes the batcher's reasons as they are. */
+_Static_assert((int)BATCH_SIZE == (int)STATS_BATCH_SIZE &&
+                   (int)BATCH_DEADLINE == (int)STATS_BATCH_DEADLINE &&
+                   (int)BATCH_WAIT == (int)STATS_BATCH_WAIT &&
+                   (int)BATCH_DRAIN == (int)STATS_BATCH_DRAIN,
+               "enum stats_batch_reason mirrors enum batcher_reason");
 
 /* ---- executor thread ------------------------------------------------------ */
 
@@ -558,7 +581,9 @@ static void *exec_main(void *arg)
     if (!staging) goto oom;
 
     int max_inflight = w->cfg->batching.max_inflight_batches;
+    int me = STATS_LOOP_EXEC + atomic_fetch_add(&w->exec_ids, 1);
     while (!atomic_load(&w->exec_stop)) {
+        stats_alive(w->stats, me);
         /* A closed batch is only taken while fewer than max_inflight_batches
          * are running or being written out; meanwhile jobs keep queueing
          * (and the queue's high mark pauses fetching). */
@@ -567,7 +592,8 @@ static void *exec_main(void *arg)
             continue;
         }
         size_t rows;
-        struct job *batch = batcher_next(w->batcher, 100, &rows, NULL);
+        enum batcher_reason why = BATCH_SIZE;
+        struct job *batch = batcher_next(w->batcher, 100, &rows, &why);
         if (!batch) continue;
         atomic_fetch_add(&w->inflight_batches, 1);
         int64_t start_us = batcher_now_us(), now_ms = wall_ms();
@@ -637,7 +663,9 @@ static void *exec_main(void *arg)
         atomic_fetch_add(&w->n_batches, 1);
         atomic_fetch_add(&w->n_batch_rows, run_rows);
         jq_push_list(&w->sinkq, batch);
+        stats_batch(w->stats, (enum stats_batch_reason)why, run_rows);
     }
+    stats_loop_stop(w->stats, me);
     free(staging);
     for (size_t i = 0; i < w->n_models; i++) model_ws_destroy(ws[i]);
     free(ws);
@@ -658,6 +686,7 @@ static void ack(struct worker *w, struct job *j)
 {
     if (--j->acks_pending == 0) {
         j->next = NULL;
+        stats_job_done(w->stats, j, wall_ms());
         if (j->kind == JOB_DEAD) {
             /* counted when dead-lettered */
         } else if (j->err == JOB_OK) {
@@ -679,6 +708,7 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
     if (j->stranded) return; /* owned by the stranded list now */
     if (m->err) {
         atomic_fetch_add(&w->n_produce_errors, 1);
+        stats_produce_error(w->stats);
         LOG_W("produce_failed", "id=%s error=\"%s\" attempt=%d", j->id,
               rd_kafka_err2str(m->err), j->produce_attempts);
         j->next = w->retry;
@@ -738,11 +768,20 @@ static void produce_or_retry(struct worker *w, struct job *j)
             continue;
         }
         atomic_fetch_add(&w->n_produce_errors, 1);
+        stats_produce_error(w->stats);
         LOG_W("produce_failed", "id=%s error=\"%s\"", j->id, rd_kafka_err2str(err));
         j->next = w->retry;
         w->retry = j;
         return;
     }
+}
+
+/* rsink's hook while it retries Redis: the sink thread is waiting on an
+ * outage, not hung (an outage shows on /readyz, not /healthz). */
+static void sink_alive(void *ctx)
+{
+    struct worker *w = ctx;
+    stats_alive(w->stats, STATS_LOOP_SINK);
 }
 
 static void *sink_main(void *arg)
@@ -751,6 +790,7 @@ static void *sink_main(void *arg)
     size_t cap = 0;
     struct job **results = NULL;
     while (!atomic_load(&w->sink_stop)) {
+        stats_alive(w->stats, STATS_LOOP_SINK);
         struct job *list = jq_take_all(&w->sinkq, 5);
         size_t n = 0;
         for (struct job *j = list; j; j = j->next) n++;
@@ -813,6 +853,7 @@ static void *sink_main(void *arg)
             }
         }
     }
+    stats_loop_stop(w->stats, STATS_LOOP_SINK);
     free(results);
     return NULL;
 }
@@ -841,6 +882,16 @@ static int load_models(struct worker *w)
     return w->default_model < 0 ? -1 : 0;
 }
 
+/* librdkafka's statistics (every statistics.interval.ms), served on the
+ * thread that polls the client: lag, group state, broker connections. */
+static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+    (void)rk;
+    struct worker *w = opaque;
+    stats_rdkafka_json(w->stats, json, len);
+    return 0; /* librdkafka frees json */
+}
+
 static rd_kafka_t *make_client(struct worker *w, enum kq_role role)
 {
     char err[512];
@@ -857,6 +908,7 @@ static rd_kafka_t *make_client(struct worker *w, enum kq_role role)
     }
     rd_kafka_conf_set_opaque(conf, w);
     rd_kafka_conf_set_error_cb(conf, error_cb);
+    rd_kafka_conf_set_stats_cb(conf, stats_cb);
     if (role == KQ_CONSUMER) rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
     else rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
     rd_kafka_t *rk = rd_kafka_new(role == KQ_CONSUMER ? RD_KAFKA_CONSUMER
@@ -978,11 +1030,23 @@ static size_t drain(struct worker *w)
            !atomic_load(&w->fatal)) {
         /* Keep serving the group (and rebalances) while draining; records
          * still buffered for paused partitions are not taken. */
+        stats_alive(w->stats, STATS_LOOP_POLL);
         rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 5);
         if (m) rd_kafka_message_destroy(m);
         drain_done(w);
     }
     return left;
+}
+
+/* The poll thread's gauges for /metrics and the heartbeat. */
+static void publish_gauges(struct worker *w, int64_t now)
+{
+    struct batcher_stats bs;
+    batcher_get_stats(w->batcher, now, &bs);
+    stats_set_queue(w->stats, bs.queued_rows, bs.queued_jobs, (double)bs.oldest_age_us / 1e6,
+                    w->inflight_rows, atomic_load(&w->inflight_batches));
+    stats_set_partitions(w->stats, w->n_assigned, w->paused ? w->n_assigned : 0);
+    stats_set_redis_errors(w->stats, rsink_errors(w->rsink));
 }
 
 enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts,
@@ -1006,8 +1070,18 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
     w->max_job_rows = (size_t)c->batching.max_job_rows;
     jq_init(&w->sinkq);
     jq_init(&w->doneq);
+    char serr[512];
+    if (!(w->stats = stats_new())) goto out;
+    /* The endpoints and the heartbeat belong to a group member, not to a
+     * bounded assign-mode run (replay), which may run beside one. */
+    if (!w->opts.ranges && !(w->metrics = metrics_start(c, w->stats, serr, sizeof(serr)))) {
+        LOG_E("metrics_failed", "error=\"%s\"", serr);
+        goto out;
+    }
     model_set_threads(c->worker.blas_threads);
     if (load_models(w) < 0) goto out;
+    stats_set_backend(w->stats, "cpu");
+    stats_set_cond(w->stats, STATS_COND_MODEL, 1);
     if (w->opts.model && (w->model_override = cfg_model_index(c, w->opts.model)) < 0) {
         LOG_E("unknown_model", "model=%s note=\"not one of this config's models\"",
               w->opts.model);
@@ -1035,9 +1109,14 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
                              .key_prefix = c->redis.key_prefix, .ttl_ms = c->redis.ttl_ms,
                              .timeout_ms = c->redis.timeout_ms,
                              .publish_channel = c->redis.publish_channel,
-                             .if_absent = w->opts.redis == WORKER_REDIS_IF_ABSENT};
+                             .if_absent = w->opts.redis == WORKER_REDIS_IF_ABSENT,
+                             .alive = sink_alive, .alive_ctx = w};
     w->rsink = rsink_new(&rc_);
     if (!w->batcher || !w->ot || !w->rsink) goto out;
+    if (!w->opts.ranges && !(w->hb = hb_start(c, w->stats, serr, sizeof(serr)))) {
+        LOG_E("heartbeat_failed", "error=\"%s\"", serr);
+        goto out;
+    }
     if (w->opts.redis != WORKER_REDIS_OFF && rsink_ping(w->rsink) < 0)
         LOG_W("redis_unreachable", "host=%s port=%d note=\"results wait until it answers\"",
               c->redis.host, c->redis.port);
@@ -1101,10 +1180,15 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
     w->tokens_at_us = started_us;
 
     int64_t next_stats = batcher_now_us() + 10 * 1000000;
-    int64_t next_deadline = INT64_MAX;
+    int64_t next_deadline = INT64_MAX, next_gauges = 0;
     while (!*stop && !atomic_load(&w->fatal)) {
         drain_done(w);
         int64_t now = batcher_now_us();
+        stats_alive(w->stats, STATS_LOOP_POLL);
+        if (now >= next_gauges) {
+            publish_gauges(w, now);
+            next_gauges = now + 100000; /* gauges: 10 a second is plenty */
+        }
         if (next_deadline <= now) expire(w, now, &next_deadline);
         backpressure(w);
         if (w->opts.ranges) {
@@ -1142,9 +1226,11 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
         }
     }
     int fatal = atomic_load(&w->fatal);
+    stats_set_draining(w->stats);
     LOG_I("draining", "reason=%s inflight_rows=%zu",
           fatal ? "fatal_error" : *stop ? "signal" : "ranges_done", w->inflight_rows);
     size_t left = fatal ? offtrack_pending_total(w->ot) : drain(w);
+    stats_loop_stop(w->stats, STATS_LOOP_POLL);
 
     atomic_store(&w->exec_stop, 1);
     batcher_stop(w->batcher);
@@ -1192,6 +1278,9 @@ out:
     rsink_destroy(w->rsink);
     for (size_t i = 0; i < w->n_models; i++) model_destroy(w->models[i]);
     free(w->models);
+    hb_stop(w->hb);
+    metrics_stop(w->metrics);
+    stats_destroy(w->stats); /* after the clients: their stats_cb uses it */
     free(w);
     return rc;
 }

@@ -1,0 +1,609 @@
+/* heartbeat.c - writes this worker's heartbeat hash to Redis from a thread
+ * of its own, and reads everyone's back for `kinfer status`.
+ *
+ * The writer has its own hiredis connection (the result sink's belongs to
+ * the sink thread). Each beat is one pipelined round trip, HSET of every
+ * field then PEXPIRE; any error throws the context away (hiredis: a
+ * context that saw an error is not reused) and the next beat reconnects,
+ * re-applying the command timeout. The beat's outcome is the Redis
+ * readiness condition.
+ *
+ * Threads: hb_start/hb_stop on the main thread, the beats on the heartbeat
+ * thread, status_main on the main thread of `kinfer status`. Ownership:
+ * struct hb copies every string it needs from the config; the stats are
+ * borrowed. */
+#include "heartbeat.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <hiredis/hiredis.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#ifndef KINFER_VERSION
+#define KINFER_VERSION "dev"
+#endif
+
+/* The hash's fields and how `kinfer status --json` types them. The writer
+ * fills them by index; the reader keeps unknown fields as strings so an
+ * older status still shows a newer worker's hash. */
+enum hb_type { HB_STR, HB_INT, HB_NUM, HB_BOOL, HB_LIST };
+enum hb_field_idx {
+    F_ID, F_HOST, F_PID, F_GROUP, F_VERSION, F_BACKEND, F_ASSIGNED, F_PAUSED, F_PARTITIONS,
+    F_QUEUE_ROWS, F_QUEUE_JOBS, F_INFLIGHT_ROWS, F_INFLIGHT_BATCHES, F_LAG, F_ROWS_PS,
+    F_JOBS_PS, F_JOBS_DONE, F_READY, F_HEALTHY, F_STARTED, F_UPDATED, N_FIELDS
+};
+static const struct hb_field {
+    const char *name;
+    enum hb_type type;
+} hb_fields[N_FIELDS] = {
+    [F_ID] = {"id", HB_STR},
+    [F_HOST] = {"host", HB_STR},
+    [F_PID] = {"pid", HB_INT},
+    [F_GROUP] = {"group", HB_STR},
+    [F_VERSION] = {"version", HB_STR},
+    [F_BACKEND] = {"backend", HB_STR},
+    [F_ASSIGNED] = {"assigned", HB_INT},
+    [F_PAUSED] = {"paused", HB_INT},
+    [F_PARTITIONS] = {"partitions", HB_LIST},
+    [F_QUEUE_ROWS] = {"queue_rows", HB_INT},
+    [F_QUEUE_JOBS] = {"queue_jobs", HB_INT},
+    [F_INFLIGHT_ROWS] = {"inflight_rows", HB_INT},
+    [F_INFLIGHT_BATCHES] = {"inflight_batches", HB_INT},
+    [F_LAG] = {"lag", HB_INT},
+    [F_ROWS_PS] = {"rows_per_second", HB_NUM},
+    [F_JOBS_PS] = {"jobs_per_second", HB_NUM},
+    [F_JOBS_DONE] = {"jobs_done", HB_INT},
+    [F_READY] = {"ready", HB_BOOL},
+    [F_HEALTHY] = {"healthy", HB_BOOL},
+    [F_STARTED] = {"started_at_ms", HB_INT},
+    [F_UPDATED] = {"updated_at_ms", HB_INT},
+};
+
+#define HB_PARTS_MAX 8192 /* "topic:partition,..." text; longer lists end in "..." */
+
+struct hb {
+    struct stats *st;
+    char *host, *password, *key, *id, *hostname, *group;
+    int port, db, timeout_ms, interval_ms;
+    long pid;
+    int64_t started_at_ms;
+    redisContext *rc;  /* heartbeat thread only */
+    int failing;       /* heartbeat thread only: the last beat failed */
+    char parts[HB_PARTS_MAX]; /* heartbeat thread only */
+
+    pthread_t thr;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC */
+    int stop;          /* under mu */
+};
+
+/* Wall-clock ms: updated_at_ms is compared across machines by `kinfer
+ * status`, so it cannot be a monotonic reading. */
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* In Kubernetes the hostname is the pod name, so hostname-pid is unique
+ * and recognisable without any configuration. */
+const char *hb_worker_id(const struct kcfg *c, char *buf, size_t cap)
+{
+    if (c->metrics.worker_id && *c->metrics.worker_id) {
+        snprintf(buf, cap, "%s", c->metrics.worker_id);
+        return buf;
+    }
+    char host[256];
+    if (gethostname(host, sizeof(host)) != 0) snprintf(host, sizeof(host), "unknown");
+    host[sizeof(host) - 1] = '\0';
+    snprintf(buf, cap, "%s-%ld", host, (long)getpid());
+    return buf;
+}
+
+/* Connects, applies the timeout to every command, authenticates and
+ * selects the database: the same steps after every reconnect. Returns a
+ * usable context or NULL with err filled. */
+static redisContext *redis_open(const char *host, int port, const char *password, int db,
+                                int timeout_ms, char *err, size_t cap)
+{
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    redisContext *c = redisConnectWithTimeout(host, port, tv);
+    if (!c || c->err) {
+        snprintf(err, cap, "connect %s:%d: %s", host, port, c ? c->errstr : "out of memory");
+        if (c) redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv);
+    redisReply *r = NULL;
+    if (password && *password) {
+        const char *argv[] = {"AUTH", password};
+        r = redisCommandArgv(c, 2, argv, NULL);
+        if (!r || r->type == REDIS_REPLY_ERROR) goto refused;
+        freeReplyObject(r);
+    }
+    if (db) {
+        char dbs[16];
+        snprintf(dbs, sizeof(dbs), "%d", db);
+        const char *argv[] = {"SELECT", dbs};
+        r = redisCommandArgv(c, 2, argv, NULL);
+        if (!r || r->type == REDIS_REPLY_ERROR) goto refused;
+        freeReplyObject(r);
+    }
+    return c;
+refused:
+    snprintf(err, cap, "%s:%d: %s", host, port,
+             r ? r->str : c->errstr[0] ? c->errstr : "no reply");
+    if (r) freeReplyObject(r);
+    redisFree(c);
+    return NULL;
+}
+
+/* "topic:partition,..." of the assigned partitions the consumer reported. */
+static void partitions_text(const struct stats_snapshot *s, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < s->n_parts && used < cap; i++) {
+        int n = snprintf(buf + used, cap - used, "%s%s:%" PRId32, i ? "," : "",
+                         s->parts[i].topic, s->parts[i].partition);
+        if (n < 0) break;
+        used += (size_t)n;
+    }
+    if (used >= cap && cap > 4) memcpy(buf + cap - 4, "...", 4);
+}
+
+/* Writes one beat (or PINGs when no hash is wanted). Returns 0 when Redis
+ * acknowledged it, else -1 with err filled. */
+static int beat_once(struct hb *h, char *err, size_t cap)
+{
+    if (!h->rc) {
+        h->rc = redis_open(h->host, h->port, h->password, h->db, h->timeout_ms, err, cap);
+        if (!h->rc) return -1;
+    }
+    int want = 1;
+    if (!h->key) {
+        const char *argv[] = {"PING"};
+        redisAppendCommandArgv(h->rc, 1, argv, NULL);
+    } else {
+        struct stats_snapshot s;
+        stats_snapshot(h->st, stats_now_us(), &s);
+        const char *reasons[1];
+        int ready = stats_ready(&s, reasons, 1, NULL);
+        uint64_t done = 0;
+        for (int a = 0; a < STATS_N_STATUS; a++)
+            for (int b = 0; b <= JOB_ERR_SHUTTING_DOWN; b++) done += s.jobs[a][b];
+        partitions_text(&s, h->parts, sizeof(h->parts));
+        char v[N_FIELDS][64];
+        const char *val[N_FIELDS];
+        for (int i = 0; i < N_FIELDS; i++) {
+            v[i][0] = '\0';
+            val[i] = v[i];
+        }
+        val[F_ID] = h->id;
+        val[F_HOST] = h->hostname;
+        val[F_GROUP] = h->group;
+        val[F_VERSION] = KINFER_VERSION;
+        val[F_PARTITIONS] = h->parts;
+        snprintf(v[F_PID], 64, "%ld", h->pid);
+        snprintf(v[F_BACKEND], 64, "%s", s.backend);
+        snprintf(v[F_ASSIGNED], 64, "%" PRId64, s.assigned);
+        snprintf(v[F_PAUSED], 64, "%" PRId64, s.paused);
+        snprintf(v[F_QUEUE_ROWS], 64, "%" PRId64, s.queue_rows);
+        snprintf(v[F_QUEUE_JOBS], 64, "%" PRId64, s.queue_jobs);
+        snprintf(v[F_INFLIGHT_ROWS], 64, "%" PRId64, s.inflight_rows);
+        snprintf(v[F_INFLIGHT_BATCHES], 64, "%" PRId64, s.inflight_batches);
+        snprintf(v[F_LAG], 64, "%" PRId64, s.lag_total);
+        snprintf(v[F_ROWS_PS], 64, "%.3f", s.rows_per_s);
+        snprintf(v[F_JOBS_PS], 64, "%.3f", s.jobs_per_s);
+        snprintf(v[F_JOBS_DONE], 64, "%" PRIu64, done);
+        snprintf(v[F_READY], 64, "%d", ready);
+        snprintf(v[F_HEALTHY], 64, "%d", s.healthy);
+        snprintf(v[F_STARTED], 64, "%" PRId64, h->started_at_ms);
+        snprintf(v[F_UPDATED], 64, "%" PRId64, wall_ms());
+        stats_snapshot_fini(&s);
+
+        const char *argv[2 + 2 * N_FIELDS];
+        argv[0] = "HSET";
+        argv[1] = h->key;
+        for (int i = 0; i < N_FIELDS; i++) {
+            argv[2 + 2 * i] = hb_fields[i].name;
+            argv[3 + 2 * i] = val[i];
+        }
+        redisAppendCommandArgv(h->rc, (int)(2 + 2 * N_FIELDS), argv, NULL);
+        char ttl[32];
+        snprintf(ttl, sizeof(ttl), "%lld", 3LL * h->interval_ms);
+        const char *ex[] = {"PEXPIRE", h->key, ttl};
+        redisAppendCommandArgv(h->rc, 3, ex, NULL);
+        want = 2;
+    }
+    int rc = 0;
+    for (int i = 0; i < want; i++) {
+        void *rp = NULL;
+        if (redisGetReply(h->rc, &rp) != REDIS_OK || !rp) {
+            snprintf(err, cap, "%s:%d: %s", h->host, h->port,
+                     h->rc->errstr[0] ? h->rc->errstr : "no reply");
+            rc = -1;
+            break;
+        }
+        redisReply *r = rp;
+        if (r->type == REDIS_REPLY_ERROR) {
+            snprintf(err, cap, "%s:%d: %s", h->host, h->port, r->str);
+            rc = -1;
+        }
+        freeReplyObject(r);
+    }
+    if (rc < 0) {
+        redisFree(h->rc);
+        h->rc = NULL;
+    }
+    return rc;
+}
+
+/* One beat with its consequences: the readiness condition, the error
+ * counter, and one log line when Redis goes away or comes back. */
+static void beat(struct hb *h)
+{
+    char err[256];
+    int ok = beat_once(h, err, sizeof(err)) == 0;
+    stats_set_cond(h->st, STATS_COND_REDIS, ok);
+    if (!ok) stats_heartbeat_error(h->st);
+    if (!ok && !h->failing) LOG_W("heartbeat_failed", "error=\"%s\"", err);
+    if (ok && h->failing) LOG_I("heartbeat_ok", "key=%s", h->key ? h->key : "(ping only)");
+    h->failing = !ok;
+}
+
+/* The thread: beat, then sleep an interval on the condition variable so
+ * hb_stop wakes it at once; on the way out delete the hash so `kinfer
+ * status` stops listing a worker that stopped cleanly. */
+static void *hb_main(void *arg)
+{
+    struct hb *h = arg;
+    for (;;) {
+        stats_alive(h->st, STATS_LOOP_HEARTBEAT);
+        beat(h);
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += h->interval_ms / 1000;
+        until.tv_nsec += (long)(h->interval_ms % 1000) * 1000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        pthread_mutex_lock(&h->mu);
+        while (!h->stop) {
+            /* Waking before the interval is up is only for stop. The
+             * watchdog hears from this loop at least once an interval. */
+            if (pthread_cond_timedwait(&h->cv, &h->mu, &until) == ETIMEDOUT) break;
+        }
+        int stop = h->stop;
+        pthread_mutex_unlock(&h->mu);
+        if (stop) break;
+    }
+    stats_loop_stop(h->st, STATS_LOOP_HEARTBEAT);
+    if (h->key) {
+        char err[256];
+        if (!h->rc)
+            h->rc = redis_open(h->host, h->port, h->password, h->db, h->timeout_ms, err,
+                               sizeof(err));
+        if (h->rc) {
+            const char *argv[] = {"DEL", h->key};
+            redisReply *r = redisCommandArgv(h->rc, 2, argv, NULL);
+            if (r) freeReplyObject(r);
+        }
+    }
+    return NULL;
+}
+
+/* Frees the copies; the thread is not running. */
+static void hb_free(struct hb *h)
+{
+    if (h->rc) redisFree(h->rc);
+    free(h->host);
+    free(h->password);
+    free(h->key);
+    free(h->id);
+    free(h->hostname);
+    free(h->group);
+    free(h);
+}
+
+/* Copies what the thread needs so the config may go away; the thread
+ * starts beating at once. */
+struct hb *hb_start(const struct kcfg *c, struct stats *st, char *errstr, size_t errstr_size)
+{
+    struct hb *h = calloc(1, sizeof(*h));
+    int mu_ok = 0, cv_ok = 0;
+    pthread_condattr_t ca;
+    if (!h) goto oom;
+    h->st = st;
+    h->port = c->redis.port;
+    h->db = c->redis.db;
+    h->timeout_ms = c->redis.timeout_ms;
+    h->interval_ms = c->metrics.heartbeat_interval_ms > 0 ? c->metrics.heartbeat_interval_ms : 5000;
+    h->pid = (long)getpid();
+    h->started_at_ms = wall_ms();
+    char id[256], hostname[256];
+    hb_worker_id(c, id, sizeof(id));
+    if (gethostname(hostname, sizeof(hostname)) != 0) snprintf(hostname, sizeof(hostname), "unknown");
+    hostname[sizeof(hostname) - 1] = '\0';
+    h->host = strdup(c->redis.host);
+    h->password = strdup(c->redis.password ? c->redis.password : "");
+    h->id = strdup(id);
+    h->hostname = strdup(hostname);
+    h->group = strdup(c->kafka.group);
+    if (!h->host || !h->password || !h->id || !h->hostname || !h->group) goto oom;
+    const char *prefix = c->metrics.heartbeat_prefix ? c->metrics.heartbeat_prefix : "";
+    if (*prefix) {
+        size_t n = strlen(prefix) + strlen(c->kafka.group) + strlen(id) + 2;
+        if (!(h->key = malloc(n))) goto oom;
+        snprintf(h->key, n, "%s%s:%s", prefix, c->kafka.group, id);
+    }
+    if (pthread_mutex_init(&h->mu, NULL) != 0) goto oom;
+    mu_ok = 1;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    cv_ok = pthread_cond_init(&h->cv, &ca) == 0;
+    pthread_condattr_destroy(&ca);
+    if (!cv_ok) goto oom;
+    if (pthread_create(&h->thr, NULL, hb_main, h) != 0) {
+        snprintf(errstr, errstr_size, "heartbeat: cannot start a thread");
+        goto fail;
+    }
+    LOG_I("heartbeat_started", "key=%s interval_ms=%d", h->key ? h->key : "(ping only)",
+          h->interval_ms);
+    return h;
+oom:
+    snprintf(errstr, errstr_size, "heartbeat: out of memory");
+fail:
+    if (h) {
+        if (cv_ok) pthread_cond_destroy(&h->cv);
+        if (mu_ok) pthread_mutex_destroy(&h->mu);
+        hb_free(h);
+    }
+    return NULL;
+}
+
+/* Wakes the thread out of its interval wait; it deletes the hash on its
+ * way out, so a clean stop disappears from `kinfer status` at once. */
+void hb_stop(struct hb *h)
+{
+    if (!h) return;
+    pthread_mutex_lock(&h->mu);
+    h->stop = 1;
+    pthread_cond_signal(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    pthread_join(h->thr, NULL);
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
+    hb_free(h);
+}
+
+/* ---- kinfer status ------------------------------------------------------- */
+
+static const char usage_status[] =
+    "usage: kinfer status -c FILE [--set section.key=value]... [--json]\n"
+    "\n"
+    "Lists the live workers of kafka.group from their Redis heartbeats (hashes\n"
+    "at <metrics.heartbeat_prefix><kafka.group>:<id>, refreshed every\n"
+    "metrics.heartbeat_interval_ms and gone three intervals after a worker\n"
+    "stops writing them).\n"
+    "\n"
+    "  -c, --config FILE   configuration file (Redis and group are read from it)\n"
+    "  -s, --set K=V       override one setting\n"
+    "  -j, --json          one JSON document instead of a table\n";
+
+/* A key pattern for SCAN MATCH that matches the prefix literally: glob
+ * characters in the prefix or the group are escaped. */
+static void match_pattern(const char *prefix, const char *group, char *out, size_t cap)
+{
+    size_t n = 0;
+    const char *parts[] = {prefix, group, ":*"};
+    for (int p = 0; p < 3; p++) {
+        for (const char *s = parts[p]; *s && n + 3 < cap; s++) {
+            if (p < 2 && strchr("*?[]\\", *s)) out[n++] = '\\';
+            out[n++] = *s;
+        }
+    }
+    out[n] = '\0';
+}
+
+/* Reads one worker's hash into a JSON object typed by hb_fields, plus
+ * age_s from updated_at_ms. Returns a new object or NULL. */
+static json_t *read_worker(redisContext *c, const char *key, int64_t now_ms)
+{
+    const char *argv[] = {"HGETALL", key};
+    redisReply *r = redisCommandArgv(c, 2, argv, NULL);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
+        if (r) freeReplyObject(r);
+        return NULL; /* expired between SCAN and HGETALL */
+    }
+    json_t *o = json_object();
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        const char *name = r->element[i]->str, *v = r->element[i + 1]->str;
+        if (!name || !v) continue;
+        enum hb_type t = HB_STR;
+        for (int f = 0; f < N_FIELDS; f++)
+            if (strcmp(hb_fields[f].name, name) == 0) t = hb_fields[f].type;
+        json_t *jv;
+        if (t == HB_INT) jv = json_integer((json_int_t)strtoll(v, NULL, 10));
+        else if (t == HB_NUM) jv = json_real(strtod(v, NULL));
+        else if (t == HB_BOOL) jv = json_boolean(strcmp(v, "0") != 0);
+        else if (t == HB_LIST) {
+            jv = json_array();
+            char *copy = strdup(v), *save = NULL;
+            for (char *p = copy ? strtok_r(copy, ",", &save) : NULL; p;
+                 p = strtok_r(NULL, ",", &save))
+                json_array_append_new(jv, json_string(p));
+            free(copy);
+        } else jv = json_string(v);
+        json_object_set_new(o, name, jv);
+    }
+    freeReplyObject(r);
+    json_t *upd = json_object_get(o, "updated_at_ms");
+    if (json_is_integer(upd))
+        json_object_set_new(o, "age_s",
+                            json_real((double)(now_ms - json_integer_value(upd)) / 1000.0));
+    return o;
+}
+
+/* Workers in id order, so repeated runs line up. */
+static int by_id(const void *a, const void *b)
+{
+    const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+    const char *ix = json_string_value(json_object_get(x, "id"));
+    const char *iy = json_string_value(json_object_get(y, "id"));
+    return strcmp(ix ? ix : "", iy ? iy : "");
+}
+
+/* Collects every live worker's hash with SCAN (never KEYS: this may run
+ * against a busy production Redis). Returns a new JSON array or NULL
+ * with err filled. */
+static json_t *list_workers(const struct kcfg *c, char *err, size_t cap)
+{
+    redisContext *rc = redis_open(c->redis.host, c->redis.port, c->redis.password, c->redis.db,
+                                  c->redis.timeout_ms, err, cap);
+    if (!rc) return NULL;
+    char pattern[2600];
+    match_pattern(c->metrics.heartbeat_prefix, c->kafka.group, pattern, sizeof(pattern));
+    json_t *arr = json_array();
+    char cursor[32] = "0";
+    int64_t now = wall_ms();
+    do {
+        const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "200"};
+        redisReply *r = redisCommandArgv(rc, 6, argv, NULL);
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            snprintf(err, cap, "SCAN: %s", r && r->type == REDIS_REPLY_ERROR ? r->str
+                                            : rc->errstr[0]                  ? rc->errstr
+                                                                             : "bad reply");
+            if (r) freeReplyObject(r);
+            json_decref(arr);
+            redisFree(rc);
+            return NULL;
+        }
+        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str ? r->element[0]->str : "0");
+        for (size_t i = 0; i < r->element[1]->elements; i++) {
+            json_t *w = read_worker(rc, r->element[1]->element[i]->str, now);
+            if (w) json_array_append_new(arr, w);
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    redisFree(rc);
+
+    size_t n = json_array_size(arr);
+    json_t **items = n ? malloc(n * sizeof(*items)) : NULL;
+    if (items) {
+        for (size_t i = 0; i < n; i++) items[i] = json_incref(json_array_get(arr, i));
+        qsort(items, n, sizeof(*items), by_id);
+        json_array_clear(arr);
+        for (size_t i = 0; i < n; i++) json_array_append_new(arr, items[i]);
+        free(items);
+    }
+    return arr;
+}
+
+/* A numeric field as text for the table, "-" when absent. */
+static void cell(const json_t *w, const char *name, char *buf, size_t cap)
+{
+    const json_t *v = json_object_get(w, name);
+    if (json_is_integer(v)) snprintf(buf, cap, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    else if (json_is_real(v)) snprintf(buf, cap, "%.1f", json_real_value(v));
+    else if (json_is_boolean(v)) snprintf(buf, cap, "%s", json_is_true(v) ? "yes" : "no");
+    else if (json_is_string(v)) snprintf(buf, cap, "%s", json_string_value(v));
+    else snprintf(buf, cap, "-");
+}
+
+/* The `kinfer status` command: config, one SCAN pass, a table or JSON. */
+int status_main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"config", required_argument, 0, 'c'},
+                                         {"set", required_argument, 0, 's'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *path = NULL;
+    const char **sets = calloc((size_t)argc + 1, sizeof(char *));
+    size_t n_sets = 0;
+    int as_json = 0, rc = 1, ch;
+    struct kcfg *c = NULL;
+    json_t *workers = NULL;
+    if (!sets) return 1;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "c:s:jh", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'c': path = optarg; break;
+        case 's': sets[n_sets++] = optarg; break;
+        case 'j': as_json = 1; break;
+        case 'h': fputs(usage_status, stdout); rc = 0; goto out;
+        default: fputs(usage_status, stderr); goto out;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kinfer status: unexpected argument '%s'\n", argv[optind]);
+        goto out;
+    }
+    if (!path) {
+        fprintf(stderr, "kinfer status: -c FILE is required\n");
+        goto out;
+    }
+    char err[1024];
+    if (!(c = cfg_load(path, sets, n_sets, err, sizeof(err)))) {
+        fprintf(stderr, "kinfer status: %s\n", err);
+        goto out;
+    }
+    log_level_parse(c->log.level, &log_threshold);
+    log_fmt = strcmp(c->log.format, "json") == 0 ? LOG_JSON : LOG_TEXT;
+    if (!*c->metrics.heartbeat_prefix) {
+        fprintf(stderr, "kinfer status: metrics.heartbeat_prefix is empty: workers write no "
+                        "heartbeat\n");
+        goto out;
+    }
+    if (!(workers = list_workers(c, err, sizeof(err)))) {
+        fprintf(stderr, "kinfer status: redis %s\n", err);
+        goto out;
+    }
+    size_t n = json_array_size(workers);
+    if (as_json) {
+        json_t *doc = json_pack("{s:s, s:O}", "group", c->kafka.group, "workers", workers);
+        char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+        if (!text) {
+            json_decref(doc);
+            fprintf(stderr, "kinfer status: out of memory\n");
+            goto out;
+        }
+        printf("%s\n", text);
+        free(text);
+        json_decref(doc);
+    } else {
+        printf("group %s: %zu live worker%s\n", c->kafka.group, n, n == 1 ? "" : "s");
+        if (n)
+            printf("%-28s %-20s %8s %6s %10s %13s %10s %8s %5s %7s\n", "ID", "HOST", "ASSIGNED",
+                   "PAUSED", "QUEUE_ROWS", "INFLIGHT_ROWS", "LAG", "JOBS/S", "READY", "AGE_S");
+        for (size_t i = 0; i < n; i++) {
+            const json_t *w = json_array_get(workers, i);
+            char f[9][64];
+            const char *names[] = {"id", "host", "assigned", "paused", "queue_rows",
+                                   "inflight_rows", "lag", "jobs_per_second", "ready"};
+            for (int k = 0; k < 9; k++) cell(w, names[k], f[k], sizeof(f[k]));
+            char age[32];
+            cell(w, "age_s", age, sizeof(age));
+            printf("%-28s %-20s %8s %6s %10s %13s %10s %8s %5s %7s\n", f[0], f[1], f[2], f[3],
+                   f[4], f[5], f[6], f[7], f[8], age);
+        }
+    }
+    rc = 0;
+out:
+    json_decref(workers);
+    cfg_destroy(c);
+    free(sets);
+    return rc;
+}
