@@ -710,6 +710,42 @@ static void write_config(void)
 
 /* Models, broker, Redis, the history of jobs, and the live worker that
  * answers them first. */
+/* ---- deadlines do not apply to history ----------------------------------------- */
+
+/* Jobs whose deadline_ms and timeout_ms passed long ago still run in a
+ * replay (a backfill must not turn them into deadline_exceeded). */
+static void test_replay_ignores_deadlines(void **state)
+{
+    (void)state;
+    rd_kafka_t *pr = h_producer(brokers);
+    for (int k = 0; k < 6; k++) {
+        char id[32];
+        float in[IN_W];
+        snprintf(id, sizeof(id), "rd-%d", k);
+        job_input(0, k, in);
+        struct wire_job j = {.id = id, .input = in, .n_input = IN_W, .priority = -1,
+                             .deadline_ms = k % 2 ? 1000 : 0, .timeout_ms = k % 2 ? -1 : 1};
+        unsigned char *body;
+        size_t len;
+        assert_int_equal(wire_encode_job(&j, JOB_ENC_MSGPACK, &body, &len), 0);
+        assert_int_equal(h_produce(pr, "rd.jobs", id, strlen(id), body, len, NULL), 0);
+        free(body);
+    }
+    assert_int_equal(rd_kafka_flush(pr, 10000), 0);
+    rd_kafka_destroy(pr);
+    char out[8192];
+    const char *args[] = {"--topic", "rd.jobs", "--from", "earliest", "--to", "now", "--redis",
+                          "off", "--reply-topic", "rd.r", NULL};
+    assert_int_equal(replay("deadlines", out, sizeof(out), args), 0);
+    assert_int_equal(field(out, "ok"), 6);
+    static struct rec recs[16];
+    size_t n = read_all("rd.r", recs, 16);
+    assert_int_equal(n, 6);
+    for (size_t i = 0; i < n; i++)
+        if (!recs[i].r.ok) fail_msg("%s: %s %s", recs[i].r.id, recs[i].r.code, recs[i].r.message);
+    free_recs(recs, n);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -725,7 +761,7 @@ static int setup(void **state)
         load_reference(ms[i]);
     }
     if (h_start_broker(KINFER, "rp.jobs,rp.results,rp.dlq,rp.replay,rp.r.time,rp.r.off,"
-                               "rp.r.model,rs.jobs,rs.r", PARTS, brokers, sizeof(brokers)) < 0)
+                               "rp.r.model,rs.jobs,rs.r,rd.jobs,rd.r", PARTS, brokers, sizeof(brokers)) < 0)
         return -1;
     if (h_start_redis(&redis_port) < 0) return -1;
     write_config();
@@ -771,6 +807,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_offset_range),
         cmocka_unit_test(test_redis_modes_and_model),
         cmocka_unit_test(test_interrupt_and_resume),
+        cmocka_unit_test(test_replay_ignores_deadlines),
         cmocka_unit_test(test_live_group_untouched),
     };
     int failed = cmocka_run_group_tests_name("replay_parse_time", unit, NULL, NULL);

@@ -1273,10 +1273,6 @@ int replay_main(int argc, char **argv)
           reply_topic,
           a.redis == WORKER_REDIS_SET ? "on" : a.redis == WORKER_REDIS_OFF ? "off" : "if-absent",
           a.model ? a.model : "(as asked)", a.rate);
-    if (n_parts > 256)
-        LOG_W("replay_progress_partial", "partitions=%zu note=\"progress counts the first 256\"",
-              n_parts);
-
     struct progress pr;
     memset(&pr, 0, sizeof(pr));
     pr.a = &a;
@@ -1288,6 +1284,7 @@ int replay_main(int argc, char **argv)
     struct worker_opts wo = {
         .group = group, .reply_topic = reply_topic, .redis = a.redis, .model = a.model,
         .priority = a.priority, .rate = a.rate, .ranges = ranges, .n_ranges = n_parts,
+        .ignore_deadlines = 1, /* history: every deadline has passed */
         .progress = on_progress, .progress_ctx = &pr,
         .progress_ms = pr.tty ? REPLAY_PROGRESS_TTY_MS
                               : a.progress_ms ? a.progress_ms : REPLAY_PROGRESS_LINE_MS};

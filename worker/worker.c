@@ -57,6 +57,7 @@ struct worker {
     const char *reply_topic;
     int model_override;           /* model index for every job, -1 = none */
     struct range_state *rs;       /* per opts.ranges */
+    int64_t *range_done;          /* per opts.ranges: the progress callback's copy */
     double tokens;                /* rate cap: jobs that may be taken now */
     int64_t tokens_at_us;
     volatile sig_atomic_t *stop;
@@ -318,7 +319,8 @@ static void take_record(struct worker *w, const rd_kafka_message_t *m)
     /* The configured default timeout bounds every job; a job's own
      * deadline may only make it earlier. */
     int64_t now_ms = wall_ms();
-    if (w->cfg->batching.default_timeout_ms > 0) {
+    if (w->opts.ignore_deadlines) j->deadline_ms = 0;
+    if (w->cfg->batching.default_timeout_ms > 0 && !w->opts.ignore_deadlines) {
         int64_t d = j->record_ts_ms + w->cfg->batching.default_timeout_ms;
         if (!j->deadline_ms || d < j->deadline_ms) j->deadline_ms = d;
     }
@@ -1005,10 +1007,9 @@ static int take_allowed(struct worker *w, int64_t now)
 /* Hands the assign-mode counters to the progress callback. */
 static void report_progress(struct worker *w, int64_t started_us, int finished)
 {
-    int64_t done[256];
-    size_t n = w->opts.n_ranges < 256 ? w->opts.n_ranges : 256;
-    for (size_t i = 0; i < n; i++) done[i] = w->rs[i].done;
-    struct worker_progress p = {.ranges = w->opts.ranges, .done = done, .n_ranges = n,
+    for (size_t i = 0; i < w->opts.n_ranges; i++) w->range_done[i] = w->rs[i].done;
+    struct worker_progress p = {.ranges = w->opts.ranges, .done = w->range_done,
+                                .n_ranges = w->opts.n_ranges,
                                 .ok = atomic_load(&w->n_ok), .failed = atomic_load(&w->n_failed),
                                 .dead_lettered = atomic_load(&w->n_dead),
                                 .elapsed_s = (double)(batcher_now_us() - started_us) / 1e6,
@@ -1063,7 +1064,8 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
     w->model_override = -1;
     if (w->opts.n_ranges) {
         w->rs = calloc(w->opts.n_ranges, sizeof(*w->rs));
-        if (!w->rs) goto out;
+        w->range_done = calloc(w->opts.n_ranges, sizeof(*w->range_done));
+        if (!w->rs || !w->range_done) goto out;
         for (size_t i = 0; i < w->opts.n_ranges; i++)
             w->rs[i].reached_end = w->opts.ranges[i].start >= w->opts.ranges[i].end;
     }
@@ -1261,6 +1263,7 @@ out:
     }
     free(w->exec_thr);
     free(w->rs);
+    free(w->range_done);
     /* A stranded job may also sit on the retry list: free it once, from
      * the stranded list. */
     for (struct job *j = w->retry, *next; j; j = next) {

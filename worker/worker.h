@@ -47,7 +47,7 @@ struct worker_progress {
 };
 
 /* Options for runs other than the plain worker (replay). Zeroed means the
- * worker as configured. */
+ * worker as configured, except priority: set it to -1 to keep the jobs'. */
 struct worker_opts {
     const char *group;            /* consumer group for commits; NULL = kafka.group */
     const char *reply_topic;      /* NULL = kafka.reply_topic */
@@ -55,6 +55,8 @@ struct worker_opts {
     const char *model;            /* run every job on this model; NULL = as asked */
     int priority;                 /* 0..9 for every job; -1 = as given */
     double rate;                  /* jobs per second cap; 0 = none */
+    int ignore_deadlines;         /* run jobs whatever their deadline_ms / timeout_ms
+                                     (history: those instants have passed) */
     /* Assign mode: these partitions and ranges, no group subscription (so
      * no live group is joined or rebalanced); the run ends, exit 0, when
      * every range is done. NULL = subscribe to kafka.topics. */
