@@ -104,6 +104,7 @@ struct run {
     char (*ids)[32];
     float (*in)[IN_W];
     pid_t worker;
+    const char *poison_id; /* this id is answered inference_failed, on purpose */
     /* committed-offset sampler */
     pthread_t sampler;
     atomic_int sampling;
@@ -173,13 +174,25 @@ static void produce_jobs(struct run *r)
     rd_kafka_destroy(p);
 }
 
-static pid_t start_worker(struct run *r)
+/* Starts the worker with up to four --set overrides (NULL-terminated). */
+static pid_t start_worker_with(struct run *r, const char *const *sets)
 {
     char log[300];
     snprintf(log, sizeof(log), "%s/%s.worker.log", h_dir(), r->name);
-    char *argv[] = {(char *)kinfer_bin(), "worker", "-c", r->cfg, NULL};
+    char *argv[16] = {(char *)kinfer_bin(), "worker", "-c", r->cfg};
+    int n = 4;
+    for (int i = 0; sets && sets[i] && n < 14; i++) {
+        argv[n++] = "--set";
+        argv[n++] = (char *)sets[i];
+    }
+    argv[n] = NULL;
     r->worker = h_spawn(argv, NULL, log);
     return r->worker;
+}
+
+static pid_t start_worker(struct run *r)
+{
+    return start_worker_with(r, NULL);
 }
 
 /* Samples the group's committed offsets; any decrease is a rewind. */
@@ -225,7 +238,9 @@ static void stop_sampler(struct run *r)
 }
 
 /* Result values against the reference: 1e-5 * max(1, |ref|), as in the
- * integration test (float32 through two small GEMMs). */
+ * integration test (float32 through two small GEMMs). The run's poison
+ * job is right when answered inference_failed instead. */
+static int result_ok(const struct run *r, size_t i, const struct wire_result *res);
 static int values_ok(const struct wire_result *res, const float *in)
 {
     if (!res->ok || res->rows != 1 || res->width != OUT_W || !res->output) return 0;
@@ -234,6 +249,13 @@ static int values_ok(const struct wire_result *res, const float *in)
     for (int k = 0; k < OUT_W; k++)
         if (fabs((double)res->output[k] - ref[k]) > 1e-5 * fmax(1.0, fabs(ref[k]))) return 0;
     return 1;
+}
+
+static int result_ok(const struct run *r, size_t i, const struct wire_result *res)
+{
+    if (r->poison_id && strcmp(r->ids[i], r->poison_id) == 0)
+        return !res->ok && strcmp(res->code, "inference_failed") == 0;
+    return values_ok(res, r->in[i]);
 }
 
 /* Waits up to timeout_s until Redis holds a result for every id (the
@@ -291,7 +313,7 @@ static struct verdict check(struct run *r)
             struct wire_result res;
             char err[256];
             if (wire_decode_result(rep->str, rep->len, &res, err, sizeof(err)) == 0) {
-                if (values_ok(&res, r->in[i])) redis_ok[i] = 1;
+                if (result_ok(r, i, &res)) redis_ok[i] = 1;
                 else v.wrong++;
                 wire_result_fini(&res);
             }
@@ -323,7 +345,7 @@ static struct verdict check(struct run *r)
                         struct wire_result res;
                         char err[256];
                         if (wire_decode_result(m->payload, m->len, &res, err, sizeof(err)) == 0) {
-                            if (values_ok(&res, r->in[i])) topic_ok[i] = 1;
+                            if (result_ok(r, i, &res)) topic_ok[i] = 1;
                             else v.wrong++;
                             wire_result_fini(&res);
                         }
@@ -514,12 +536,296 @@ static void test_sigterm_no_duplicates(void **state)
     run_fini(&r);
 }
 
+/* A job that kills the worker every time (debug.crash_id): its attempt
+ * counter makes it a suspect after the first crash (it runs alone, so its
+ * batch-mates finish) and it is answered inference_failed once counted
+ * more than worker.max_attempts (3) times; the partition moves on. */
+static void test_poison_crash_loop(void **state)
+{
+    (void)state;
+    struct run r;
+    run_init(&r, "poison", 400, NULL);
+    r.poison_id = r.ids[150];
+    char set[64];
+    snprintf(set, sizeof(set), "debug.crash_id=%s", r.poison_id);
+    const char *sets[] = {set, NULL};
+    produce_jobs(&r);
+    start_sampler(&r);
+    start_worker_with(&r, sets);
+    int crashes = 0, st;
+    double until = h_now() + 150;
+    while (h_now() < until && results_now(&r) < r.n) {
+        if (h_exited(r.worker, &st)) {
+            crashes++;
+            fprintf(stderr, "poison: worker exited %d (crash %d); restarting\n", st, crashes);
+            assert_true(crashes <= 6);
+            start_worker_with(&r, sets);
+        }
+        h_sleep_ms(50);
+    }
+    assert_int_equal(results_now(&r), r.n);
+    fprintf(stderr, "poison: %d crashes before the job was answered\n", crashes);
+    assert_true(crashes >= 1 && crashes <= 4); /* max_attempts = 3 */
+    assert_int_equal(h_stop(r.worker, SIGTERM, 30), 0);
+    stop_sampler(&r);
+    struct verdict v = check(&r);
+    assert_int_equal(v.lost, 0);
+    assert_int_equal(v.wrong, 0);
+    assert_int_equal(atomic_load(&r.rewinds), 0);
+    run_fini(&r);
+}
+
+/* An executor that never returns (debug.hang_id): the watchdog ends the
+ * process within its bound; the restart loses nothing. */
+static void test_hung_executor_watchdog(void **state)
+{
+    (void)state;
+    struct run r;
+    run_init(&r, "hang", 600, NULL);
+    char set[64];
+    snprintf(set, sizeof(set), "debug.hang_id=%s", r.ids[300]);
+    const char *sets[] = {set, "metrics.watchdog_ms=2000", "metrics.heartbeat_interval_ms=500",
+                          NULL};
+    produce_jobs(&r);
+    start_sampler(&r);
+    start_worker_with(&r, sets);
+    int st = -1;
+    double t0 = h_now(), exited_at = 0;
+    while (h_now() < t0 + 90) {
+        if (h_exited(r.worker, &st)) {
+            exited_at = h_now();
+            break;
+        }
+        h_sleep_ms(50);
+    }
+    assert_true(exited_at > 0);
+    assert_int_equal(st, 2);
+    char log[300], line[512];
+    snprintf(log, sizeof(log), "%s/hang.worker.log", h_dir());
+    FILE *f = fopen(log, "r");
+    double hung = 0;
+    int saw_exit = 0;
+    while (f && fgets(line, sizeof(line), f)) {
+        if (strstr(line, "event=debug_hang")) hung = 1;
+        if (strstr(line, "event=watchdog_exit")) saw_exit = 1;
+    }
+    if (f) fclose(f);
+    assert_true(hung && saw_exit);
+    fprintf(stderr, "hang: worker exited %d, %.1f s after start (watchdog_ms 2000)\n", st,
+            exited_at - t0);
+    start_worker(&r); /* without the failpoint */
+    assert_int_equal(wait_all(&r, 120), r.n);
+    assert_int_equal(h_stop(r.worker, SIGTERM, 30), 0);
+    stop_sampler(&r);
+    struct verdict v = check(&r);
+    assert_int_equal(v.lost, 0);
+    assert_int_equal(v.wrong, 0);
+    assert_int_equal(atomic_load(&r.rewinds), 0);
+    run_fini(&r);
+}
+
+/* Each batch takes twice max.poll.interval.ms: the poll thread keeps
+ * polling, so the worker is never evicted from its group. */
+static void test_slow_executor_no_eviction(void **state)
+{
+    (void)state;
+    struct run r;
+    run_init(&r, "slow", 48, NULL);
+    const char *sets[] = {"debug.batch_sleep_ms=12000", "kafka.properties.max.poll.interval.ms=6000",
+                          NULL};
+    produce_jobs(&r);
+    start_sampler(&r);
+    start_worker_with(&r, sets);
+    assert_int_equal(wait_all(&r, 240), r.n);
+    assert_int_equal(h_stop(r.worker, SIGTERM, 60), 0);
+    stop_sampler(&r);
+    char log[300], line[1024];
+    snprintf(log, sizeof(log), "%s/slow.worker.log", h_dir());
+    FILE *f = fopen(log, "r");
+    int assigned = 0, lost_or_revoked = 0, poll_exceeded = 0;
+    while (f && fgets(line, sizeof(line), f)) {
+        if (strstr(line, "event=partitions_assigned")) assigned++;
+        if (strstr(line, "event=partitions_lost")) lost_or_revoked++;
+        if (strstr(line, "MAXPOLL") || strstr(line, "max.poll.interval.ms")) poll_exceeded++;
+    }
+    if (f) fclose(f);
+    fprintf(stderr, "slow: assignments=%d lost=%d max.poll.interval warnings=%d\n", assigned,
+            lost_or_revoked, poll_exceeded);
+    assert_int_equal(assigned, 1);
+    assert_int_equal(lost_or_revoked, 0);
+    struct verdict v = check(&r);
+    assert_int_equal(v.lost, 0);
+    assert_int_equal(v.wrong, 0);
+    run_fini(&r);
+}
+
+/* Hostile records among good jobs: each is dead-lettered or answered
+ * invalid_input, the worker does not crash, and the good jobs are right. */
+static void test_hostile_input(void **state)
+{
+    (void)state;
+    struct run r;
+    run_init(&r, "hostile", 200, NULL);
+    const char *sets[] = {"worker.max_payload_bytes=65536", NULL};
+    start_sampler(&r);
+    rd_kafka_t *p = h_producer(brokers);
+    static unsigned char big[100000];
+    memset(big, 0x41, sizeof(big));
+    unsigned char deep[64] = {0x81, 0xa4, 'm', 'e', 't', 'a'};
+    for (int i = 6; i < 46; i++) deep[i] = 0x91;
+    deep[46] = 0xc0;
+    unsigned char chain[96];
+    for (int i = 0; i < 32; i++) memcpy(chain + 3 * i, "\xdc\xff\xff", 3);
+    char longid[10300];
+    int n = snprintf(longid, sizeof(longid), "{\"id\":\"");
+    memset(longid + n, 'x', 10000);
+    n += 10000;
+    n += snprintf(longid + n, sizeof(longid) - (size_t)n, "\",\"input\":[1,2,3,4,5,6,7,8]}");
+    const char *nan_json = "{\"id\":\"hostile-nan\",\"input\":[1,2,3,NaN,5,6,7,8]}";
+    struct {
+        const void *p;
+        size_t len;
+    } bad[] = {
+        {"\xdf\x10\x00\x00\x00", 5}, {chain, sizeof(chain)},  {deep, 47},
+        {longid, (size_t)n},         {"\x81\xa2id", 4},       {big, sizeof(big)},
+        {nan_json, strlen(nan_json)}, {"{\"id\":7,\"input\":\"x\"}", 21},
+    };
+    size_t nb = sizeof(bad) / sizeof(bad[0]);
+    for (size_t i = 0; i < r.n; i++) {
+        if (i % 25 == 0 && i / 25 < nb)
+            assert_int_equal(h_produce(p, r.topic, NULL, 0, bad[i / 25].p, bad[i / 25].len, NULL), 0);
+        struct wire_job j = {.id = r.ids[i], .input = r.in[i], .n_input = IN_W,
+                             .timeout_ms = -1, .priority = -1};
+        if (i == 199) j.n_input = IN_W - 3; /* wrong width: answered invalid_input */
+        unsigned char *body;
+        size_t len;
+        assert_int_equal(wire_encode_job(&j, JOB_ENC_MSGPACK, &body, &len), 0);
+        assert_int_equal(h_produce(p, r.topic, r.ids[i], strlen(r.ids[i]), body, len, NULL), 0);
+        free(body);
+    }
+    assert_int_equal(rd_kafka_flush(p, 10000), 0);
+    rd_kafka_destroy(p);
+    start_worker_with(&r, sets);
+    assert_int_equal(wait_all(&r, 60), r.n);
+    h_sleep_ms(500);
+    int st;
+    assert_false(h_exited(r.worker, &st)); /* still alive */
+    char status[64];
+    snprintf(status, sizeof(status), "/proc/%d/status", (int)r.worker);
+    FILE *f = fopen(status, "r");
+    char line[256];
+    long hwm = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, "VmHWM:", 6)) hwm = strtol(line + 6, NULL, 10);
+    if (f) fclose(f);
+    assert_int_equal(h_stop(r.worker, SIGTERM, 30), 0);
+    stop_sampler(&r);
+    /* The last job had the wrong width: check it is invalid_input, then
+     * judge the others with the checker. */
+    redisContext *c = redisConnect("127.0.0.1", redis_port);
+    redisReply *rep = redisCommand(c, "GET %s%s", r.prefix, r.ids[199]);
+    struct wire_result res;
+    char err[256];
+    assert_int_equal(wire_decode_result(rep->str, rep->len, &res, err, sizeof(err)), 0);
+    assert_string_equal(res.code, "invalid_input");
+    wire_result_fini(&res);
+    freeReplyObject(rep);
+    redisFree(c);
+    r.n = 199;
+    struct verdict v = check(&r);
+    /* Dead letters carry no id of ours: count them on the DLQ directly. */
+    rd_kafka_t *rd = h_reader(brokers, r.dlq);
+    size_t dead = 0;
+    double quiet = h_now() + 6;
+    while (h_now() < quiet) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rd, 200);
+        if (!m) continue;
+        if (!m->err) dead++, quiet = h_now() + 2;
+        rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(rd);
+    rd_kafka_destroy(rd);
+    fprintf(stderr, "FIGURES hostile-extra: hostile=%zu dead_lettered=%zu peak_rss_kb=%ld\n", nb,
+            dead, hwm);
+    assert_int_equal(v.lost, 0);
+    assert_int_equal(v.wrong, 0);
+    /* Records with no usable id are dead-lettered; the NaN one has an id
+     * and is answered invalid_input instead. */
+    assert_true(dead >= nb - 1);
+    run_fini(&r);
+}
+
+/* Soak: sustained load for 40 s; after a 10 s warm-up the worker's RSS and
+ * open file descriptors stay flat. */
+static void test_soak_flat(void **state)
+{
+    (void)state;
+    struct run r;
+    run_init(&r, "soak", 24000, NULL);
+    start_sampler(&r);
+    start_worker(&r);
+    rd_kafka_t *p = h_producer(brokers);
+    double t0 = h_now();
+    long rss_warm = 0, fds_warm = 0, rss_end = 0, fds_end = 0;
+    char path[64];
+    for (size_t i = 0; i < r.n; i++) {
+        struct wire_job j = {.id = r.ids[i], .input = r.in[i], .n_input = IN_W,
+                             .timeout_ms = -1, .priority = -1};
+        unsigned char *body;
+        size_t len;
+        assert_int_equal(wire_encode_job(&j, JOB_ENC_MSGPACK, &body, &len), 0);
+        assert_int_equal(h_produce(p, r.topic, r.ids[i], strlen(r.ids[i]), body, len, NULL), 0);
+        free(body);
+        /* 600 jobs/s for 40 s */
+        double due = t0 + (double)(i + 1) / 600.0;
+        while (h_now() < due) h_sleep_ms(1);
+        if (!rss_warm && h_now() > t0 + 10) {
+            snprintf(path, sizeof(path), "/proc/%d/status", (int)r.worker);
+            FILE *f = fopen(path, "r");
+            char line[256];
+            while (f && fgets(line, sizeof(line), f))
+                if (!strncmp(line, "VmRSS:", 6)) rss_warm = strtol(line + 6, NULL, 10);
+            if (f) fclose(f);
+            char cmd[64];
+            snprintf(cmd, sizeof(cmd), "ls /proc/%d/fd | wc -l", (int)r.worker);
+            FILE *pp = popen(cmd, "r");
+            if (pp && fscanf(pp, "%ld", &fds_warm) != 1) fds_warm = -1;
+            if (pp) pclose(pp);
+        }
+    }
+    rd_kafka_flush(p, 10000);
+    rd_kafka_destroy(p);
+    assert_int_equal(wait_all(&r, 120), r.n);
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)r.worker);
+    FILE *f = fopen(path, "r");
+    char line[256];
+    while (f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, "VmRSS:", 6)) rss_end = strtol(line + 6, NULL, 10);
+    if (f) fclose(f);
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "ls /proc/%d/fd | wc -l", (int)r.worker);
+    FILE *pp = popen(cmd, "r");
+    if (pp && fscanf(pp, "%ld", &fds_end) != 1) fds_end = -1;
+    if (pp) pclose(pp);
+    fprintf(stderr, "FIGURES soak-extra: seconds=%.0f rss_kb_warm=%ld rss_kb_end=%ld fds_warm=%ld "
+            "fds_end=%ld\n", h_now() - t0, rss_warm, rss_end, fds_warm, fds_end);
+    assert_int_equal(h_stop(r.worker, SIGTERM, 30), 0);
+    stop_sampler(&r);
+    struct verdict v = check(&r);
+    assert_int_equal(v.lost, 0);
+    assert_int_equal(v.wrong, 0);
+    assert_true(rss_warm > 0 && rss_end <= rss_warm + rss_warm / 4 + 8192);
+    assert_true(fds_end <= fds_warm + 4);
+    run_fini(&r);
+}
+
 static int setup(void **state)
 {
     (void)state;
     make_model();
-    char topics[1024] = "";
-    const char *names[] = {"crash", "rdown", "rhole", "term", "hostile"};
+    char topics[2048] = "";
+    const char *names[] = {"crash", "rdown", "rhole", "term", "hostile", "poison", "hang",
+                           "slow", "soak"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         char t[200];
         snprintf(t, sizeof(t), "%s%s.jobs,%s.results,%s.dlq", i ? "," : "", names[i], names[i],
@@ -552,6 +858,14 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_redis_outage),
         cmocka_unit_test(test_redis_blackhole),
         cmocka_unit_test(test_sigterm_no_duplicates),
+        cmocka_unit_test(test_poison_crash_loop),
+        cmocka_unit_test(test_hung_executor_watchdog),
+        cmocka_unit_test(test_slow_executor_no_eviction),
+        cmocka_unit_test(test_hostile_input),
+        cmocka_unit_test(test_soak_flat),
     };
+    /* KINFER_TEST_FILTER=test_poison* runs only the matching tests. */
+    const char *filter = getenv("KINFER_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, setup, teardown);
 }

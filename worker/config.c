@@ -112,6 +112,16 @@ static const struct cfg_option options[] = {
             "Kafka records larger than this are rejected without being decoded"),
     INT_OPT("worker.blas_threads", 0, 1024, 0, worker.blas_threads,
             "OpenBLAS threads; 0 = OpenBLAS's own default"),
+    INT_OPT("worker.max_attempts", 0, 1000, 3, worker.max_attempts,
+            "a job running when the worker died this many times is answered, not run; 0 = off"),
+    STR_OPT("worker.attempt_prefix", 1, 1024, "kinfer:attempt:", NULL, NULL,
+            worker.attempt_prefix, "Redis key prefix of the per-job attempt counters"),
+    STR_OPT("debug.crash_id", 0, 200, "", NULL, NULL, debug.crash_id,
+            "fault tests only: abort the process when about to run the job with this id"),
+    STR_OPT("debug.hang_id", 0, 200, "", NULL, NULL, debug.hang_id,
+            "fault tests only: hang the executor when about to run the job with this id"),
+    INT_OPT("debug.batch_sleep_ms", 0, 3600000, 0, debug.batch_sleep_ms,
+            "fault tests only: sleep this long before every batch (a slow executor)"),
     STR_OPT("replay.reply_topic", 1, 249, "results.replay", NULL, NULL, replay.reply_topic,
             "topic kinfer replay publishes results to without --reply-topic; not in kafka.topics"),
     STR_OPT("log.level", 1, 5, "info", log_levels, NULL, log.level,
@@ -960,6 +970,12 @@ static int validate(struct loader *ld)
                            "could never be queued",
                            c->batching.max_queued_rows, c->batching.max_job_rows);
 
+    if (c->metrics.watchdog_ms < 2 * c->metrics.heartbeat_interval_ms)
+        return fail_origin(ld, ORIG("metrics.watchdog_ms"), "metrics.watchdog_ms",
+                           "watchdog_ms (%d) must be at least twice heartbeat_interval_ms (%d): "
+                           "the heartbeat loop reports once per interval, so a shorter watchdog "
+                           "would stop a healthy worker", c->metrics.watchdog_ms,
+                           c->metrics.heartbeat_interval_ms);
     for (size_t i = 0; i < c->batching.n_preferred_sizes; i++)
         if (c->batching.preferred_sizes[i] > (size_t)c->batching.max_batch_rows)
             return fail_plain(ld, "%s: batching.preferred_sizes: %zu is larger than "

@@ -73,7 +73,15 @@ struct kcfg {
         int drain_timeout_ms;   /* 15000: SIGTERM drain budget */
         int max_payload_bytes;  /* 1048576: larger records are rejected unread */
         int blas_threads;       /* 0 = OpenBLAS default */
+        int max_attempts;       /* 3: a job running when the worker died this many
+                                   times is answered inference_failed, not run again */
+        char *attempt_prefix;   /* "kinfer:attempt:": Redis keys of those counters */
     } worker;
+    struct {                    /* fault injection for the fault tests; empty = off */
+        char *crash_id;         /* abort() when about to run the job with this id */
+        char *hang_id;          /* block forever when about to run this job */
+        int batch_sleep_ms;     /* sleep this long before every batch */
+    } debug;
     struct {
         char *reply_topic;      /* "results.replay": `kinfer replay` results */
     } replay;

@@ -17,7 +17,7 @@
 #include "log.h"
 
 struct rsink {
-    char *host, *password, *prefix, *channel;
+    char *host, *password, *prefix, *channel, *attempt_prefix;
     int port, db, timeout_ms, if_absent;
     void (*alive)(void *ctx);
     void *alive_ctx;
@@ -45,7 +45,8 @@ struct rsink *rsink_new(const struct rsink_conf *c)
     r->password = dup_or_empty(c->password);
     r->prefix = dup_or_empty(c->key_prefix);
     r->channel = dup_or_empty(c->publish_channel);
-    if (!r->host || !r->password || !r->prefix || !r->channel) {
+    r->attempt_prefix = dup_or_empty(c->attempt_prefix);
+    if (!r->host || !r->password || !r->prefix || !r->channel || !r->attempt_prefix) {
         rsink_destroy(r);
         return NULL;
     }
@@ -69,6 +70,7 @@ void rsink_destroy(struct rsink *r)
     free(r->password);
     free(r->prefix);
     free(r->channel);
+    free(r->attempt_prefix);
     free(r->acked);
     free(r);
 }
@@ -148,6 +150,15 @@ static void backoff(struct rsink *r, const atomic_int *stop)
                                                        : r->backoff_ms * 2;
 }
 
+/* An attempt counter's key of a job: prefix [solo:] topic:partition:offset. */
+static size_t attempt_key(const struct rsink *r, const struct job *j, int solo, char *buf,
+                          size_t cap)
+{
+    int n = snprintf(buf, cap, "%s%s%s:%" PRId32 ":%" PRId64, r->attempt_prefix,
+                     solo ? "solo:" : "", j->topic, j->partition, j->offset);
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
 /* One pipelined attempt: append every unacknowledged SET (and PUBLISH),
  * then read every reply. Returns 0 when all were acknowledged. */
 static int attempt(struct rsink *r, struct job *const *jobs, size_t n)
@@ -155,6 +166,7 @@ static int attempt(struct rsink *r, struct job *const *jobs, size_t n)
     size_t plen = strlen(r->prefix);
     char key[4096 + JOB_ID_MAX + 1];
     int publish = r->channel[0] != 0;
+    int track = r->attempt_prefix[0] != 0;
     /* A SET refused last round (2) is owed again, even when the connection
      * dropped before that round's bookkeeping finished. */
     for (size_t i = 0; i < n; i++)
@@ -175,11 +187,19 @@ static int attempt(struct rsink *r, struct job *const *jobs, size_t n)
             size_t plens[] = {7, strlen(r->channel), idlen};
             redisAppendCommandArgv(r->ctx, 3, pargv, plens);
         }
+        if (track) {
+            char akey[1400], skey[1400];
+            size_t alen = attempt_key(r, j, 0, akey, sizeof(akey));
+            size_t slen = attempt_key(r, j, 1, skey, sizeof(skey));
+            const char *dargv[] = {"DEL", akey, skey};
+            size_t dlens[] = {3, alen, slen};
+            redisAppendCommandArgv(r->ctx, 3, dargv, dlens);
+        }
     }
     int ok = 1;
     for (size_t i = 0; i < n; i++) {
         if (r->acked[i]) continue;
-        for (int k = 0; k < 1 + publish; k++) {
+        for (int k = 0; k < 1 + publish + track; k++) {
             void *v = NULL;
             if (redisGetReply(r->ctx, &v) != REDIS_OK) {
                 drop(r, r->ctx->errstr[0] ? r->ctx->errstr : "read failed");
@@ -227,6 +247,37 @@ int rsink_set_batch(struct rsink *r, struct job *const *jobs, size_t n,
         backoff(r, stop);
         if (atomic_load(stop)) return -1;
     }
+}
+
+int rsink_incr_attempts(struct rsink *r, struct job *const *jobs, size_t n, long long *counts,
+                        int solo)
+{
+    if (!r->ctx && connect_fresh(r) < 0) return -1;
+    for (size_t i = 0; i < n; i++) {
+        char key[1400];
+        size_t klen = attempt_key(r, jobs[i], solo, key, sizeof(key));
+        const char *iargv[] = {"INCR", key};
+        size_t ilens[] = {4, klen};
+        redisAppendCommandArgv(r->ctx, 2, iargv, ilens);
+        const char *eargv[] = {"PEXPIRE", key, "3600000"};
+        size_t elens[] = {7, klen, 7};
+        redisAppendCommandArgv(r->ctx, 3, eargv, elens);
+    }
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        for (int k = 0; k < 2; k++) {
+            void *v = NULL;
+            if (redisGetReply(r->ctx, &v) != REDIS_OK) {
+                drop(r, r->ctx->errstr[0] ? r->ctx->errstr : "read failed");
+                return -1;
+            }
+            redisReply *rep = v;
+            if (k == 0 && rep->type == REDIS_REPLY_INTEGER) counts[i] = rep->integer;
+            else if (k == 0) ok = 0;
+            freeReplyObject(rep);
+        }
+    }
+    return ok ? 0 : -1;
 }
 
 int rsink_ping(struct rsink *r)

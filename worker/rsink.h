@@ -30,6 +30,10 @@ struct rsink_conf {
      * sees a thread that waits on Redis as alive, not hung. May be NULL. */
     void (*alive)(void *ctx);
     void *alive_ctx;
+    /* Attempt counters (worker.attempt_prefix); NULL = none. When set,
+     * rsink_set_batch also deletes each job's counter in the same round
+     * trip: the job is finished. */
+    const char *attempt_prefix;
 };
 
 struct rsink;
@@ -46,6 +50,13 @@ void rsink_destroy(struct rsink *r);
  * local resolver cache where that matters). */
 int rsink_set_batch(struct rsink *r, struct job *const *jobs, size_t n,
                     const atomic_int *stop);
+
+/* Increments each job's attempt counter (INCR + PEXPIRE 1 h, one
+ * pipelined round trip, one try) and stores the new counts in counts[].
+ * solo selects the second counter, of runs alone. Returns 0, or -1 when
+ * Redis did not answer (counts untouched). */
+int rsink_incr_attempts(struct rsink *r, struct job *const *jobs, size_t n, long long *counts,
+                        int solo);
 
 /* One PING round trip: 0 if Redis answered within the timeout, else -1. */
 int rsink_ping(struct rsink *r);

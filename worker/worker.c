@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../batching/batcher.h"
 #include "../batching/flow.h"
@@ -83,6 +84,7 @@ struct worker {
     pthread_t *exec_thr, sink_thr;
     size_t n_exec;
     atomic_int inflight_batches; /* taken by an executor, not yet written out */
+    atomic_uint_fast64_t pushed_batches, written_batches; /* executor -> sink, monotonic */
     atomic_int exec_stop, sink_stop;
     atomic_int fatal;  /* a thread hit an error the process must exit on */
 
@@ -562,25 +564,175 @@ _Static_assert((int)BATCH_SIZE == (int)STATS_BATCH_SIZE &&
 
 /* ---- executor thread ------------------------------------------------------ */
 
-/* Runs batches through their model: checks deadlines, packs the inputs into
- * one contiguous buffer, runs the forward pass once for the batch, splits
- * and encodes the results, hands the batch to the sink. Buffers are made
- * once at start; per batch it allocates only each job's output and body. */
+/* Runs n jobs of model m as one forward pass: packs their rows into
+ * staging, runs the model once, gives each job its rows of the output. */
+static void run_group(struct worker *w, int model_idx, struct model_ws *ws, float *staging,
+                      struct job **jobs, size_t n)
+{
+    const struct model *m = w->models[model_idx];
+    size_t in_w = model_input_width(m), out_w = model_output_width(m);
+    size_t rows = 0;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(staging + rows * in_w, jobs[i]->input, jobs[i]->rows * in_w * sizeof(float));
+        rows += jobs[i]->rows;
+    }
+    if (!rows) return;
+    int64_t start_us = batcher_now_us();
+    const float *out = NULL;
+    int rc = model_forward(m, ws, staging, rows, &out);
+    double infer_ms = (double)(batcher_now_us() - start_us) / 1000.0;
+    if (rc == 0) batcher_record(w->batcher, model_idx, rows, infer_ms / 1000.0);
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct job *j = jobs[i];
+        j->infer_ms = infer_ms;
+        j->batch_rows = rows;
+        if (rc < 0) {
+            job_fail(j, JOB_ERR_INFERENCE_FAILED, "model %s failed on a batch of %zu rows",
+                     model_name(m), rows);
+            continue;
+        }
+        const float *mine = out + at * out_w;
+        at += j->rows;
+        j->output = malloc(j->rows * out_w * sizeof(float));
+        if (!j->output) {
+            job_fail(j, JOB_ERR_INFERENCE_FAILED, "out of memory for the output");
+            continue;
+        }
+        memcpy(j->output, mine, j->rows * out_w * sizeof(float));
+        j->out_rows = j->rows;
+        j->out_width = out_w;
+    }
+    atomic_fetch_add(&w->n_batch_rows, rows);
+}
+
+/* The fault-injection points of the debug section, just before job j
+ * runs: a crash (abort) or a hang (forever). Empty settings never match. */
+static void failpoints(const struct worker *w, const struct job *j)
+{
+    const char *crash = w->cfg->debug.crash_id, *hang = w->cfg->debug.hang_id;
+    if (crash[0] && strcmp(j->id, crash) == 0) {
+        LOG_E("debug_crash", "id=%s note=\"debug.crash_id: aborting on purpose\"", j->id);
+        abort();
+    }
+    if (hang[0] && strcmp(j->id, hang) == 0) {
+        LOG_E("debug_hang", "id=%s note=\"debug.hang_id: hanging on purpose\"", j->id);
+        for (;;) sleep_ms(1000);
+    }
+}
+
+/* Counts an attempt for every job of the batch before it runs (reliability
+ * rule 10). A job counted before was in a batch when the worker died: it
+ * is a suspect (suspect[i] = 1) and runs alone, after everything else is
+ * written out. If Redis does not answer, the batch runs uncounted:
+ * nothing is lost; only crash-loop protection is missing while Redis is
+ * away. */
+static void count_attempts(struct worker *w, struct rsink *rs, struct job **jobs, size_t n,
+                           long long *counts, int *suspect)
+{
+    for (size_t i = 0; i < n; i++) suspect[i] = 0;
+    if (w->cfg->worker.max_attempts <= 0 || !rs || rsink_incr_attempts(rs, jobs, n, counts, 0) < 0)
+        return;
+    for (size_t i = 0; i < n; i++) suspect[i] = counts[i] > 1;
+}
+
+/* Before a suspect runs alone: counts that solo run. Only a job that
+ * kills the worker while running alone collects solo runs, so one counted
+ * more than worker.max_attempts times is the culprit: it is answered
+ * inference_failed and never run again (its partition moves on). Returns
+ * 1 if it may run. */
+static int solo_allowed(struct worker *w, struct rsink *rs, struct job *j)
+{
+    long long solo = 0;
+    int max = w->cfg->worker.max_attempts;
+    if (!rs || rsink_incr_attempts(rs, &j, 1, &solo, 1) < 0 || solo <= max) return 1;
+    LOG_E("poison_job", "id=%s topic=%s partition=%" PRId32 " offset=%" PRId64
+          " solo_attempts=%lld", j->id, j->topic, j->partition, j->offset, solo);
+    job_fail(j, JOB_ERR_INFERENCE_FAILED,
+             "not run: the worker stopped while running this job alone %lld times "
+             "(worker.max_attempts %d)", solo - 1, max);
+    return 0;
+}
+
+/* Encodes every job of a batch (already run) and hands the batch to the
+ * sink; its last job marks the end of an in-flight batch. */
+static void finish_batch(struct worker *w, struct job *batch, enum batcher_reason why,
+                         size_t rows)
+{
+    int64_t enc_ms = wall_ms();
+    for (struct job *j = batch; j; j = j->next) {
+        free(j->input); /* not needed any more: keep the sink's memory small */
+        j->input = NULL;
+        if (codec_encode_result(j, enc_ms) == 0 && j->body_len > w->max_record_bytes) {
+            /* The producer could never publish it: answer with an error
+             * that fits instead of retrying forever. */
+            size_t big = j->body_len;
+            free(j->output);
+            j->output = NULL;
+            j->out_rows = j->out_width = 0;
+            job_fail(j, JOB_ERR_INFERENCE_FAILED,
+                     "result of %zu bytes exceeds the producer's message.max.bytes "
+                     "(%zu usable): send fewer rows per job", big, w->max_record_bytes);
+            codec_encode_result(j, enc_ms);
+        }
+        if (!j->body) {
+            LOG_E("out_of_memory", "where=encode id=%s", j->id);
+            atomic_store(&w->fatal, 1);
+        }
+        j->batch_last = j->next == NULL;
+    }
+    atomic_fetch_add(&w->n_batches, 1);
+    atomic_fetch_add(&w->pushed_batches, 1);
+    jq_push_list(&w->sinkq, batch);
+    stats_batch(w->stats, (enum stats_batch_reason)why, rows);
+}
+
+/* Waits until the sink has written out every batch pushed so far (or the
+ * worker is stopping): the suspect path only, where a crash must not find
+ * innocent results still unwritten. */
+static void wait_written(struct worker *w)
+{
+    uint_fast64_t target = atomic_load(&w->pushed_batches);
+    while (atomic_load(&w->written_batches) < target && !atomic_load(&w->exec_stop) &&
+           !atomic_load(&w->sink_stop))
+        sleep_ms(1);
+}
+
+/* Runs batches through their model: checks deadlines and attempt counts,
+ * runs the jobs in one forward pass (suspects alone), encodes the results
+ * and hands the batch to the sink. Buffers are made once at start; per
+ * batch it allocates only each job's output and body. */
 static void *exec_main(void *arg)
 {
     struct worker *w = arg;
     size_t cap = (size_t)w->cfg->batching.max_batch_rows;
     if (w->max_job_rows > cap) cap = w->max_job_rows;
     size_t max_in = 0;
+    struct rsink *rs = NULL;
     struct model_ws **ws = calloc(w->n_models, sizeof(*ws));
-    for (size_t i = 0; ws && i < w->n_models; i++) {
+    struct job **jobs = calloc(cap + 1, sizeof(*jobs)), **group = calloc(cap + 1, sizeof(*group));
+    long long *counts = calloc(cap + 1, sizeof(*counts));
+    int *suspect = calloc(cap + 1, sizeof(*suspect));
+    float *staging = NULL;
+    if (!ws || !jobs || !group || !counts || !suspect) goto oom;
+    for (size_t i = 0; i < w->n_models; i++) {
         ws[i] = model_ws_new(w->models[i], cap);
         if (!ws[i]) goto oom;
         if (model_input_width(w->models[i]) > max_in)
             max_in = model_input_width(w->models[i]);
     }
-    float *staging = ws ? malloc(cap * max_in * sizeof(float)) : NULL;
+    staging = malloc(cap * max_in * sizeof(float));
     if (!staging) goto oom;
+    if (w->cfg->worker.max_attempts > 0 && w->opts.redis != WORKER_REDIS_OFF) {
+        /* Its own connection: the counters go up before the batch runs. */
+        const struct kcfg *c = w->cfg;
+        struct rsink_conf rc_ = {.host = c->redis.host, .port = c->redis.port,
+                                 .password = c->redis.password, .db = c->redis.db,
+                                 .key_prefix = c->redis.key_prefix, .ttl_ms = c->redis.ttl_ms,
+                                 .timeout_ms = c->redis.timeout_ms,
+                                 .attempt_prefix = c->worker.attempt_prefix};
+        rs = rsink_new(&rc_);
+    }
 
     int max_inflight = w->cfg->batching.max_inflight_batches;
     int me = STATS_LOOP_EXEC + atomic_fetch_add(&w->exec_ids, 1);
@@ -598,10 +750,9 @@ static void *exec_main(void *arg)
         struct job *batch = batcher_next(w->batcher, 100, &rows, &why);
         if (!batch) continue;
         atomic_fetch_add(&w->inflight_batches, 1);
+        if (w->cfg->debug.batch_sleep_ms > 0) sleep_ms(w->cfg->debug.batch_sleep_ms);
         int64_t start_us = batcher_now_us(), now_ms = wall_ms();
-        const struct model *m = w->models[batch->model_idx];
-        size_t in_w = model_input_width(m), out_w = model_output_width(m);
-        size_t run_rows = 0;
+        size_t n = 0;
         for (struct job *j = batch; j; j = j->next) {
             j->queued_ms = (double)(start_us - j->arrived_us) / 1000.0;
             if (j->deadline_ms && j->deadline_ms <= now_ms) {
@@ -609,75 +760,79 @@ static void *exec_main(void *arg)
                          "deadline passed after %.1f ms in the queue", j->queued_ms);
                 continue;
             }
-            memcpy(staging + run_rows * in_w, j->input, j->rows * in_w * sizeof(float));
-            run_rows += j->rows;
+            jobs[n++] = j;
         }
-        const float *out = NULL;
-        int rc = run_rows ? model_forward(m, ws[batch->model_idx], staging,
-                                          run_rows, &out)
-                          : 0;
-        double infer_ms = (double)(batcher_now_us() - start_us) / 1000.0;
-        if (run_rows && rc == 0)
-            batcher_record(w->batcher, batch->model_idx, run_rows, infer_ms / 1000.0);
-        size_t at = 0;
-        for (struct job *j = batch; j; j = j->next) {
-            if (j->err != JOB_OK) continue;
-            j->infer_ms = infer_ms;
-            j->batch_rows = run_rows;
-            if (rc < 0) {
-                job_fail(j, JOB_ERR_INFERENCE_FAILED, "model %s failed on a batch of %zu rows",
-                         model_name(m), run_rows);
-                continue;
-            }
-            const float *mine = out + at * out_w;
-            at += j->rows;
-            j->output = malloc(j->rows * out_w * sizeof(float));
-            if (!j->output) {
-                job_fail(j, JOB_ERR_INFERENCE_FAILED, "out of memory for the output");
-                continue;
-            }
-            memcpy(j->output, mine, j->rows * out_w * sizeof(float));
-            j->out_rows = j->rows;
-            j->out_width = out_w;
+        count_attempts(w, rs, jobs, n, counts, suspect);
+        int any_suspect = 0;
+        for (size_t i = 0; i < n; i++) any_suspect |= suspect[i] && jobs[i]->err == JOB_OK;
+        if (!any_suspect) {
+            size_t g = 0;
+            for (size_t i = 0; i < n; i++)
+                if (jobs[i]->err == JOB_OK) {
+                    failpoints(w, jobs[i]);
+                    group[g++] = jobs[i];
+                }
+            run_group(w, batch->model_idx, ws[batch->model_idx], staging, group, g);
+            finish_batch(w, batch, why, rows);
+            continue;
         }
-        int64_t enc_ms = wall_ms();
-        for (struct job *j = batch; j; j = j->next) {
-            free(j->input); /* not needed any more: keep the sink's memory small */
-            j->input = NULL;
-            if (codec_encode_result(j, enc_ms) == 0 && j->body_len > w->max_record_bytes) {
-                /* The producer could never publish it: answer with an error
-                 * that fits instead of retrying forever. */
-                size_t big = j->body_len;
-                free(j->output);
-                j->output = NULL;
-                j->out_rows = j->out_width = 0;
-                job_fail(j, JOB_ERR_INFERENCE_FAILED,
-                         "result of %zu bytes exceeds the producer's message.max.bytes "
-                         "(%zu usable): send fewer rows per job", big, w->max_record_bytes);
-                codec_encode_result(j, enc_ms);
+        /* A batch with suspects (jobs that were running when the worker
+         * died): everyone else runs first and is written out, and only
+         * then does each suspect run alone and get written out in turn, so
+         * a crash can only ever be counted against the job that caused it. */
+        struct job *rest = NULL, **rest_tail = &rest, *alone = NULL, **alone_tail = &alone;
+        size_t g = 0;
+        for (struct job *j = batch, *next; j; j = next) {
+            next = j->next;
+            j->next = NULL;
+            int sus = 0;
+            for (size_t i = 0; i < n; i++)
+                if (jobs[i] == j) sus = suspect[i] && j->err == JOB_OK;
+            if (sus) {
+                *alone_tail = j;
+                alone_tail = &j->next;
+            } else {
+                if (j->err == JOB_OK) {
+                    failpoints(w, j);
+                    group[g++] = j;
+                }
+                *rest_tail = j;
+                rest_tail = &j->next;
             }
-            if (!j->body) {
-                LOG_E("out_of_memory", "where=encode id=%s", j->id);
-                atomic_store(&w->fatal, 1);
-            }
-            j->batch_last = j->next == NULL;
         }
-        atomic_fetch_add(&w->n_batches, 1);
-        atomic_fetch_add(&w->n_batch_rows, run_rows);
-        jq_push_list(&w->sinkq, batch);
-        stats_batch(w->stats, (enum stats_batch_reason)why, run_rows);
+        run_group(w, batch->model_idx, ws[batch->model_idx], staging, group, g);
+        if (rest) {
+            finish_batch(w, rest, why, rows);
+            wait_written(w);
+        } else {
+            atomic_fetch_sub(&w->inflight_batches, 1); /* each suspect counts its own */
+        }
+        for (struct job *j = alone, *next; j; j = next) {
+            next = j->next;
+            j->next = NULL;
+            if (solo_allowed(w, rs, j)) {
+                failpoints(w, j);
+                run_group(w, j->model_idx, ws[j->model_idx], staging, &j, 1);
+            }
+            atomic_fetch_add(&w->inflight_batches, 1);
+            finish_batch(w, j, why, j->rows);
+            wait_written(w);
+        }
     }
     stats_loop_stop(w->stats, me);
-    free(staging);
-    for (size_t i = 0; i < w->n_models; i++) model_ws_destroy(ws[i]);
-    free(ws);
-    return NULL;
+    goto done;
 oom:
     LOG_E("out_of_memory", "where=executor_buffers rows=%zu", cap);
-    if (ws)
-        for (size_t i = 0; i < w->n_models; i++) model_ws_destroy(ws[i]);
-    free(ws);
     atomic_store(&w->fatal, 1);
+done:
+    rsink_destroy(rs);
+    free(staging);
+    for (size_t i = 0; ws && i < w->n_models; i++) model_ws_destroy(ws[i]);
+    free(ws);
+    free(jobs);
+    free(group);
+    free(counts);
+    free(suspect);
     return NULL;
 }
 
@@ -828,6 +983,7 @@ static void *sink_main(void *arg)
         /* The batches are written out (delivery reports may still be on
          * their way): their in-flight slots free up. */
         atomic_fetch_sub(&w->inflight_batches, batch_ends);
+        atomic_fetch_add(&w->written_batches, (uint_fast64_t)batch_ends);
         if (nr && redis_ok) {
             for (size_t i = 0; i < nr; i++) ack(w, results[i]);
         } else if (nr) {
@@ -1040,6 +1196,26 @@ static size_t drain(struct worker *w)
 }
 
 /* The poll thread's gauges for /metrics and the heartbeat. */
+/* Reliability rule 7: a hung loop (an executor stuck in the model, say)
+ * trips the watchdog after metrics.watchdog_ms, and the process must end
+ * so its supervisor restarts it. The hung thread can never be joined and
+ * the others still use what an orderly shutdown would free, so this is
+ * the one place that exits on its own, with _exit: nothing is lost, as
+ * no offset past unfinished work was ever stored. */
+static void watchdog_check(struct worker *w)
+{
+    struct stats_snapshot snap;
+    memset(&snap, 0, sizeof(snap));
+    if (stats_snapshot(w->stats, stats_now_us(), &snap) == 0 && !snap.healthy) {
+        LOG_E("watchdog_exit", "reason=\"%s\" watchdog_ms=%d note=\"exiting: unfinished "
+              "jobs are uncommitted and run again after the restart\"", snap.unhealthy_why,
+              w->cfg->metrics.watchdog_ms);
+        fflush(stderr);
+        _exit(WORKER_EXIT_FATAL);
+    }
+    stats_snapshot_fini(&snap);
+}
+
 static void publish_gauges(struct worker *w, int64_t now)
 {
     struct batcher_stats bs;
@@ -1112,7 +1288,9 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
                              .timeout_ms = c->redis.timeout_ms,
                              .publish_channel = c->redis.publish_channel,
                              .if_absent = w->opts.redis == WORKER_REDIS_IF_ABSENT,
-                             .alive = sink_alive, .alive_ctx = w};
+                             .alive = sink_alive, .alive_ctx = w,
+                             .attempt_prefix = c->worker.max_attempts > 0
+                                                   ? c->worker.attempt_prefix : NULL};
     w->rsink = rsink_new(&rc_);
     if (!w->batcher || !w->ot || !w->rsink) goto out;
     if (!w->opts.ranges && !(w->hb = hb_start(c, w->stats, serr, sizeof(serr)))) {
@@ -1182,7 +1360,7 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
     w->tokens_at_us = started_us;
 
     int64_t next_stats = batcher_now_us() + 10 * 1000000;
-    int64_t next_deadline = INT64_MAX, next_gauges = 0;
+    int64_t next_deadline = INT64_MAX, next_gauges = 0, next_watchdog = 0;
     while (!*stop && !atomic_load(&w->fatal)) {
         drain_done(w);
         int64_t now = batcher_now_us();
@@ -1190,6 +1368,10 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
         if (now >= next_gauges) {
             publish_gauges(w, now);
             next_gauges = now + 100000; /* gauges: 10 a second is plenty */
+            if (now >= next_watchdog) {
+                watchdog_check(w);
+                next_watchdog = now + 1000000;
+            }
         }
         if (next_deadline <= now) expire(w, now, &next_deadline);
         backpressure(w);
