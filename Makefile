@@ -125,6 +125,16 @@ fuzz:
 	build-fuzz/fuzz_job -runs=$(FUZZ_RUNS) -max_len=65536 -rss_limit_mb=2048 \
 	  -print_final_stats=1 build-fuzz/corpus
 
+# make bench: an optimised, uninstrumented build of its own (build/bench),
+# then bench/run.sh: kinfer against its floors, one table, a latency plot
+# and docs/benchmarks.md updated (a few minutes on 2 cores). Not a test.
+BENCH_PKGS := gnuplot-nox
+.PHONY: bench
+bench: deps
+	@$(MAKE) --no-print-directory deps DEB_PKGS="$(BENCH_PKGS)"
+	$(MAKE) SANITIZE= B=build/bench OPT='-O2 -g' build/bench/kinfer
+	KINFER_BIN=build/bench/kinfer bench/run.sh
+
 clean:
 	rm -rf build-fuzz build build-address build-undefined build-thread
 

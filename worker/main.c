@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../gpu/model.h"
+#include "bench.h"
 #include "broker.h"
 #include "config.h"
 #include "heartbeat.h"
@@ -59,6 +60,7 @@ static const char usage_main[] =
     "  status   live workers (heartbeats): kinfer status -c worker.cfg [--json]\n"
     "  broker   run an embedded Kafka:     kinfer broker --topics jobs\n"
     "  smoke    check a running worker:    kinfer smoke -c worker.cfg\n"
+    "  bench    load tools and floors:     kinfer bench --help (make bench runs them)\n"
     "  model    model tools:               kinfer model demo -o models/demo.safetensors\n"
     "\n"
     "  kinfer COMMAND --help   options of a command\n"
@@ -293,6 +295,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "replay") == 0) return replay_main(argc - 1, argv + 1);
     if (strcmp(cmd, "lag") == 0) return lag_main(argc - 1, argv + 1);
     if (strcmp(cmd, "status") == 0) return status_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0) return bench_main(argc - 1, argv + 1);
     if (strcmp(cmd, "model") == 0) return cmd_model(argc - 1, argv + 1);
     fprintf(stderr, "kinfer: unknown command '%s'\n\n%s", cmd, usage_main);
     return 1;

@@ -1,0 +1,410 @@
+#!/usr/bin/env bash
+# make bench: measures kinfer against its floors in one run and prints one
+# table (docs/benchmarks.md explains every row and method).
+#
+# Starts kinfer's embedded broker (librdkafka's mock cluster) and a local
+# redis-server on free ports, writes two models (tiny 768->16->768, whose
+# compute is negligible, and the 768->3072->768 MLP), then, all on this
+# machine and in this order:
+#   1. floors: librdkafka produce + consume, pipelined and plain Redis SET,
+#      of the same job records the load uses (3.1 KB: 768 float32 + id);
+#   2. the passthrough floor (consume -> produce + SET, nothing else) and
+#      kinfer on the tiny model, each draining the same backlog (ROUNDS
+#      times, the best kept);
+#   3. kinfer on the MLP draining a backlog (likewise), then the MLP's
+#      forward pass alone at the batch size kinfer reached;
+#   4. latency from record timestamp to result in Redis at fractions of the
+#      MLP's saturation rate, for two batching.max_wait_ms settings;
+# then prints the table, draws docs/bench-latency.png with gnuplot and
+# writes the results into docs/benchmarks.md (between its bench markers).
+#
+# Every worker runs worker.cfg's defaults; the only override is
+# fetch.wait.max.ms=10, which the embedded broker needs (README, "The
+# embedded broker and latency"), plus WORKER_SETS when given. Sizes can be changed from the
+# environment (see the defaults below); the defaults keep the whole run
+# within a few minutes on 2 cores. Nothing here is a pass/fail test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+K=${KINFER_BIN:-build/bench/kinfer}
+OUT=${BENCH_OUT:-build/bench/out}
+PARTITIONS=${PARTITIONS:-64}       # backlog topics: the mock keeps ~5 MB per partition
+LAT_PARTITIONS=${LAT_PARTITIONS:-8} # latency topics (see "a second broker" below)
+N_FLOOR=${N_FLOOR:-60000}          # records for the Kafka floors
+N_REDIS=${N_REDIS:-60000}          # SETs for the Redis floors
+N_TINY=${N_TINY:-60000}            # backlog for the passthrough and kinfer-tiny
+N_MLP=${N_MLP:-20000}              # backlog for kinfer-MLP
+ROUNDS=${ROUNDS:-2}                # saturation runs of each kind; the best is kept
+LAT_S=${LAT_S:-8}                  # seconds of load per latency point
+LOADS=${LOADS:-"0.1 0.25 0.5 0.75 0.9"}   # fractions of MLP saturation
+WAITS=${WAITS:-"2 10"}             # batching.max_wait_ms settings compared
+UPDATE_DOCS=${UPDATE_DOCS:-1}      # write docs/benchmarks.md and the PNG
+WORKER_SETS=${WORKER_SETS:-}       # extra "--set K=V ..." for every worker (A/B runs)
+
+started=$(date +%s)
+mkdir -p "$OUT"
+rm -f "$OUT"/*.dat "$OUT"/*.log "$OUT"/*.cfg "$OUT"/*.dump
+work=$(mktemp -d /tmp/kinfer-bench-XXXXXX)
+pids=()
+cleanup() {
+  local rc=$?
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  # The scratch directory (server logs, models) is kept only after a failure.
+  if [ "$rc" = 0 ]; then rm -rf "$work"; else echo "bench: logs kept in $work" >&2; fi
+}
+trap cleanup EXIT
+say() { echo "bench: [$(( $(date +%s) - started ))s] $*" >&2; }
+die() { echo "bench: FAILED: $*" >&2; exit 1; }
+
+# kv KEY LINE: the value of KEY=... in a `name: k=v ...` line.
+kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $2" | head -n1; }
+# calc EXPR: floating-point arithmetic (awk; P decimals, default 0). A
+# missing input ("-" where a number belongs) makes the result "-".
+calc() {
+  local -a w
+  local i
+  read -ra w <<<"$*"
+  for ((i = 0; i < ${#w[@]}; i++)); do
+    [ "${w[i]}" = - ] || continue
+    if [ "$i" = 0 ] || [ $((i + 1)) = ${#w[@]} ] || [[ ${w[i - 1]} == [-+*/\(] ]] \
+       || [[ ${w[i + 1]} == [-+*/\)] ]]; then
+      echo -
+      return
+    fi
+  done
+  awk "BEGIN { printf \"%.${P:-0}f\", $* }"
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null \
+  || shuf -i 20000-60000 -n 1; }
+rcli() { redis-cli -p "$rport" "$@" >/dev/null; }
+
+[ -x "$K" ] || die "$K not built (make bench builds it)"
+$K bench --help >/dev/null 2>&1 || die "$K has no 'bench' command"
+command -v gnuplot >/dev/null || die "gnuplot missing (make bench installs it)"
+
+# ---- servers and models --------------------------------------------------------
+# start_broker NAME PARTITIONS TOPICS: an embedded broker; its bootstrap
+# address into BROKERS.
+start_broker() {
+  $K broker --partitions "$2" --topics "$3" </dev/null >"$work/$1.out" 2>"$work/$1.log" &
+  pids+=("$!")
+  for _ in $(seq 200); do [ -s "$work/$1.out" ] && break; sleep 0.05; done
+  BROKERS=$(head -n1 "$work/$1.out")
+  [ -n "$BROKERS" ] || die "broker $1 did not start: $(tail -n3 "$work/$1.log")"
+}
+start_broker broker "$PARTITIONS" \
+  "floor,$(for r in $(seq "$ROUNDS"); do printf 'pass-%s,tiny-%s,mlp-%s,' "$r" "$r" "$r"; done)results,jobs.dlq"
+brokers=$BROKERS
+# A second broker for the latency runs, with few partitions. The mock finds
+# the message set a fetch asks for by walking the partition's list of them
+# from the oldest (rd_kafka_mock_msgset_find), and an open-loop producer
+# spread over 64 partitions appends sets of about one message each: the
+# walk grows with every run until the broker spends its time there (p50 at
+# 3000 jobs/s went 30 -> 42 -> 266 ms over three runs on one 64-partition
+# topic; steady at ~20 ms on 8). A real Kafka indexes its log.
+start_broker lat-broker "$LAT_PARTITIONS" "lat-pass,$(for w in $WAITS; do printf 'lat-w%s,' "$w"; done)results,jobs.dlq"
+lat_brokers=$BROKERS
+rport=$(free_port)
+redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
+  >"$work/redis.log" 2>&1 &
+pids+=("$!")
+for _ in $(seq 200); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
+redis-cli -p "$rport" ping >/dev/null 2>&1 || die "redis-server did not start"
+say "brokers $brokers ($PARTITIONS partitions per topic) and $lat_brokers ($LAT_PARTITIONS), redis 127.0.0.1:$rport, scratch $work"
+
+$K model demo -o "$work/tiny.safetensors" --in 768 --hidden 16 --out 768 --seed 1 >/dev/null
+$K model demo -o "$work/mlp.safetensors" --in 768 --hidden 3072 --out 768 --seed 2 >/dev/null
+
+# write_cfg NAME TOPIC MODEL [BROKERS]: a worker config for one
+# measurement (a topic of its own, one model); the rest is worker.cfg's
+# defaults.
+write_cfg() {
+  cat >"$work/$1.cfg" <<EOF
+# written by bench/run.sh
+kafka = {
+  brokers = "${4:-$brokers}";
+  topics = [ "$2" ];
+  properties = ( ( "fetch.wait.max.ms", "10" ) );
+};
+redis = { port = $rport; };
+models = (
+  { name = "$3"; path = "$3.safetensors";
+    layers = ( { op = "dense"; weight = "0.weight"; bias = "0.bias"; },
+               { op = "relu"; },
+               { op = "dense"; weight = "2.weight"; bias = "2.bias"; } ); }
+);
+EOF
+  cp "$work/$1.cfg" "$OUT/$1.cfg"
+}
+
+# start_worker NAME CFG [--set K=V]...: runs kinfer worker in the
+# background (pid in WPID); with WAIT_ASSIGN=1 returns once it owns its
+# partitions.
+start_worker() {
+  local name=$1 cfg=$2
+  shift 2
+  # shellcheck disable=SC2086 # WORKER_SETS is a list of words
+  $K worker -c "$cfg" --set "kafka.group=bench-$name" $WORKER_SETS "$@" \
+    2>"$work/$name.worker.log" &
+  WPID=$!
+  pids+=("$WPID")
+  if [ "${WAIT_ASSIGN:-0}" = 1 ]; then
+    for _ in $(seq 600); do
+      grep -q 'event=partitions_assigned' "$work/$name.worker.log" && return 0
+      kill -0 "$WPID" 2>/dev/null || break
+      sleep 0.05
+    done
+    die "worker $name did not join: $(tail -n3 "$work/$name.worker.log")"
+  fi
+}
+
+# stop_worker NAME: peak RSS (VmHWM, MiB) into HWM, then SIGTERM and wait.
+stop_worker() {
+  HWM=$(awk '/^VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$WPID/status" 2>/dev/null || echo "-")
+  kill -TERM "$WPID"
+  wait "$WPID" || die "worker $1 exited $?: $(tail -n3 "$work/$1.worker.log")"
+  cp "$work/$1.worker.log" "$OUT/$1.worker.log"
+}
+
+# collect_bg NAME CFG ARGS...: starts a collector, returns once it listens.
+collect_bg() {
+  local name=$1 cfg=$2
+  shift 2
+  $K bench collect -c "$cfg" --run "$name" --dump "$OUT/$name.dump" "$@" \
+    >"$work/$name.collect" 2>"$work/$name.collect.err" &
+  CPID=$!
+  pids+=("$CPID")
+  for _ in $(seq 400); do
+    grep -q '^collect: ready' "$work/$name.collect" && return 0
+    kill -0 "$CPID" 2>/dev/null || break
+    sleep 0.025
+  done
+  die "collector $name: $(cat "$work/$name.collect.err")"
+}
+
+# collect_wait NAME: waits for the collector; its result line into COLL.
+collect_wait() {
+  wait "$CPID" || die "collector $1: $(grep -v CONFWARN "$work/$1.collect.err" | tail -n3) $(grep '^collect: run' "$work/$1.collect")"
+  COLL=$(grep '^collect: run' "$work/$1.collect")
+  echo "$COLL" >>"$OUT/raw.log"
+}
+
+# produce NAME CFG ARGS...: the load producer; its line into PROD.
+produce() {
+  local name=$1 cfg=$2
+  shift 2
+  PROD=$($K bench produce -c "$cfg" --run "$name" "$@" 2>"$work/$name.produce.err") \
+    || die "producer $name: $(grep -v CONFWARN "$work/$name.produce.err" | tail -n3)"
+  echo "$PROD" >>"$OUT/raw.log"
+}
+
+# Close reasons from the worker's last stats line, if it counts them.
+close_reasons() {
+  local line
+  line=$(grep 'event=stats' "$1" | tail -n1)
+  grep -oE '\bclose[ds]?_(size|wait|deadline|drain)=[0-9]+' <<<"$line" | paste -sd' ' - || true
+}
+
+: >"$OUT/raw.log"
+
+# ---- 1. floors --------------------------------------------------------------------
+write_cfg floor floor tiny
+say "floors: librdkafka produce/consume of $N_FLOOR job records"
+FK=$($K bench floor-kafka -c "$work/floor.cfg" --jobs "$N_FLOOR" --run floor 2>"$work/floor.err") \
+  || die "floor-kafka: $(grep -v CONFWARN "$work/floor.err" | tail -n3)"
+echo "$FK" >>"$OUT/raw.log"
+say "floors: Redis SET of the same bodies, pipelined x32 and unpipelined"
+FR32=$($K bench floor-redis -c "$work/floor.cfg" --jobs "$N_REDIS" --pipeline 32 --run fr32) || die "floor-redis"
+rcli flushall
+FR1=$($K bench floor-redis -c "$work/floor.cfg" --jobs $((N_REDIS / 3)) --pipeline 1 --run fr1) || die "floor-redis"
+rcli flushall
+printf '%s\n%s\n' "$FR32" "$FR1" >>"$OUT/raw.log"
+
+# ---- 2. passthrough and kinfer on the tiny model -----------------------------------
+# Each saturation rate is measured ROUNDS times, on fresh topics and
+# groups, and the best is kept: a floor is what the machine can do, and on
+# a shared machine one round can lose a second to someone else's work.
+# better A B: of two collect lines, the one with the higher rate.
+better() {
+  if [ -z "$1" ] || awk -v a="$(kv per_s "$2")" -v b="$(kv per_s "$1")" \
+       'BEGIN { exit !(a + 0 > b + 0) }'; then echo "$2"; else echo "$1"; fi
+}
+max() { awk -v a="$1" -v b="$2" 'BEGIN { print (b + 0 > a + 0) ? b : a }'; }
+PASS="" TINY="" MLP="" HWM_TINY=0 HWM_MLP=0
+for r in $(seq "$ROUNDS"); do
+  write_cfg "pass-$r" "pass-$r" tiny
+  say "passthrough, round $r: draining a backlog of $N_TINY jobs"
+  produce "pass-$r" "$work/pass-$r.cfg" --rate 0 --jobs "$N_TINY"
+  collect_bg "pass-$r" "$work/pass-$r.cfg" --from dbsize --jobs "$N_TINY" --no-fetch --timeout 300
+  PT=$($K bench passthrough -c "$work/pass-$r.cfg" --set "kafka.group=bench-pass-$r" \
+       --jobs "$N_TINY" 2>"$work/pass-$r.err" | grep -v '^passthrough: ready') \
+    || die "passthrough: $(grep -v CONFWARN "$work/pass-$r.err" | tail -n3)"
+  echo "$PT" >>"$OUT/raw.log"
+  collect_wait "pass-$r"
+  say "  passthrough: $(kv per_s "$COLL") jobs/s"
+  PASS=$(better "$PASS" "$COLL")
+  rcli flushall
+
+  write_cfg "tiny-$r" "tiny-$r" tiny
+  say "kinfer, tiny model, round $r: draining a backlog of $N_TINY jobs"
+  produce "tiny-$r" "$work/tiny-$r.cfg" --rate 0 --jobs "$N_TINY"
+  collect_bg "tiny-$r" "$work/tiny-$r.cfg" --from dbsize --jobs "$N_TINY" --timeout 300
+  start_worker "tiny-$r" "$work/tiny-$r.cfg"
+  collect_wait "tiny-$r"
+  say "  kinfer tiny: $(kv per_s "$COLL") jobs/s, mean batch rows $(kv mean_batch_rows "$COLL")"
+  if [ "$(better "$TINY" "$COLL")" = "$COLL" ]; then TINY=$COLL best_tiny=$r; fi
+  stop_worker "tiny-$r"
+  HWM_TINY=$(max "$HWM_TINY" "$HWM")
+  rcli flushall
+done
+REASONS_TINY=$(close_reasons "$work/tiny-$best_tiny.worker.log")
+
+# ---- 3. kinfer on the MLP, and the MLP alone ------------------------------------------
+for r in $(seq "$ROUNDS"); do
+  write_cfg "mlp-$r" "mlp-$r" mlp
+  say "kinfer, MLP 768->3072->768, round $r: draining a backlog of $N_MLP jobs"
+  produce "mlp-$r" "$work/mlp-$r.cfg" --rate 0 --jobs "$N_MLP"
+  collect_bg "mlp-$r" "$work/mlp-$r.cfg" --from dbsize --jobs "$N_MLP" --timeout 600
+  start_worker "mlp-$r" "$work/mlp-$r.cfg"
+  collect_wait "mlp-$r"
+  say "  kinfer MLP: $(kv per_s "$COLL") jobs/s, mean batch rows $(kv mean_batch_rows "$COLL")"
+  if [ "$(better "$MLP" "$COLL")" = "$COLL" ]; then MLP=$COLL best_mlp=$r; fi
+  stop_worker "mlp-$r"
+  HWM_MLP=$(max "$HWM_MLP" "$HWM")
+  rcli flushall
+done
+REASONS_MLP=$(close_reasons "$work/mlp-$best_mlp.worker.log")
+SAT_MLP=$(kv per_s "$MLP")
+B=$(P=0 calc "$(kv mean_batch_rows "$MLP")")
+[ "$B" != "-" ] && [ "$B" -ge 1 ] || B=1
+sizes=$(printf '%s\n' 1 "$B" 32 | sort -nu | paste -sd, -)
+say "MLP forward pass alone at batch $sizes (OpenBLAS threads as the worker: its default)"
+GEMM=$($K bench gemm -c "$work/mlp-1.cfg" --batch "$sizes" --seconds 2) || die "gemm"
+echo "$GEMM" >>"$OUT/raw.log"
+gemm_at() { kv rows_per_s "$(grep " batch=$1 " <<<"$GEMM")"; }
+gemm_ms() { kv batch_ms "$(grep " batch=$1 " <<<"$GEMM")"; }
+
+# ---- 4. latency at fractions of saturation --------------------------------------------
+rcli config set notify-keyspace-events 'E$'
+# The latency floor: the passthrough (no batching, no model) at half the
+# MLP's saturation rate, measured the same way.
+write_cfg lat-pass lat-pass tiny "$lat_brokers"
+rate=$(calc "$SAT_MLP * 0.5")
+jobs=$(calc "$rate * $LAT_S")
+say "latency floor: the passthrough at $rate jobs/s"
+$K bench passthrough -c "$work/lat-pass.cfg" --set kafka.group=bench-lat-pass --jobs "$((jobs + 1))" \
+  >"$work/lat-pass.out" 2>"$work/lat-pass.err" &
+PPID_=$!
+pids+=("$PPID_")
+for _ in $(seq 600); do
+  grep -q '^passthrough: ready' "$work/lat-pass.out" && break
+  kill -0 "$PPID_" 2>/dev/null || die "passthrough (latency): $(grep -v CONFWARN "$work/lat-pass.err" | tail -n3)"
+  sleep 0.05
+done
+collect_bg lat-pass "$work/lat-pass.cfg" --from redis --no-fetch --jobs "$jobs" --timeout $((LAT_S * 6 + 30))
+produce lat-pass "$work/lat-pass.cfg" --rate "$rate" --jobs "$jobs"
+collect_wait lat-pass
+LATPASS=$COLL
+wait "$PPID_" || die "passthrough (latency): $(grep -v CONFWARN "$work/lat-pass.err" | tail -n3)"
+say "  passthrough at 50%: p50 $(kv p50_ms "$LATPASS") ms, p99 $(kv p99_ms "$LATPASS") ms"
+rcli flushall
+for w in $WAITS; do
+  write_cfg "lat-w$w" "lat-w$w" mlp "$lat_brokers"
+  say "latency, max_wait_ms=$w: offered ${LOADS// /, } x $SAT_MLP jobs/s, ${LAT_S} s each"
+  WAIT_ASSIGN=1 start_worker "lat-w$w" "$work/lat-w$w.cfg" --set "batching.max_wait_ms=$w"
+  # Warm-up (caches, OpenBLAS threads, the producer's idempotence set-up).
+  produce "warm-w$w" "$work/lat-w$w.cfg" --rate "$(calc "$SAT_MLP * 0.25")" \
+    --jobs "$(calc "$SAT_MLP * 0.5")"
+  sleep 1
+  : >"$OUT/lat-w$w.dat"
+  for f in $LOADS; do
+    name="lat-w$w-$(calc "$f * 100")"
+    rate=$(calc "$SAT_MLP * $f")
+    jobs=$(calc "$rate * $LAT_S")
+    collect_bg "$name" "$work/lat-w$w.cfg" --from redis --jobs "$jobs" --timeout $((LAT_S * 6 + 30))
+    produce "$name" "$work/lat-w$w.cfg" --rate "$rate" --jobs "$jobs"
+    collect_wait "$name"
+    say "  $(calc "$f * 100")%: p50 $(kv p50_ms "$COLL") ms, p99 $(kv p99_ms "$COLL") ms"
+    printf '%s %s %s %s %s %s %s %s\n' "$(calc "$f * 100")" "$rate" "$(kv p50_ms "$COLL")" \
+      "$(kv p90_ms "$COLL")" "$(kv p99_ms "$COLL")" "$(kv mean_batch_rows "$COLL")" \
+      "$(kv batch_infer_ms "$COLL")" "$(kv max_lag_ms "$PROD")" >>"$OUT/lat-w$w.dat"
+    rcli flushall
+  done
+  stop_worker "lat-w$w"
+  eval "HWM_LAT_$w=\$HWM"
+done
+rcli config set notify-keyspace-events ''
+
+# ---- the table ----------------------------------------------------------------------------
+pct() { P=0 calc "100 * $1 / $2"; }
+k() { P=1 calc "$1 / 1000"; }
+FKP=$(kv produce_per_s "$FK"); FKC=$(kv consume_per_s "$FK")
+PASS_R=$(kv per_s "$PASS"); TINY_R=$(kv per_s "$TINY")
+GB=$(gemm_at "$B")
+hwm_lat=$(for w in $WAITS; do eval "printf '%s ' \"\$HWM_LAT_$w\""; done)
+{
+  echo "| measurement | result | ratio / note |"
+  echo "|---|---|---|"
+  echo "| Kafka produce, librdkafka, worker's producer settings | $(k "$FKP")k msg/s | $N_FLOOR records of $(kv mean_bytes "$FK") B, $PARTITIONS partitions, embedded broker |"
+  echo "| Kafka consume, high-level consumer | $(k "$FKC")k msg/s | same records |"
+  echo "| Redis SET, pipelined x32, one connection | $(k "$(kv sets_per_s "$FR32")")k/s | distinct keys, PX ttl, as the sink writes |"
+  echo "| Redis SET, unpipelined | $(k "$(kv sets_per_s "$FR1")")k/s | |"
+  echo "| passthrough: consume -> produce + pipelined SET | $(k "$PASS_R")k jobs/s | the floor for the tiny model; best of $ROUNDS |"
+  echo "| MLP forward pass alone, batch $B ($(gemm_ms "$B") ms/batch) | $(k "$GB")k rows/s | the floor for the MLP; batch 1: $(k "$(gemm_at 1)")k, batch 32: $(k "$(gemm_at 32)")k |"
+  echo "| latency floor: passthrough at 50% of the MLP's saturation | p50 $(kv p50_ms "$LATPASS") ms, p99 $(kv p99_ms "$LATPASS") ms | producer linger + broker + Redis, no batching or model |"
+  echo "| **kinfer, tiny model 768->16->768, saturation** | **$(k "$TINY_R")k jobs/s** | **$(pct "$TINY_R" "$PASS_R")% of passthrough** (target >= 70%); best of $ROUNDS |"
+  echo "| **kinfer, MLP 768->3072->768, saturation** | **$(k "$SAT_MLP")k jobs/s** | **$(pct "$SAT_MLP" "$GB")% of its forward pass at batch $B** (target >= 85%); best of $ROUNDS |"
+  echo "| mean batch rows at saturation (max_batch_rows 32) | tiny $(kv mean_batch_rows "$TINY"), MLP $(kv mean_batch_rows "$MLP") | full batches: tiny $(kv full_batch_pct "$TINY")%, MLP $(kv full_batch_pct "$MLP")% |"
+  echo "| batches closed by size / by time, from batch_rows (one-row jobs) | tiny $(kv full_batch_pct "$TINY")% / $(P=1 calc "100 - $(kv full_batch_pct "$TINY")")%, MLP $(kv full_batch_pct "$MLP")% / $(P=1 calc "100 - $(kv full_batch_pct "$MLP")")% | |"
+  echo "| close reasons, the worker's counters at exit | tiny: ${REASONS_TINY:-n/a (pending)} | MLP: ${REASONS_MLP:-n/a (pending)} |"
+  echo "| worker peak RSS (VmHWM) | tiny $HWM_TINY MiB, MLP $HWM_MLP MiB | latency runs: ${hwm_lat% } MiB |"
+  echo
+  echo "Latency from record timestamp to result in Redis (MLP; load = offered jobs/s as a fraction of the MLP's saturation rate above):"
+  echo
+  echo "| max_wait_ms | load | offered jobs/s | p50 ms | p99 ms | mean batch rows | batch compute ms | p99 target ms |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for w in $WAITS; do
+    while read -r l rate p50 _ p99 mbr inf _; do
+      [ "$l" = 25 ] || [ "$l" = 50 ] || [ "$l" = 75 ] || continue
+      target=$(P=1 calc "$w + 3 * $inf + 10")
+      mark=""
+      [ "$l" = 50 ] && mark=$(awk -v a="$p99" -v b="$target" 'BEGIN { print (a <= b) ? " (met)" : " (missed)" }')
+      echo "| $w | $l% | $rate | $p50 | $p99 | $mbr | $inf | ${target}${mark} |"
+    done <"$OUT/lat-w$w.dat"
+  done
+} >"$OUT/table.md"
+
+gnuplot -e "dir='$OUT'; waits='$WAITS'; out='$OUT/bench-latency.png'; sat='$SAT_MLP'" bench/plot.gp \
+  || die "gnuplot"
+
+machine="$(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -n1), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, $(uname -sr)"
+libs="librdkafka $(dpkg-query -W -f='${Version}' librdkafka1 2>/dev/null || echo '?'), hiredis $(dpkg-query -W -f='${Version}' libhiredis0.14 2>/dev/null || echo '?'), OpenBLAS $(dpkg-query -W -f='${Version}' libopenblas0-pthread 2>/dev/null || echo '?'), redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git status --porcelain 2>/dev/null | grep -q . && echo ' (with uncommitted changes)')"
+{
+  echo "Run $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit, $(( $(date +%s) - started )) s${WORKER_SETS:+; workers with $WORKER_SETS}."
+  echo "Machine: $machine; $libs."
+  echo
+  cat "$OUT/table.md"
+  echo
+  echo '![latency vs offered load](bench-latency.png)'
+  echo
+  echo "Raw lines (\`kinfer bench\` output):"
+  echo
+  echo '```'
+  cat "$OUT/raw.log"
+  echo '```'
+} >"$OUT/results.md"
+
+echo
+cat "$OUT/table.md"
+echo
+echo "bench: $(( $(date +%s) - started )) s; details in $OUT/results.md, plot $OUT/bench-latency.png"
+if [ "$UPDATE_DOCS" = 1 ] && grep -q '<!-- bench:begin -->' docs/benchmarks.md 2>/dev/null; then
+  cp "$OUT/bench-latency.png" docs/bench-latency.png
+  awk -v res="$OUT/results.md" '
+    /<!-- bench:begin -->/ { print; while ((getline l < res) > 0) print l; skip = 1; next }
+    /<!-- bench:end -->/ { skip = 0 }
+    !skip' docs/benchmarks.md >"$work/benchmarks.md"
+  cp "$work/benchmarks.md" docs/benchmarks.md
+  echo "bench: docs/benchmarks.md and docs/bench-latency.png updated"
+fi
