@@ -247,18 +247,25 @@ static void display_path(const struct loader *ld, const char *file, char *buf, s
 
 /* Records the first error as "FILE:LINE: message" at setting s; returns -1
  * so callers can `return fail_at(...)`. */
+/* Writes the message after the n-byte "where" prefix already in ld->err
+ * (n as snprintf returned it). The error formatters below share it. */
+__attribute__((format(printf, 3, 0)))
+static void append_message(struct loader *ld, int n, const char *fmt, va_list ap)
+{
+    if (n >= 0 && (size_t)n < ld->err_size)
+        vsnprintf(ld->err + n, ld->err_size - (size_t)n, fmt, ap);
+}
+
 __attribute__((format(printf, 3, 4)))
 static int fail_at(struct loader *ld, const config_setting_t *s, const char *fmt, ...)
 {
     char file[4200];
     display_path(ld, config_setting_source_file(s), file, sizeof(file));
     int n = snprintf(ld->err, ld->err_size, "%s:%u: ", file, config_setting_source_line(s));
-    if (n >= 0 && (size_t)n < ld->err_size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ld->err + n, ld->err_size - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    append_message(ld, n, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -278,12 +285,10 @@ static int fail_origin(struct loader *ld, const struct origin *o, const char *na
         n = snprintf(ld->err, ld->err_size, "%s:%u: %s: ", file, o->line, name);
     } else
         n = snprintf(ld->err, ld->err_size, "%s: %s: ", ld->path, name);
-    if (n >= 0 && (size_t)n < ld->err_size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ld->err + n, ld->err_size - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    append_message(ld, n, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
