@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -100,6 +101,9 @@ H_FN pid_t h_spawn(char *const argv[], int *out_fd, const char *log_path)
     pid_t pid = fork();
     if (pid == 0) {
         setpgid(0, 0);
+        /* Die with the test program, even when it aborts (an assertion, a
+         * sanitizer) and its atexit cleanup never runs. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (log_path) {
             int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
             if (fd >= 0) {

@@ -148,13 +148,13 @@ static void ctl_command(rd_kafka_mock_cluster_t *mc, int n_brokers, char *line)
         long cnt = ctl_number(tok[2], 1, CTL_ERRORS_MAX, &n_ok);
         if (ctl_api_key(tok[1], &key) < 0) {
             ok = 0;
-            snprintf(why, sizeof(why), "error: unknown ApiKey '%s'", tok[1]);
+            snprintf(why, sizeof(why), "unknown ApiKey '%s'", tok[1]);
         } else if (!n_ok) {
             ok = 0;
-            snprintf(why, sizeof(why), "error: count must be 1..%d", CTL_ERRORS_MAX);
+            snprintf(why, sizeof(why), "count must be 1..%d", CTL_ERRORS_MAX);
         } else if (ctl_err_code(tok[3], &code) < 0) {
             ok = 0;
-            snprintf(why, sizeof(why), "error: unknown error code '%s'", tok[3]);
+            snprintf(why, sizeof(why), "unknown error code '%s'", tok[3]);
         } else {
             rd_kafka_resp_err_t *errs = malloc((size_t)cnt * sizeof(*errs));
             if (!errs) {

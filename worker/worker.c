@@ -510,7 +510,11 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             LOG_E("assign_failed", "error=\"%s\"", rd_kafka_error_string(e));
             rd_kafka_error_destroy(e);
         }
+        /* librdkafka keeps a partition's application pause through revoke
+         * and re-assign: a partition paused by backpressure before a
+         * rebalance would stay paused for good unless resumed here. */
         if (w->paused) rd_kafka_pause_partitions(rk, parts);
+        else rd_kafka_resume_partitions(rk, parts);
         LOG_I("partitions_assigned", "count=%d protocol=%s", parts->cnt,
               coop ? "cooperative" : "eager");
     } else if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
