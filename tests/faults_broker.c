@@ -48,6 +48,7 @@
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
 #include "harness.h"
+#include "refmlp.h"
 #include "testutil.h"
 
 #define IN_W 8
@@ -59,7 +60,7 @@
 static char brokers[512];
 static int redis_port;
 static char model_path[300];
-static double w0[HID_W][IN_W], b0[HID_W], w1[OUT_W][HID_W], b1[OUT_W];
+static struct ref_mlp reference_model; /* the demo model, in float64 */
 /* The broker's control channel: we write its stdin, read its stdout. */
 static int ctl_wfd = -1, ctl_rfd = -1;
 
@@ -173,44 +174,13 @@ static void make_model(void)
     char err[256];
     uint64_t seed = tu_rand64();
     assert_int_equal(model_write_demo(model_path, IN_W, HID_W, OUT_W, seed, err, sizeof(err)), 0);
-    /* Read the tensors straight from the file (F32, offsets in the header). */
-    FILE *f = fopen(model_path, "rb");
-    assert_non_null(f);
-    uint64_t hlen;
-    assert_int_equal(fread(&hlen, 8, 1, f), 1);
-    char *hdr = calloc(1, hlen + 1);
-    assert_int_equal(fread(hdr, 1, hlen, f), hlen);
-    const char *names[] = {"0.weight", "0.bias", "2.weight", "2.bias"};
-    double *dst[] = {&w0[0][0], b0, &w1[0][0], b1};
-    size_t counts[] = {HID_W * IN_W, HID_W, OUT_W * HID_W, OUT_W};
-    for (int t = 0; t < 4; t++) {
-        char key[32];
-        snprintf(key, sizeof(key), "\"%s\"", names[t]);
-        const char *p = strchr(strstr(strstr(hdr, key), "data_offsets"), '[');
-        unsigned long long begin = strtoull(p + 1, NULL, 10);
-        float buf[HID_W * IN_W];
-        fseek(f, (long)(8 + hlen + begin), SEEK_SET);
-        assert_int_equal(fread(buf, sizeof(float), counts[t], f), counts[t]);
-        for (size_t i = 0; i < counts[t]; i++) dst[t][i] = buf[i];
-    }
-    free(hdr);
-    fclose(f);
+    ref_mlp_load(&reference_model, model_path);
 }
 
 /* The model in float64: dense -> relu -> dense. */
 static void reference(const float *in, double *out)
 {
-    double h[HID_W];
-    for (int i = 0; i < HID_W; i++) {
-        double s = b0[i];
-        for (int k = 0; k < IN_W; k++) s += w0[i][k] * in[k];
-        h[i] = s > 0 ? s : 0;
-    }
-    for (int o = 0; o < OUT_W; o++) {
-        double s = b1[o];
-        for (int k = 0; k < HID_W; k++) s += w1[o][k] * h[k];
-        out[o] = s;
-    }
+    ref_mlp_forward(&reference_model, in, 1, out);
 }
 
 /* ---- a run: jobs, workers, checker ---------------------------------------- */

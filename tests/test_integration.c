@@ -20,6 +20,7 @@
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
 #include "harness.h"
+#include "refmlp.h"
 #include "testutil.h"
 
 #define IN_W 8
@@ -38,59 +39,9 @@ static const char *kinfer_bin(void)
 static char brokers[512];
 static int redis_port;
 static char model_path[300];
-static double w0[HID_W][IN_W], b0[HID_W], w1[OUT_W][HID_W], b1[OUT_W];
+static struct ref_mlp reference_model; /* the demo model, in float64 */
 
-/* Reads the demo model's weights back so the test can compute expected
- * outputs in float64, independently of the worker's float32 path. */
-static void load_reference_weights(void)
-{
-    FILE *f = fopen(model_path, "rb");
-    assert_non_null(f);
-    uint64_t hlen;
-    assert_int_equal(fread(&hlen, 8, 1, f), 1);
-    char *hdr = malloc(hlen + 1);
-    assert_int_equal(fread(hdr, 1, hlen, f), hlen);
-    hdr[hlen] = 0;
-    /* Find each tensor's data_offsets in the header text. */
-    const char *names[] = {"0.weight", "0.bias", "2.weight", "2.bias"};
-    double *dst[] = {&w0[0][0], b0, &w1[0][0], b1};
-    size_t counts[] = {HID_W * IN_W, HID_W, OUT_W * HID_W, OUT_W};
-    for (int t = 0; t < 4; t++) {
-        char key[32];
-        snprintf(key, sizeof(key), "\"%s\"", names[t]);
-        const char *p = strstr(hdr, key);
-        assert_non_null(p);
-        p = strstr(p, "data_offsets");
-        assert_non_null(p);
-        p = strchr(p, '[');
-        unsigned long long begin = strtoull(p + 1, NULL, 10);
-        float *buf = malloc(counts[t] * sizeof(float));
-        fseek(f, (long)(8 + hlen + begin), SEEK_SET);
-        assert_int_equal(fread(buf, sizeof(float), counts[t], f), counts[t]);
-        for (size_t i = 0; i < counts[t]; i++) dst[t][i] = buf[i];
-        free(buf);
-    }
-    free(hdr);
-    fclose(f);
-}
 
-/* dense -> relu -> dense in float64. */
-static void reference(const float *in, size_t rows, double *out)
-{
-    for (size_t r = 0; r < rows; r++) {
-        double h[HID_W];
-        for (int i = 0; i < HID_W; i++) {
-            double s = b0[i];
-            for (int k = 0; k < IN_W; k++) s += w0[i][k] * in[r * IN_W + k];
-            h[i] = s > 0 ? s : 0;
-        }
-        for (int o = 0; o < OUT_W; o++) {
-            double s = b1[o];
-            for (int k = 0; k < HID_W; k++) s += w1[o][k] * h[k];
-            out[r * OUT_W + o] = s;
-        }
-    }
-}
 
 /* Writes a worker config for the given topics and group; returns its path. */
 static const char *write_config(const char *name, const char *topic, const char *reply,
@@ -206,7 +157,7 @@ static void check_values(const struct wire_result *r, const float *in, size_t ro
     assert_int_equal(r->width, OUT_W);
     assert_non_null(r->output);
     double ref[64 * OUT_W];
-    reference(in, rows, ref);
+    ref_mlp_forward(&reference_model, in, rows, ref);
     for (size_t k = 0; k < rows * OUT_W; k++) {
         /* float32 through two small GEMMs: 1e-5 relative (plus 1e-5 absolute
          * near zero) holds with room; JSON carries 9 significant digits. */
@@ -562,7 +513,7 @@ static int setup(void **state)
         fprintf(stderr, "model_write_demo: %s\n", err);
         return -1;
     }
-    load_reference_weights();
+    ref_mlp_load(&reference_model, model_path);
     if (h_start_broker(KINFER, "good.jobs,good.results,good.dlq,bad.jobs,bad.results,bad.dlq,"
                                "term.jobs,term.results,term.dlq,batch.jobs,batch.results,batch.dlq", PARTS, brokers,
                        sizeof(brokers)) < 0)

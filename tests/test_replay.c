@@ -25,6 +25,7 @@
 #include "../gpu/model.h"
 #include "../worker/replay.h"
 #include "harness.h"
+#include "refmlp.h"
 #include "testutil.h"
 
 #define IN_W 8
@@ -60,7 +61,7 @@ static long long live_committed;
  * for a float64 reference. */
 struct ref_model {
     char path[300];
-    double w0[HID_W][IN_W], b0[HID_W], w1[OUT_W][HID_W], b1[OUT_W];
+    struct ref_mlp mlp;
 };
 static struct ref_model model_a, model_b;
 
@@ -81,30 +82,7 @@ static int64_t job_ts(int p, int k)
 /* Reads a demo model's tensors back through its safetensors header. */
 static void load_reference(struct ref_model *m)
 {
-    FILE *f = fopen(m->path, "rb");
-    assert_non_null(f);
-    uint64_t hlen;
-    assert_int_equal(fread(&hlen, 8, 1, f), 1);
-    char *hdr = malloc(hlen + 1);
-    assert_int_equal(fread(hdr, 1, hlen, f), hlen);
-    hdr[hlen] = 0;
-    const char *names[] = {"0.weight", "0.bias", "2.weight", "2.bias"};
-    double *dst[] = {&m->w0[0][0], m->b0, &m->w1[0][0], m->b1};
-    size_t counts[] = {HID_W * IN_W, HID_W, OUT_W * HID_W, OUT_W};
-    for (int t = 0; t < 4; t++) {
-        char key[32];
-        snprintf(key, sizeof(key), "\"%s\"", names[t]);
-        const char *p = strstr(hdr, key);
-        assert_non_null(p);
-        p = strchr(strstr(p, "data_offsets"), '[');
-        unsigned long long begin = strtoull(p + 1, NULL, 10);
-        float buf[HID_W * IN_W];
-        fseek(f, (long)(8 + hlen + begin), SEEK_SET);
-        assert_int_equal(fread(buf, sizeof(float), counts[t], f), counts[t]);
-        for (size_t i = 0; i < counts[t]; i++) dst[t][i] = buf[i];
-    }
-    free(hdr);
-    fclose(f);
+    ref_mlp_load(&m->mlp, m->path);
 }
 
 /* Fails unless r is an ok result of model m (by name and by value) for
@@ -118,19 +96,12 @@ static void check_result(const struct wire_result *r, const char *name,
     assert_string_equal(r->model, name);
     assert_int_equal(r->rows, 1);
     assert_int_equal(r->width, OUT_W);
-    double h[HID_W];
-    for (int i = 0; i < HID_W; i++) {
-        double s = m->b0[i];
-        for (int j = 0; j < IN_W; j++) s += m->w0[i][j] * in[j];
-        h[i] = s > 0 ? s : 0;
-    }
-    for (int o = 0; o < OUT_W; o++) {
-        double s = m->b1[o];
-        for (int j = 0; j < HID_W; j++) s += m->w1[o][j] * h[j];
-        if (fabs((double)r->output[o] - s) > 1e-5 * fmax(1.0, fabs(s)))
+    double want[OUT_W];
+    ref_mlp_forward(&m->mlp, in, 1, want);
+    for (int o = 0; o < OUT_W; o++)
+        if (fabs((double)r->output[o] - want[o]) > 1e-5 * fmax(1.0, fabs(want[o])))
             fail_msg("%s: output[%d] = %.9g, model %s gives %.9g", r->id, o, r->output[o],
-                     name, s);
-    }
+                     name, want[o]);
 }
 
 /* Parses an id "T-P-K" into p and k. */
