@@ -3,7 +3,14 @@
 # runs the worker end to end on its embedded defaults.
 
 CC      ?= gcc
-NVCC    ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+# CUDA: the toolkit's own directory first; an nvcc found on PATH (which may
+# be a wrapper script) is used only with a toolkit whose static runtime we
+# can find, so a partial install never breaks the CPU build.
+CUDA_HOME ?= /usr/local/cuda
+NVCC    ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+CUDART_A := $(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart_static.a \
+              $(CUDA_HOME)/lib/libcudart_static.a \
+              $(CUDA_HOME)/targets/*-linux/lib/libcudart_static.a))
 PKGS    := rdkafka hiredis msgpack libconfig jansson openblas libmicrohttpd
 VERSION := 0.1.0
 
@@ -45,13 +52,19 @@ LIB_SRCS := $(wildcard codecs/*.c) $(wildcard gpu/*.c) $(wildcard batching/*.c) 
             $(filter-out worker/main.c,$(wildcard worker/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o)
 
-# CUDA sources compile wherever nvcc exists; the CPU path never needs them.
+# CUDA sources compile wherever nvcc and the runtime exist; the CPU path
+# never needs them.
 ifneq ($(NVCC),)
-CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+ifeq ($(CUDART_A),)
+$(warning nvcc found ($(NVCC)) but no libcudart_static.a under CUDA_HOME=$(CUDA_HOME); building without CUDA)
+NVCC :=
+endif
+endif
+ifneq ($(NVCC),)
 CU_SRCS   := $(wildcard gpu/*.cu)
 CU_OBJS   := $(CU_SRCS:%.cu=$(B)/%.cu.o)
 CFLAGS    += -DKINFER_HAVE_CUDA
-LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+LDLIBS    += $(CUDART_A) -ldl -lrt
 NVFLAGS   := -O2 -std=c++17 -Xcompiler -Wall,-fPIC
 endif
 
