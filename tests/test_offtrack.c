@@ -9,7 +9,8 @@
  * 20) store last contiguous done + 1; partitions and topics are independent;
  * unknown partitions/offsets answer -1; duplicate completions change
  * nothing; pending counts per partition and in total; drop forgets one
- * partition; a seek back forgets only offsets at or above the seek point. Then the ring: growth past 64 entries while
+ * partition; a seek back forgets only offsets at or above the seek point;
+ * offtrack_next follows the last offset added. Then the ring: growth past 64 entries while
  * wrapped, and a long sliding window. Last, a randomized property test
  * against a model kept by the test: the stored watermark equals last
  * contiguous done + 1 (last added + 1 when nothing is pending), never passes
@@ -412,6 +413,33 @@ static void test_destroy_null(void **state)
     offtrack_destroy(t);      /* empty: nothing to free but itself */
 }
 
+/* offtrack_next: where fetching stands, the offset after the last one
+ * added, kept when work finishes, moved back by a seek back, and forgotten
+ * with the partition (the worker seeks a resumed partition there). */
+static void test_next(void **state)
+{
+    (void)state;
+    struct offtrack *t = offtrack_new();
+    assert_int_equal(offtrack_next(t, "t", 0), -1);
+    assert_int_equal(offtrack_add(t, "t", 0, 40), 0);
+    assert_int_equal(offtrack_add(t, "t", 0, 41), 0);
+    assert_int_equal(offtrack_add(t, "t", 0, 45), 0); /* a gap */
+    assert_int_equal(offtrack_next(t, "t", 0), 46);
+    assert_int_equal(offtrack_next(t, "t", 1), -1); /* other partitions apart */
+    assert_int_equal(offtrack_next(t, "u", 0), -1);
+    int64_t st = UNTOUCHED;
+    for (int64_t o = 40; o <= 41; o++) offtrack_done(t, "t", 0, o, &st);
+    assert_int_equal(offtrack_done(t, "t", 0, 45, &st), 1);
+    assert_int_equal(offtrack_next(t, "t", 0), 46); /* all done: still 46 */
+    assert_int_equal(offtrack_add(t, "t", 0, 41), 0); /* a seek back */
+    assert_int_equal(offtrack_next(t, "t", 0), 42);
+    offtrack_drop(t, "t", 0);
+    assert_int_equal(offtrack_next(t, "t", 0), -1);
+    assert_int_equal(offtrack_add(t, "t", 0, 7), 0); /* assigned again */
+    assert_int_equal(offtrack_next(t, "t", 0), 8);
+    offtrack_destroy(t);
+}
+
 /* ---- randomized property test ------------------------------------------ */
 
 /* The test's own model of one partition: every offset added, in order, with
@@ -594,6 +622,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ring_wrap_and_grow),
         cmocka_unit_test(test_many_partitions),
         cmocka_unit_test(test_destroy_null),
+        cmocka_unit_test(test_next),
         cmocka_unit_test(test_property_random),
     };
     int failed = _cmocka_run_group_tests("offtrack_scenarios", sc, N_SCENARIOS, NULL, NULL);

@@ -61,6 +61,9 @@ static const struct cfg_option options[] = {
             "topic jobs that cannot be decoded or run go to; must not be one of kafka.topics"),
     INT_OPT("kafka.revoke_timeout_ms", 0, 600000, 10000, kafka.revoke_timeout_ms,
             "when a partition is revoked, how long its in-flight jobs may take to finish, ms"),
+    INT_OPT("kafka.resume_seek", 0, 1, 1, kafka.resume_seek,
+            "1 = after backpressure resumes fetching, seek each partition to where it stands "
+            "so its fetcher starts at once; 0 = plain resume"),
     STR_OPT("redis.host", 1, STR_MAX, "127.0.0.1", NULL, NULL, redis.host,
             "Redis server host"),
     INT_OPT("redis.port", 1, 65535, 6379, redis.port, "Redis server port"),

@@ -33,6 +33,7 @@ struct kcfg {
         struct cfg_kv *properties; /* librdkafka properties, passed through */
         size_t n_properties;
         int revoke_timeout_ms;  /* 10000: in-flight budget on partition revoke */
+        int resume_seek;        /* 1: seek resumed partitions to restart fetching */
     } kafka;
     struct {
         char *host;             /* "127.0.0.1" */

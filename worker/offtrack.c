@@ -137,6 +137,13 @@ size_t offtrack_pending(const struct offtrack *t, const char *topic,
     return n;
 }
 
+int64_t offtrack_next(const struct offtrack *t, const char *topic,
+                      int32_t partition)
+{
+    const struct ot_part *p = find(t, topic, partition);
+    return p && p->last_added >= 0 ? p->last_added + 1 : -1;
+}
+
 size_t offtrack_pending_total(const struct offtrack *t)
 {
     size_t n = 0;

@@ -33,6 +33,12 @@ int offtrack_add(struct offtrack *t, const char *topic, int32_t partition,
 int offtrack_done(struct offtrack *t, const char *topic, int32_t partition,
                   int64_t offset, int64_t *store_offset);
 
+/* The offset after the last one recorded for topic/partition since it was
+ * first seen or last dropped (where its fetching stands), or -1 when none
+ * was recorded. */
+int64_t offtrack_next(const struct offtrack *t, const char *topic,
+                      int32_t partition);
+
 /* Offsets recorded but not yet done, for one partition / all of them. */
 size_t offtrack_pending(const struct offtrack *t, const char *topic,
                         int32_t partition);
