@@ -166,6 +166,14 @@ static void ctl_command(rd_kafka_mock_cluster_t *mc, int n_brokers, char *line)
                 free(errs);
             }
         }
+    } else if (strcmp(cmd, "clear") == 0 && nt == 2) {
+        int16_t key;
+        if (ctl_api_key(tok[1], &key) < 0) {
+            ok = 0;
+            snprintf(why, sizeof(why), "unknown ApiKey '%s'", tok[1]);
+        } else {
+            rd_kafka_mock_clear_request_errors(mc, key);
+        }
     } else if (strcmp(cmd, "coordinator") == 0 && nt == 3) {
         long id = ctl_number(tok[2], 1, n_brokers, &n_ok);
         rd_kafka_resp_err_t e = n_ok ? rd_kafka_mock_coordinator_set(mc, "group", tok[1], (int32_t)id)
