@@ -409,6 +409,17 @@ static void drain_done(struct worker *w)
     rd_kafka_topic_partition_list_destroy(l);
 }
 
+/* batching.executors, with 0 resolved to one per online CPU (within the
+ * watchdog's slots). */
+static size_t executor_count(const struct kcfg *c)
+{
+    long n = c->batching.executors;
+    if (n == 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    if (n > STATS_MAX_EXECUTORS) n = STATS_MAX_EXECUTORS;
+    return (size_t)n;
+}
+
 /* librdkafka 2.0.2 wakes no fetcher when a partition is resumed: it starts
  * fetching on its broker thread's next wake-up, up to a second later, and
  * the worker idles meanwhile (docs/batching.md, "The cost of a pause"). A
@@ -1396,11 +1407,12 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
               rd_kafka_err2str(err));
         goto out;
     }
-    w->exec_thr = calloc((size_t)c->batching.executors, sizeof(pthread_t));
+    size_t n_exec = executor_count(c);
+    w->exec_thr = calloc(n_exec, sizeof(pthread_t));
     if (!w->exec_thr) goto out;
-    for (w->n_exec = 0; w->n_exec < (size_t)c->batching.executors; w->n_exec++)
+    for (w->n_exec = 0; w->n_exec < n_exec; w->n_exec++)
         if (pthread_create(&w->exec_thr[w->n_exec], NULL, exec_main, w) != 0) break;
-    if (w->n_exec < (size_t)c->batching.executors ||
+    if (w->n_exec < n_exec ||
         pthread_create(&w->sink_thr, NULL, sink_main, w) != 0) {
         atomic_store(&w->exec_stop, 1);
         batcher_stop(w->batcher);
@@ -1408,10 +1420,10 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
         goto out;
     }
     LOG_I("worker_started", "brokers=%s group=%s topics=%zu reply_topic=%s redis=%s:%d "
-          "max_batch_rows=%d max_wait_ms=%d ranges=%zu", c->kafka.brokers,
+          "max_batch_rows=%d max_wait_ms=%d executors=%zu ranges=%zu", c->kafka.brokers,
           w->opts.group ? w->opts.group : c->kafka.group, c->kafka.n_topics, w->reply_topic,
           c->redis.host, c->redis.port, c->batching.max_batch_rows, c->batching.max_wait_ms,
-          w->opts.n_ranges);
+          w->n_exec, w->opts.n_ranges);
     int64_t started_us = batcher_now_us(), next_progress = started_us;
     w->tokens_at_us = started_us;
 
