@@ -28,6 +28,7 @@
 #include <librdkafka/rdkafka.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,7 @@ struct bench_opts {
     const char *batches;   /* gemm: comma-separated batch sizes */
     int threads;           /* gemm: OpenBLAS threads, 0 = its default */
     double seconds;        /* gemm: time per batch size */
+    size_t parallel;       /* gemm: forward passes run at once, one per thread */
     size_t pipeline;       /* floor-redis, passthrough: SETs per round trip */
     const char *dump;      /* collect: file for one line per job, or NULL */
 };
@@ -1261,7 +1263,44 @@ out:
 /* `bench gemm`: the default model's forward pass alone (model_forward, the
  * code the executor runs, so bias and activation are in), for each batch
  * size in --batch, --seconds each after a warm-up, on --threads OpenBLAS
- * threads. This is the compute floor a worker can at best reach. */
+ * threads, in --parallel threads at once (each with its own buffers, as
+ * the worker's executors): the compute floor a worker can at best reach
+ * with that layout. */
+struct gemm_run {
+    struct model *m;
+    size_t batch;
+    double seconds;
+    pthread_barrier_t *start;
+    size_t calls;
+    double elapsed_s;
+    int rc;
+};
+
+static void *gemm_thread(void *arg)
+{
+    struct gemm_run *g = arg;
+    size_t in_w = model_input_width(g->m);
+    struct model_ws *ws = model_ws_new(g->m, g->batch);
+    float *in = malloc(g->batch * in_w * sizeof(float));
+    const float *out;
+    g->rc = ws && in ? 0 : -1;
+    for (size_t k = 0; in && k < g->batch * in_w; k++)
+        in[k] = (float)((k * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    for (int w = 0; g->rc == 0 && w < 3; w++)
+        if (model_forward(g->m, ws, in, g->batch, &out) < 0) g->rc = -1;
+    pthread_barrier_wait(g->start);
+    double t0 = bench_mono_s(), t = t0;
+    while (g->rc == 0 && (t - t0 < g->seconds || g->calls < 3)) {
+        if (model_forward(g->m, ws, in, g->batch, &out) < 0) g->rc = -1;
+        g->calls++;
+        t = bench_mono_s();
+    }
+    g->elapsed_s = t - t0;
+    free(in);
+    model_ws_destroy(ws);
+    return NULL;
+}
+
 static int cmd_gemm(const struct kcfg *c, const struct bench_opts *o)
 {
     size_t sizes[16];
@@ -1279,31 +1318,39 @@ static int cmd_gemm(const struct kcfg *c, const struct bench_opts *o)
     }
     model_set_threads(o->threads);
     int rc = 0;
-    size_t in_w = model_input_width(m);
+    size_t par = o->parallel;
+    struct gemm_run *runs = calloc(par, sizeof(*runs));
+    pthread_t *thr = calloc(par, sizeof(*thr));
+    if (!runs || !thr) rc = 1;
     for (int i = 0; i < n && rc == 0; i++) {
-        struct model_ws *ws = model_ws_new(m, sizes[i]);
-        float *in = malloc(sizes[i] * in_w * sizeof(float));
-        const float *out;
-        rc = ws && in ? 0 : 1;
-        for (size_t k = 0; in && k < sizes[i] * in_w; k++)
-            in[k] = (float)((k * 2654435761u) % 2001) / 1000.0f - 1.0f;
-        for (int w = 0; rc == 0 && w < 3; w++)
-            if (model_forward(m, ws, in, sizes[i], &out) < 0) rc = 1;
-        size_t calls = 0;
-        double t0 = bench_mono_s(), t = t0;
-        while (rc == 0 && (t - t0 < o->seconds || calls < 3)) {
-            if (model_forward(m, ws, in, sizes[i], &out) < 0) rc = 1;
-            calls++;
-            t = bench_mono_s();
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, (unsigned)par);
+        size_t started = 0;
+        for (; started < par; started++) {
+            runs[started] = (struct gemm_run){.m = m, .batch = sizes[i], .seconds = o->seconds,
+                                              .start = &start};
+            if (pthread_create(&thr[started], NULL, gemm_thread, &runs[started]) != 0) break;
         }
+        if (started < par) {
+            /* Threads already started wait at the barrier for ever: give up. */
+            fprintf(stderr, "kinfer bench gemm: cannot start %zu threads\n", par);
+            exit(1);
+        }
+        double rows_per_s = 0, ms = 0;
+        for (size_t k = 0; k < par; k++) {
+            pthread_join(thr[k], NULL);
+            if (runs[k].rc) rc = 1;
+            rows_per_s += (double)(runs[k].calls * sizes[i]) / runs[k].elapsed_s;
+            ms += runs[k].elapsed_s * 1000.0 / (double)runs[k].calls / (double)par;
+        }
+        pthread_barrier_destroy(&start);
         if (rc == 0)
-            printf("gemm: model=%s threads=%d batch=%zu rows_per_s=%.0f batch_ms=%.3f\n",
-                   model_name(m), o->threads, sizes[i],
-                   (double)(calls * sizes[i]) / (t - t0), (t - t0) * 1000.0 / (double)calls);
-        free(in);
-        model_ws_destroy(ws);
+            printf("gemm: model=%s threads=%d parallel=%zu batch=%zu rows_per_s=%.0f "
+                   "batch_ms=%.3f\n", model_name(m), o->threads, par, sizes[i], rows_per_s, ms);
     }
     if (rc) fprintf(stderr, "kinfer bench gemm: forward pass failed\n");
+    free(runs);
+    free(thr);
     model_destroy(m);
     return rc;
 }
@@ -1351,10 +1398,12 @@ static const struct bench_cmd bench_cmds[] = {
      "Consumes the input topics and writes each record's value unchanged to the\n"
      "reply topic and to Redis (P SETs per round trip), one thread; exits after N.\n"
      "Prints 'passthrough: ready' once it has partitions.\n"},
-    {"gemm", "btS", cmd_gemm,
+    {"gemm", "btSe", cmd_gemm,
      "usage: kinfer bench gemm -c FILE [--set K=V]... [--batch 1,32,128] [--threads T]\n"
-     "                         [--seconds S]\n"
-     "The default model's forward pass alone: rows/s at each batch size.\n"},
+     "                         [--parallel E] [--seconds S]\n"
+     "The default model's forward pass alone: rows/s at each batch size, with T\n"
+     "OpenBLAS threads (0 = its default) and E passes at once, one per thread\n"
+     "(as E executors run them; default 1); batch_ms is the mean time of one pass.\n"},
 };
 
 static const char bench_usage[] =
@@ -1402,11 +1451,12 @@ static int parse_opts(const struct bench_cmd *cmd, int argc, char **argv,
         {"batch", required_argument, 0, 'b'},  {"threads", required_argument, 0, 't'},
         {"seconds", required_argument, 0, 'S'}, {"pipeline", required_argument, 0, 'P'},
         {"dump", required_argument, 0, 'D'},   {"help", no_argument, 0, 'h'},
+        {"parallel", required_argument, 0, 'e'},
         {0, 0, 0, 0}};
     int ch;
     double v = 0;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "c:s:R:n:r:w:u:f:T:Nb:t:S:P:D:h", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "c:s:R:n:r:w:u:f:T:Nb:t:S:P:D:he:", longs, NULL)) != -1) {
         if (ch == 'h') {
             fputs(cmd->usage, stdout);
             return 1;
@@ -1434,6 +1484,7 @@ static int parse_opts(const struct bench_cmd *cmd, int argc, char **argv,
         case 'S': bad = opt_num("seconds", optarg, 0.01, 3600, &o->seconds); break;
         case 'P': bad = opt_num("pipeline", optarg, 1, 65536, &v); o->pipeline = (size_t)v; break;
         case 'D': o->dump = optarg; break;
+        case 'e': bad = opt_num("parallel", optarg, 1, 256, &v); o->parallel = (size_t)v; break;
         }
         if (bad) return -1;
     }
@@ -1469,7 +1520,8 @@ int bench_main(int argc, char **argv)
         return 1;
     }
     struct bench_opts o = {.rows = 1, .run = "bench", .from = "redis", .timeout_s = 60,
-                           .batches = "1,32,128", .seconds = 2, .jobs = 1000};
+                           .batches = "1,32,128", .seconds = 2, .jobs = 1000,
+                           .parallel = 1};
     o.sets = calloc((size_t)argc, sizeof(char *));
     if (!o.sets) return 1;
     int rc = parse_opts(cmd, argc - 1, argv + 1, &o);
