@@ -127,12 +127,14 @@ $K model demo -o "$work/mlp.safetensors" --in 768 --hidden 3072 --out 768 --seed
 # defaults. PROPERTIES replaces the librdkafka properties (default: the
 # fetch wait the embedded broker needs).
 write_cfg() {
+  local props=${5:-}
+  [ -n "$props" ] || props='( "fetch.wait.max.ms", "10" )'
   cat >"$work/$1.cfg" <<EOF
 # written by bench/run.sh
 kafka = {
   brokers = "${4:-$brokers}";
   topics = [ "$2" ];
-  properties = ( ${5:-( "fetch.wait.max.ms", "10" )} );
+  properties = ( $props );
 };
 redis = { port = $rport; };
 models = (
