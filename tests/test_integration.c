@@ -167,6 +167,21 @@ static void check_values(const struct wire_result *r, const float *in, size_t ro
     }
 }
 
+/* Decodes n result bodies of one-row jobs, checks each against the
+ * reference for its input, and frees the bodies. */
+static void check_single_row_results(char **bodies, const size_t *lens,
+                                     const float (*inputs)[IN_W], size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct wire_result r;
+        char err[256];
+        assert_int_equal(wire_decode_result(bodies[i], lens[i], &r, err, sizeof(err)), 0);
+        check_values(&r, inputs[i], 1);
+        wire_result_fini(&r);
+        free(bodies[i]);
+    }
+}
+
 /* ---- good jobs in every encoding ----------------------------------------- */
 
 #define N_GOOD 120
@@ -415,14 +430,7 @@ static void test_sigterm_restart_loses_nothing(void **state)
     static size_t lens[N_LOAD];
     size_t found = wait_results("term", ids, N_LOAD, bodies, lens, 120);
     assert_int_equal(found, N_LOAD);
-    for (size_t i = 0; i < N_LOAD; i++) {
-        struct wire_result r;
-        char err[256];
-        assert_int_equal(wire_decode_result(bodies[i], lens[i], &r, err, sizeof(err)), 0);
-        check_values(&r, inputs[i], 1);
-        wire_result_fini(&r);
-        free(bodies[i]);
-    }
+    check_single_row_results(bodies, lens, inputs, N_LOAD);
     assert_int_equal(h_stop(w, SIGTERM, 30), 0);
     assert_int_equal(h_committed_sum(brokers, "g-term", "term.jobs", PARTS), N_LOAD);
     redisFree(rc);
@@ -553,14 +561,7 @@ static void test_backlog_through_pauses(void **state)
     static char *bodies[N_BACKLOG];
     static size_t lens[N_BACKLOG];
     assert_int_equal(wait_results("pause", ids, N_BACKLOG, bodies, lens, 120), N_BACKLOG);
-    for (size_t i = 0; i < N_BACKLOG; i++) {
-        struct wire_result r;
-        char err[256];
-        assert_int_equal(wire_decode_result(bodies[i], lens[i], &r, err, sizeof(err)), 0);
-        check_values(&r, inputs[i], 1);
-        wire_result_fini(&r);
-        free(bodies[i]);
-    }
+    check_single_row_results(bodies, lens, inputs, N_BACKLOG);
     /* One reply record per job, no more: read past N_BACKLOG for a while
      * so that a duplicate would be seen. */
     static struct reply_rec recs[N_BACKLOG + 64];
