@@ -1493,6 +1493,65 @@ static void test_meta_limits(void **state)
 }
 
 /* A job struct that is reused keeps nothing of the previous decode. */
+/* A bin input of random length decodes to exactly its floats; one NaN or
+ * infinity placed at a random position (lengths across the vector widths
+ * the finiteness pass may be compiled to) is reported at that index. */
+static void test_bin_input_random(void **state)
+{
+    (void)state;
+    static const uint32_t bad_bits[] = {0x7fc00000u, 0x7f800000u, 0xff800000u, 0x7f800001u,
+                                        0xffffffffu};
+    for (int round = 0; round < 400; round++) {
+        size_t n = 1 + rnd(round < 200 ? 40 : 3000);
+        float *in = malloc(n * sizeof(float));
+        assert_non_null(in);
+        for (size_t i = 0; i < n; i++) in[i] = tu_randf(-1e38f, 1e38f);
+        size_t bad = round % 2 ? rnd(n) : n; /* half the rounds stay finite */
+        if (bad < n) {
+            uint32_t u = bad_bits[rnd(sizeof(bad_bits) / sizeof(bad_bits[0]))];
+            memcpy(&in[bad], &u, sizeof(u));
+        }
+        unsigned char *le = malloc(4 * n);
+        assert_non_null(le);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &in[i], sizeof(u));
+            for (int k = 0; k < 4; k++) le[4 * i + (size_t)k] = (unsigned char)(u >> (8 * k));
+        }
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, 2);
+        msgpack_pack_str(&pk, 2);
+        msgpack_pack_str_body(&pk, "id", 2);
+        msgpack_pack_str(&pk, 1);
+        msgpack_pack_str_body(&pk, "r", 1);
+        msgpack_pack_str(&pk, 5);
+        msgpack_pack_str_body(&pk, "input", 5);
+        msgpack_pack_bin(&pk, 4 * n);
+        msgpack_pack_bin_body(&pk, le, 4 * n);
+        struct codec_limits lim = LIM;
+        lim.max_input_floats = 4096;
+        struct dres r = decode(sb.data, sb.size, NULL, NULL, 1, &lim);
+        assert_int_equal(r.rc, CODEC_JOB);
+        if (bad < n) {
+            char want[96];
+            snprintf(want, sizeof(want), "field input: element %zu is not finite", bad);
+            assert_int_equal(r.job->err, JOB_ERR_INVALID_INPUT);
+            assert_string_equal(r.job->errmsg, want);
+        } else {
+            assert_int_equal(r.job->err, JOB_OK);
+            assert_int_equal(r.job->n_input, n);
+            assert_memory_equal(r.job->input, in, n * sizeof(float));
+        }
+        job_free(r.job);
+        msgpack_sbuffer_destroy(&sb);
+        free(le);
+        free(in);
+    }
+}
+
 static void test_decode_resets_job(void **state)
 {
     (void)state;
@@ -1598,6 +1657,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_roundtrip_msgpack),
         cmocka_unit_test(test_roundtrip_json),
         cmocka_unit_test(test_input_msgpack_number_array),
+        cmocka_unit_test(test_bin_input_random),
         cmocka_unit_test(test_error_results),
         cmocka_unit_test(test_encode_edges),
         cmocka_unit_test(test_decode_table),
