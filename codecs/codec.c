@@ -460,10 +460,14 @@ static int input_alloc(struct job *j, size_t n, const struct codec_limits *lim)
 /* Stores element i, already converted to float32. The check is after the
  * conversion: a finite double beyond FLT_MAX becomes inf here (IEEE-754,
  * C11 Annex F) and is as useless to the model as a NaN. */
+static int not_finite(struct job *j, size_t i)
+{
+    return fail(j, JOB_ERR_INVALID_INPUT, "field input: element %zu is not finite", i);
+}
+
 static int input_put(struct job *j, size_t i, float f)
 {
-    if (!isfinite(f))
-        return fail(j, JOB_ERR_INVALID_INPUT, "field input: element %zu is not finite", i);
+    if (!isfinite(f)) return not_finite(j, i);
     j->input[i] = f;
     return 0;
 }
@@ -512,7 +516,7 @@ static int input_mp(struct job *j, const msgpack_object *o, const struct codec_l
         memcpy(j->input, b, sz);
         size_t bad = first_nonfinite(j->input, sz / 4);
         if (bad < sz / 4) {
-            fail(j, JOB_ERR_INVALID_INPUT, "field input: element %zu is not finite", bad);
+            not_finite(j, bad);
             return input_drop(j);
         }
 #else
