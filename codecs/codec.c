@@ -1,4 +1,4 @@
-/* codec.c - the wire contract of protocol.md: decodes a job record value
+/* codec.c - the wire contract of docs/protocol.md: decodes a job record value
  * (MessagePack or JSON, told apart by the first byte) into a struct job,
  * and encodes a job's result in the encoding the job came in.
  *
@@ -10,7 +10,7 @@
  * message, the msgpack zone or the jansson tree after a call returns
  * (style rule 6).
  *
- * Hostile input (reliability.md rule 9): the payload is capped before any
+ * Hostile input (docs/reliability.md, rule 9): the payload is capped before any
  * parsing, MessagePack is pre-scanned by mpscan before msgpack-c may
  * allocate from its declared counts, nesting is capped in both encodings,
  * and meta re-encoding stops as soon as it passes JOB_META_MAX.
@@ -18,7 +18,7 @@
  * Decisions the contract leaves open, made here:
  * - A record that parses but whose top level is not a map is not a job and
  *   is dead-lettered even when its key is a valid id: it "cannot be decoded"
- *   (protocol.md). Likewise anything that does not parse (truncated, too
+ *   (docs/protocol.md). Likewise anything that does not parse (truncated, too
  *   deep, trailing bytes, duplicate keys). Only an oversize payload is
  *   answered with invalid_input when the key is a usable id, because that
  *   record may be a well-formed job that is merely too big.
@@ -987,7 +987,7 @@ static json_t *js_tail(const struct job *j, int64_t now_ms)
 /* The JSON result. Output is dumped with 9 significant digits, enough for
  * any float32 to round-trip. meta is spliced in as its stored bytes rather
  * than re-parsed and re-dumped, which would round its reals to 9 digits
- * too: protocol.md echoes meta untouched. So the result is dumped as two
+ * too: docs/protocol.md echoes meta untouched. So the result is dumped as two
  * objects, head (up to output/error) and tail (timing, source), joined
  * with `,"meta":<bytes>,` — both are non-empty compact objects. */
 static int encode_json(struct job *j, int64_t now_ms, struct gbuf *b)

@@ -1,4 +1,4 @@
-/* codec.h - the wire contract of ../shared/protocol.md (docs/protocol.md):
+/* codec.h - the wire contract of docs/protocol.md:
  * decode a job record (MessagePack or JSON, told apart by the first byte),
  * encode its result in the same encoding.
  *

@@ -8,15 +8,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JOB_ID_MAX 200        /* protocol.md: 1..200 bytes of [A-Za-z0-9._:@/-] */
+#define JOB_ID_MAX 200        /* docs/protocol.md: 1..200 bytes of [A-Za-z0-9._:@/-] */
 #define JOB_MODEL_MAX 128     /* longest model name accepted */
-#define JOB_META_MAX 4096     /* protocol.md: meta at most 4096 encoded bytes */
+#define JOB_META_MAX 4096     /* docs/protocol.md: meta at most 4096 encoded bytes */
 #define JOB_TOPIC_MAX 249     /* Kafka's own limit on topic names */
 #define JOB_ERRMSG_MAX 256
 
 enum job_enc { JOB_ENC_MSGPACK = 0, JOB_ENC_JSON = 1 };
 
-/* Error codes of protocol.md, in its order. */
+/* Error codes of docs/protocol.md, in its order. */
 enum job_err {
     JOB_OK = 0,
     JOB_ERR_INVALID_INPUT,
@@ -102,7 +102,7 @@ const char *job_err_name(enum job_err e);
 void job_fail(struct job *j, enum job_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* 1 if s (len bytes) is a valid job id per protocol.md, else 0. */
+/* 1 if s (len bytes) is a valid job id per docs/protocol.md, else 0. */
 int job_id_valid(const char *s, size_t len);
 
 #endif

@@ -1,6 +1,6 @@
 /* mpscan.c - allocation-free structural check of untrusted MessagePack,
  * run before msgpack_unpack_next() so that the unpacker never reserves
- * memory for elements that are not in the buffer (reliability.md rule 9).
+ * memory for elements that are not in the buffer (docs/reliability.md, rule 9).
  *
  * Threads: any (the poll thread in practice); no shared state. Ownership:
  * the buffer is borrowed and only read; nothing is kept after the call.

@@ -1,7 +1,7 @@
 /* mpscan.h - structural pre-scan of untrusted MessagePack.
  *
  * msgpack-c allocates from declared array/map counts before the bytes
- * exist (5 bytes can reserve 16 GiB; reliability.md rule 9). mpscan walks
+ * exist (5 bytes can reserve 16 GiB; docs/reliability.md, rule 9). mpscan walks
  * the headers of a buffer without allocating and says whether it is one
  * complete, well-formed object whose declared sizes fit in the bytes that
  * are really there, so that msgpack_unpack_next() can then run on it

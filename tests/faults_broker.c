@@ -1,4 +1,4 @@
-/* faults_broker.c - the Kafka-side rows of reliability.md's fault table,
+/* faults_broker.c - the Kafka-side rows of docs/reliability.md's fault table,
  * against real parts: a three-broker `kinfer broker` whose control channel
  * (its stdin/stdout) this program drives to break the cluster under a
  * running worker, a real redis-server, and the worker binary. It proves:

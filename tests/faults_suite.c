@@ -1,4 +1,4 @@
-/* faults_suite.c - the worker-side fault suite of reliability.md, against
+/* faults_suite.c - the worker-side fault suite of docs/reliability.md, against
  * real parts: `kinfer broker` (its own process, so killing the worker
  * leaves the cluster up), a real redis-server (with an append-only file, so
  * a Redis restart keeps what it acknowledged), and the worker binary. Each

@@ -1,6 +1,6 @@
 /* test_codec.c - tests of codecs/codec.c and codecs/mpscan.c against the
- * wire contract (shared/protocol.md) and the hostile-input rules
- * (reliability.md rule 9): round trips in both encodings with fresh random
+ * wire contract (docs/protocol.md) and the hostile-input rules
+ * (docs/reliability.md, rule 9): round trips in both encodings with fresh random
  * data, every error code, and tables of malformed and hostile records,
  * each of which must end as CODEC_DEAD or an invalid_input job, never a
  * crash. Replay a failure with the printed KINFER_TEST_SEED. */
@@ -1204,7 +1204,7 @@ static void test_mutated_bodies(void **state)
     free(bj.p);
 }
 
-/* The header examples of reliability.md, raw: a map32 declaring 2^28
+/* The header examples of docs/reliability.md, raw: a map32 declaring 2^28
  * entries, 32 x `dc ff ff`, and 0xc1. */
 static void test_hostile_raw(void **state)
 {

@@ -682,21 +682,10 @@ static void test_worker_cfg(void **state)
     cfg_destroy(c);
 }
 
-/* The printed reference names every row; cfg_destroy takes NULL. */
-static void test_print_and_destroy_null(void **state)
+/* cfg_destroy takes NULL, as every destructor does. */
+static void test_destroy_null(void **state)
 {
     (void)state;
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    assert_non_null(f);
-    cfg_print_options(f);
-    fclose(f);
-    size_t n;
-    const struct cfg_option *o = cfg_options(&n);
-    for (size_t i = 0; i < n; i++) assert_non_null(strstr(buf, o[i].name));
-    assert_non_null(strstr(buf, "kafka.properties"));
-    free(buf);
     cfg_destroy(NULL);
 }
 
@@ -718,7 +707,7 @@ int main(void)
         cmocka_unit_test(test_relative_paths),
         cmocka_unit_test(test_small_errstr),
         cmocka_unit_test(test_worker_cfg),
-        cmocka_unit_test(test_print_and_destroy_null),
+        cmocka_unit_test(test_destroy_null),
     };
     int failed = _cmocka_run_group_tests("config_bad_files", bad, N_BAD, NULL, NULL);
     failed += cmocka_run_group_tests_name("config_good_files", good, NULL, NULL);

@@ -1,5 +1,5 @@
 /* test_offtrack.c - worker/offtrack.c: the offset it hands back to store is
- * always the contiguous low watermark of finished work (reliability.md
+ * always the contiguous low watermark of finished work (docs/reliability.md,
  * rules 1-2), whatever order offsets finish in, so a crash after a store
  * never skips an unfinished job.
  *
@@ -469,7 +469,7 @@ static void mpart_add(struct mpart *m, int64_t off)
 }
 
 /* Expected watermark: last contiguous done + 1, which is last added + 1
- * when nothing is pending (offtrack.h, reliability.md rule 2). */
+ * when nothing is pending (offtrack.h; docs/reliability.md, rule 2). */
 static int64_t mpart_want(const struct mpart *m)
 {
     return m->prefix ? m->off[m->prefix - 1] + 1 : -1;

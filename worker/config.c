@@ -4,7 +4,7 @@
  * Every setting that holds a single value is a row of options[] below:
  * dotted name, type, bounds, default, place in struct kcfg and one line of
  * documentation. That table drives the defaults, the reading of the file,
- * --set, validation, cfg_print_options and cfg_destroy; worker.cfg at the
+ * --set, validation and cfg_destroy; worker.cfg at the
  * repo root documents the same rows and tests/test_config.c checks that
  * they agree. The three settings that are not scalars (kafka.topics,
  * kafka.properties, models) have readers of their own, listed in
@@ -1155,41 +1155,4 @@ int cfg_model_index(const struct kcfg *c, const char *name)
     for (size_t i = 0; i < c->n_models; i++)
         if (strcmp(c->models[i].name, name) == 0) return (int)i;
     return -1;
-}
-
-/* The table as text: the documentation a user gets without the repo. */
-void cfg_print_options(FILE *out)
-{
-    for (size_t i = 0; i < N_OPTIONS; i++) {
-        const struct cfg_option *o = &options[i];
-        char def[160], range[64];
-        if (o->type == CFG_STRING) {
-            snprintf(def, sizeof(def), o->def_str ? "\"%s\"" : "(computed)",
-                     o->def_str ? o->def_str : "");
-            if (o->choices) {
-                size_t used = 0;
-                range[0] = '\0';
-                for (const char *const *ch = o->choices; *ch && used < sizeof(range); ch++) {
-                    int n = snprintf(range + used, sizeof(range) - used, "%s%s",
-                                     ch == o->choices ? "" : "|", *ch);
-                    if (n < 0) break;
-                    used += (size_t)n;
-                }
-            } else {
-                snprintf(range, sizeof(range), "length %lld..%lld", o->min, o->max);
-            }
-        } else {
-            snprintf(def, sizeof(def), "%lld", o->def_int);
-            snprintf(range, sizeof(range), "%lld..%lld", o->min, o->max);
-        }
-        fprintf(out, "%-26s %-6s default %-18s %-22s %s\n", o->name,
-                o->type == CFG_STRING ? "string" : o->type == CFG_INT ? "int" : "int64", def,
-                range, o->doc);
-    }
-    fprintf(out, "%-26s %-6s default %-18s %-22s %s\n", "kafka.topics", "list",
-            "[ \"jobs\" ]", "at least one", "topics jobs are consumed from");
-    fprintf(out, "%-26s %-6s default %-18s %-22s %s\n", "kafka.properties", "list", "( )",
-            "( \"name\", \"value\" )", "librdkafka properties, passed through");
-    fprintf(out, "%-26s %-6s default %-18s %-22s %s\n", "models", "list", "(none)",
-            "at least one", "{ name; path; input_width; layers = ( { op; weight; bias; eps } ) }");
 }

@@ -8,7 +8,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #include "../gpu/model.h"
 
@@ -94,7 +93,7 @@ struct kcfg {
 
 /* The scalar settings table (worker/config.c): one row per setting that
  * holds a single value. It drives defaults, reading the file, --set,
- * validation and cfg_print_options; worker.cfg documents the same rows and
+ * validation; worker.cfg documents the same rows and
  * tests/test_config.c checks that the two agree. Plain data. */
 enum cfg_type { CFG_INT, CFG_INT64, CFG_STRING };
 
@@ -113,10 +112,6 @@ struct cfg_option {
 
 /* Returns the table (static storage) and stores its length in *n. */
 const struct cfg_option *cfg_options(size_t *n);
-
-/* Prints one line per scalar setting (name, type, default, bounds, doc)
- * to out, for `kinfer --help`-style output. Borrows out. */
-void cfg_print_options(FILE *out);
 
 /* Reads path, applies each "section.key=value" override in sets (n_sets of
  * them) and validates everything. Returns a new config, or NULL with errstr

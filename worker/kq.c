@@ -36,7 +36,7 @@ rd_kafka_conf_t *kq_conf_new(const struct kcfg *c, enum kq_role role,
                              char *errstr, size_t errstr_size)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    /* What kinfer's at-least-once promise rests on (reliability.md rules
+    /* What kinfer's at-least-once promise rests on (docs/reliability.md, rules
      * 1-3): offsets are stored by the worker only after both
      * acknowledgements; stored offsets are committed automatically; a new
      * group starts at the beginning; results are written idempotently. */

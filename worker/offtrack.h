@@ -1,5 +1,5 @@
 /* offtrack.h - per-partition contiguous low watermark of finished offsets
- * (reliability.md rules 1-2). The poll thread records every offset it
+ * (docs/reliability.md, rules 1-2). The poll thread records every offset it
  * consumes, in order, and marks offsets done as their results are
  * acknowledged; the offset it may store is the first one not yet done, so
  * a crash never skips unfinished work even when batches finish out of

@@ -2,7 +2,7 @@
  *
  * hiredis 0.14 loses the command timeout when a context reconnects, so this
  * module never reconnects a context: it frees it and makes a new one, then
- * sets the timeout on that (style.md, "Versions on Debian 12").
+ * sets the timeout on that.
  *
  * Threads: the sink thread owns the struct; `errors` is atomic for readers. */
 #include "rsink.h"

@@ -3,7 +3,7 @@
  * when a channel is configured). Any error or timeout drops the connection
  * (a hiredis context that saw an error is never reused); the next attempt
  * reconnects with capped backoff, re-applies the command timeout, and
- * re-sends every SET whose reply was not read (reliability.md rule 8).
+ * re-sends every SET whose reply was not read (docs/reliability.md, rule 8).
  *
  * Threads: one sink thread owns an rsink; rsink_errors may be read by any
  * thread. */

@@ -10,7 +10,7 @@
  * poll thread touches the consumer and the offset tracker, so the rebalance
  * callback (which runs inside rd_kafka_consumer_poll) sees a consistent
  * view. The poll thread never waits on the model or the sinks: overload
- * pauses the assigned partitions while polling continues (reliability.md
+ * pauses the assigned partitions while polling continues (docs/reliability.md,
  * rule 4); what it has taken in is bounded by batching.max_queued_rows.
  *
  * Threads: as above. Cross-thread hand-offs are the batcher (locked), the
@@ -510,7 +510,7 @@ static void backpressure(struct worker *w)
 /* Partitions are being taken away. Queued jobs of theirs are dropped (the
  * next owner reads them again from the committed offset); jobs already
  * running get revoke_timeout_ms to finish; then the offsets are committed
- * synchronously (reliability.md rule 5). On a lost assignment nothing is
+ * synchronously (docs/reliability.md, rule 5). On a lost assignment nothing is
  * committed: another member may own the partitions already. */
 static void on_revoke(struct worker *w, rd_kafka_topic_partition_list_t *parts,
                       int lost)

@@ -1,7 +1,7 @@
 /* seeds.c - writes the fuzz target's seed corpus into a directory: valid
  * jobs in every encoding the protocol allows (MessagePack bin and number
  * array, JSON; with model, deadline, timeout, priority and meta) and the
- * hostile inputs of reliability.md (huge declared counts, deep nesting,
+ * hostile inputs of docs/reliability.md (huge declared counts, deep nesting,
  * oversize ids, NaN/Inf, truncation, 0xc1). Run by `make fuzz`. */
 #include <math.h>
 #include <stdio.h>
