@@ -47,18 +47,29 @@ struct model_ws {
     float *buf[2];         /* max_rows * m->max_w floats each */
 };
 
-/* Op table in enum order: name and whether the op carries tensors, so
- * parse, name and the load-time checks read the same rows. */
-static const struct {
-    const char *name;
-    int has_tensors;
-} model_ops[] = {
-    [MODEL_OP_DENSE] = {"dense", 1},    [MODEL_OP_RELU] = {"relu", 0},
-    [MODEL_OP_GELU] = {"gelu", 0},      [MODEL_OP_TANH] = {"tanh", 0},
-    [MODEL_OP_SIGMOID] = {"sigmoid", 0}, [MODEL_OP_LAYERNORM] = {"layernorm", 1},
-    [MODEL_OP_SOFTMAX] = {"softmax", 0}, [MODEL_OP_L2NORM] = {"l2norm", 0},
+/* The op table, in enum order: what each op's layer may name, what it
+ * must name, and how its tensors are shaped. The config reader judges a
+ * layer's keys by the same rows the loader reads its tensors by. */
+static const struct model_op_desc model_ops[MODEL_N_OPS] = {
+    [MODEL_OP_DENSE] = {"dense", MODEL_KEY_WEIGHT | MODEL_KEY_BIAS, MODEL_KEY_WEIGHT,
+                        MODEL_SHAPE_LINEAR},
+    [MODEL_OP_RELU] = {"relu", 0, 0, MODEL_SHAPE_NONE},
+    [MODEL_OP_GELU] = {"gelu", 0, 0, MODEL_SHAPE_NONE},
+    [MODEL_OP_TANH] = {"tanh", 0, 0, MODEL_SHAPE_NONE},
+    [MODEL_OP_SIGMOID] = {"sigmoid", 0, 0, MODEL_SHAPE_NONE},
+    [MODEL_OP_LAYERNORM] = {"layernorm", MODEL_KEY_WEIGHT | MODEL_KEY_BIAS | MODEL_KEY_EPS, 0,
+                            MODEL_SHAPE_FEATURE},
+    [MODEL_OP_SOFTMAX] = {"softmax", 0, 0, MODEL_SHAPE_NONE},
+    [MODEL_OP_L2NORM] = {"l2norm", 0, 0, MODEL_SHAPE_NONE},
 };
-#define MODEL_N_OPS (sizeof(model_ops) / sizeof(model_ops[0]))
+
+/* Bounds-checked access, so a corrupt enum value is an error message
+ * rather than a read past the table. */
+const struct model_op_desc *model_op_desc(enum model_op op)
+{
+    if ((unsigned)op >= MODEL_N_OPS) return NULL;
+    return &model_ops[op];
+}
 
 /* Config strings map to ops through the same table model_op_name reads,
  * so the two can never disagree. */
@@ -77,8 +88,17 @@ int model_op_parse(const char *s, enum model_op *out)
  * value outside the enum. */
 const char *model_op_name(enum model_op op)
 {
-    if ((size_t)op >= MODEL_N_OPS) return "?";
-    return model_ops[op].name;
+    const struct model_op_desc *d = model_op_desc(op);
+    return d ? d->name : "?";
+}
+
+/* Shared by the config reader (which adds the line number) and the
+ * loader (which adds the model and layer). */
+int model_eps_check(double eps, char *why, size_t why_size)
+{
+    if (eps > 0 && eps < 1 && isfinite(eps)) return 0;
+    if (why && why_size) snprintf(why, why_size, "%g is out of range: must be > 0 and < 1", eps);
+    return -1;
 }
 
 /* One place formats load errors so each names the model, and NULL or
@@ -217,8 +237,9 @@ static int model_load_layernorm(const struct model_ctx *c, struct model_layer *L
                                 struct model *m, size_t *w)
 {
     const struct model_layer_spec *ls = &c->spec->layers[c->li];
-    if (!(ls->eps > 0) || !isfinite(ls->eps)) {
-        LAYER_ERR(c, "eps %g must be finite and > 0", ls->eps);
+    char why[128];
+    if (model_eps_check(ls->eps, why, sizeof(why)) != 0) {
+        LAYER_ERR(c, "eps %s", why);
         return -1;
     }
     L->eps = (float)ls->eps;
@@ -268,22 +289,26 @@ struct model *model_load(const struct model_spec *spec, char *errstr, size_t err
     for (c.li = 0; c.li < spec->n_layers; c.li++) {
         const struct model_layer_spec *ls = &spec->layers[c.li];
         struct model_layer *L = &m->layers[c.li];
-        if ((size_t)ls->op >= MODEL_N_OPS) {
+        const struct model_op_desc *d = model_op_desc(ls->op);
+        if (!d) {
             model_seterr(errstr, errstr_size, "model %s: layer %zu: unknown op %d",
                          spec->name, c.li, (int)ls->op);
             goto fail;
         }
         L->op = ls->op;
-        if (!model_ops[ls->op].has_tensors && (ls->weight[0] || ls->bias[0])) {
-            LAYER_ERR(&c, "takes no tensors, but %s \"%s\" is set",
-                      ls->weight[0] ? "weight" : "bias",
-                      ls->weight[0] ? ls->weight : ls->bias);
+        /* A tensor the table does not give the op is an error, not
+         * something to ignore. */
+        int stray_w = !(d->keys & MODEL_KEY_WEIGHT) && ls->weight[0];
+        int stray_b = !(d->keys & MODEL_KEY_BIAS) && ls->bias[0];
+        if (stray_w || stray_b) {
+            LAYER_ERR(&c, "takes no tensors, but %s \"%s\" is set", stray_w ? "weight" : "bias",
+                      stray_w ? ls->weight : ls->bias);
             goto fail;
         }
         size_t before = w;
-        if (ls->op == MODEL_OP_DENSE) {
+        if (d->shape == MODEL_SHAPE_LINEAR) {
             if (model_load_dense(&c, L, m, &w) != 0) goto fail;
-        } else if (ls->op == MODEL_OP_LAYERNORM) {
+        } else if (d->shape == MODEL_SHAPE_FEATURE) {
             if (model_load_layernorm(&c, L, m, &w) != 0) goto fail;
         } else {
             L->in = L->out = w;

@@ -22,14 +22,41 @@ enum model_op {
     MODEL_OP_LAYERNORM, /* weight [w], bias [w], eps; biased variance over the last dim */
     MODEL_OP_SOFTMAX,   /* over the last dim */
     MODEL_OP_L2NORM,    /* x / max(||x||_2, 1e-12) over the last dim */
+    MODEL_N_OPS
 };
+
+/* The keys a layer of worker.cfg may give besides its op, as bits. */
+enum model_key {
+    MODEL_KEY_WEIGHT = 1 << 0, /* a tensor name */
+    MODEL_KEY_BIAS = 1 << 1,   /* a tensor name */
+    MODEL_KEY_EPS = 1 << 2,    /* a number */
+};
+
+/* How an op's tensors are shaped and what it does to the row width. */
+enum model_shape {
+    MODEL_SHAPE_NONE = 0, /* no tensors; the width passes through */
+    MODEL_SHAPE_LINEAR,   /* weight [out,in], bias [out]: the width becomes out */
+    MODEL_SHAPE_FEATURE,  /* weight and bias [w], one per feature: the width stays */
+};
+
+/* One row of the op table: everything the config reader and the loader
+ * need to judge a layer, so the two can never disagree. Plain data. */
+struct model_op_desc {
+    const char *name;      /* as written in worker.cfg: "dense", "relu", ... */
+    unsigned keys;         /* enum model_key bits a layer of this op may give */
+    unsigned required;     /* of those, the ones it must give */
+    enum model_shape shape;
+};
+
+/* Default layernorm eps (PyTorch's nn.LayerNorm). */
+#define MODEL_EPS_DEFAULT 1e-5
 
 /* One layer as the config describes it (plain data). */
 struct model_layer_spec {
     enum model_op op;
     char weight[MODEL_TENSOR_NAME_MAX]; /* tensor name, "" if the op has none */
     char bias[MODEL_TENSOR_NAME_MAX];   /* tensor name, "" = no bias */
-    double eps;                         /* layernorm only */
+    double eps;                         /* layernorm only; MODEL_EPS_DEFAULT */
 };
 
 /* One model as the config describes it (plain data, owned by the config). */
@@ -44,9 +71,16 @@ struct model_spec {
 struct model;
 struct model_ws;
 
+/* The op table's row for op, or NULL for a value outside the enum. */
+const struct model_op_desc *model_op_desc(enum model_op op);
 /* Parses "dense", "relu", ... into *out; returns 0 or -1 if unknown. */
 int model_op_parse(const char *s, enum model_op *out);
+/* The op's name, "?" for a value outside the enum. */
 const char *model_op_name(enum model_op op);
+/* The one rule for a layernorm eps: finite, > 0 and < 1 (a constant row
+ * divides by sqrt(eps), so 0 is refused; 1 or more is surely a typo).
+ * Returns 0, or -1 with why filled. */
+int model_eps_check(double eps, char *why, size_t why_size);
 
 /* Loads the safetensors file named by spec->path, validates every tensor
  * the layers name (dtype F32/F16/BF16, shapes chained layer to layer) and

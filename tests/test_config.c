@@ -682,6 +682,50 @@ static void test_worker_cfg(void **state)
     cfg_destroy(c);
 }
 
+/* The config reader judges a layer's keys by gpu/model.h's op table: for
+ * every op, each key the table gives it is accepted, each other key is
+ * refused, and a layer that leaves out a required key is refused. */
+static void test_layer_keys_follow_op_table(void **state)
+{
+    (void)state;
+    static const struct {
+        unsigned key;
+        const char *text;
+    } keys[] = {{MODEL_KEY_WEIGHT, "weight = \"w\"; "},
+                {MODEL_KEY_BIAS, "bias = \"b\"; "},
+                {MODEL_KEY_EPS, "eps = 0.001; "}};
+    for (int op = 0; op < MODEL_N_OPS; op++) {
+        const struct model_op_desc *d = model_op_desc((enum model_op)op);
+        assert_non_null(d);
+        char required[128] = "";
+        for (size_t k = 0; k < 3; k++)
+            if (d->required & keys[k].key) strcat(required, keys[k].text);
+        for (size_t k = 0; k < 4; k++) {
+            /* k == 3: only the required keys. */
+            char text[512], err[512], path[256];
+            int given_required = k < 3 && (d->required & keys[k].key);
+            snprintf(text, sizeof(text),
+                     "models = ( { name = \"m\"; path = \"p\"; layers = ( { op = \"%s\"; %s%s} ); } );\n",
+                     d->name, required, k < 3 && !given_required ? keys[k].text : "");
+            struct kcfg *c = load_text(text, NULL, 0, err, sizeof(err), path, sizeof(path));
+            int want_ok = k == 3 || (d->keys & keys[k].key);
+            if (want_ok && !c) fail_msg("op %s: %s refused: %s", d->name, text, err);
+            if (!want_ok && c) fail_msg("op %s: %s accepted", d->name, text);
+            if (c) assert_int_equal(c->models[0].layers[0].op, op);
+            cfg_destroy(c);
+        }
+        for (size_t k = 0; k < 3; k++) {
+            if (!(d->required & keys[k].key)) continue;
+            char text[256], err[512], path[256];
+            snprintf(text, sizeof(text),
+                     "models = ( { name = \"m\"; path = \"p\"; layers = ( { op = \"%s\"; } ); } );\n",
+                     d->name);
+            assert_null(load_text(text, NULL, 0, err, sizeof(err), path, sizeof(path)));
+            assert_non_null(strstr(err, "needs"));
+        }
+    }
+}
+
 /* cfg_destroy takes NULL, as every destructor does. */
 static void test_destroy_null(void **state)
 {
@@ -707,6 +751,7 @@ int main(void)
         cmocka_unit_test(test_relative_paths),
         cmocka_unit_test(test_small_errstr),
         cmocka_unit_test(test_worker_cfg),
+        cmocka_unit_test(test_layer_keys_follow_op_table),
         cmocka_unit_test(test_destroy_null),
     };
     int failed = _cmocka_run_group_tests("config_bad_files", bad, N_BAD, NULL, NULL);

@@ -134,6 +134,8 @@ static void ref_layer_fwd(const struct ref_layer *L, const double *x, double *y,
             for (size_t i = 0; i < w; i++) yr[i] = xr[i] / d;
             break;
         }
+        default:
+            fail_msg("the reference has no op %d", (int)L->op);
         }
     }
 }
@@ -633,7 +635,10 @@ static const struct load_case {
      "model t: layer 0 (layernorm): tensor b has shape [3], expected [4]"},
     {"layernorm eps 0", {{"g", ST_F32, 1, {4, 0}}}, 1,
      {{MODEL_OP_LAYERNORM, "g", "", 0}}, 1, 0,
-     "model t: layer 0 (layernorm): eps 0 must be finite and > 0"},
+     "model t: layer 0 (layernorm): eps 0 is out of range: must be > 0 and < 1"},
+    {"layernorm eps 1", {{"g", ST_F32, 1, {4, 0}}}, 1,
+     {{MODEL_OP_LAYERNORM, "g", "", 1}}, 1, 0,
+     "model t: layer 0 (layernorm): eps 1 is out of range: must be > 0 and < 1"},
     {"activation with weight", {{"w", ST_F32, 2, {4, 8}}}, 1,
      {{MODEL_OP_DENSE, "w", "", 0}, {MODEL_OP_RELU, "w", "", 0}}, 2, 0,
      "model t: layer 1 (relu): takes no tensors, but weight \"w\" is set"},

@@ -33,7 +33,6 @@
 #define STR_MAX 4095                     /* longest ordinary string setting */
 #define TTL_MAX 3153600000000LL          /* 100 years in ms */
 #define INPUT_WIDTH_MAX 16777216         /* 2^24 floats per row */
-#define LAYERNORM_EPS_DEFAULT 1e-5
 
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
@@ -680,20 +679,6 @@ static int read_topic_priorities(struct loader *ld, const config_setting_t *s)
     return 0;
 }
 
-/* Which layer keys an op gives meaning to, and whether it needs a weight.
- * dense needs a weight and may have a bias; layernorm may have either
- * (absent: ones and zeros, PyTorch's elementwise_affine=False) and an eps.
- * Knowing this here makes a stray key an error with a line number rather
- * than something model_load silently ignores. */
-static void op_keys(enum model_op op, bool *weight, bool *weight_required, bool *bias,
-                    bool *eps)
-{
-    *weight = op == MODEL_OP_DENSE || op == MODEL_OP_LAYERNORM;
-    *weight_required = op == MODEL_OP_DENSE;
-    *bias = *weight;
-    *eps = op == MODEL_OP_LAYERNORM;
-}
-
 /* Copies a tensor name into a layer spec's fixed buffer, refusing what
  * does not fit rather than truncating it into another tensor's name. */
 static int read_tensor_name(struct loader *ld, const config_setting_t *s, const char *what,
@@ -740,7 +725,7 @@ static int read_layer(struct loader *ld, const config_setting_t *s, size_t mi, s
     if (model_op_parse(opname, &l->op) < 0) {
         char known[256] = "";
         size_t used = 0;
-        for (int o = MODEL_OP_DENSE; o <= MODEL_OP_L2NORM && used < sizeof(known); o++) {
+        for (int o = 0; o < MODEL_N_OPS && used < sizeof(known); o++) {
             int k = snprintf(known + used, sizeof(known) - used, "%s%s", o ? ", " : "",
                              model_op_name((enum model_op)o));
             if (k < 0) break;
@@ -748,19 +733,24 @@ static int read_layer(struct loader *ld, const config_setting_t *s, size_t mi, s
         }
         return fail_at(ld, op, "%s.op: unknown op '%s' (known: %s)", where, opname, known);
     }
-    bool want_weight, need_weight, want_bias, want_eps;
-    op_keys(l->op, &want_weight, &need_weight, &want_bias, &want_eps);
+    /* The op table says which keys the op gives meaning to and which it
+     * needs; a stray key is an error with its line number rather than
+     * something the loader would refuse later without one. */
+    const struct model_op_desc *d = model_op_desc(l->op);
     const struct {
         const config_setting_t *s;
-        bool wanted;
-        const char *key;
-    } keys[] = {{weight, want_weight, "weight"}, {bias, want_bias, "bias"}, {eps, want_eps, "eps"}};
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
-        if (keys[i].s && !keys[i].wanted)
-            return fail_at(ld, keys[i].s, "%s: '%s' does not apply to op %s", where, keys[i].key,
-                           opname);
-    if (need_weight && !weight)
-        return fail_at(ld, s, "%s: op %s needs 'weight' (a tensor name)", where, opname);
+        unsigned key;
+        const char *name;
+    } keys[] = {{weight, MODEL_KEY_WEIGHT, "weight"}, {bias, MODEL_KEY_BIAS, "bias"},
+                {eps, MODEL_KEY_EPS, "eps"}};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        if (keys[i].s && !(d->keys & keys[i].key))
+            return fail_at(ld, keys[i].s, "%s: '%s' does not apply to op %s", where,
+                           keys[i].name, opname);
+        if (!keys[i].s && (d->required & keys[i].key))
+            return fail_at(ld, s, "%s: op %s needs '%s'%s", where, opname, keys[i].name,
+                           keys[i].key == MODEL_KEY_EPS ? "" : " (a tensor name)");
+    }
     char what[96];
     if (weight) {
         snprintf(what, sizeof(what), "%s.weight", where);
@@ -770,7 +760,7 @@ static int read_layer(struct loader *ld, const config_setting_t *s, size_t mi, s
         snprintf(what, sizeof(what), "%s.bias", where);
         if (read_tensor_name(ld, bias, what, l->bias, sizeof(l->bias)) < 0) return -1;
     }
-    l->eps = LAYERNORM_EPS_DEFAULT;
+    l->eps = MODEL_EPS_DEFAULT;
     if (eps) {
         int t = config_setting_type(eps);
         if (t == CONFIG_TYPE_FLOAT) l->eps = config_setting_get_float(eps);
@@ -778,9 +768,9 @@ static int read_layer(struct loader *ld, const config_setting_t *s, size_t mi, s
         else if (t == CONFIG_TYPE_INT64) l->eps = (double)config_setting_get_int64(eps);
         else
             return fail_at(ld, eps, "%s.eps: expected a number, got %s", where, type_words(t));
-        if (!(l->eps > 0 && l->eps < 1))
-            return fail_at(ld, eps, "%s.eps: %g is out of range: must be > 0 and < 1", where,
-                           l->eps);
+        char why[128];
+        if (model_eps_check(l->eps, why, sizeof(why)) < 0)
+            return fail_at(ld, eps, "%s.eps: %s", where, why);
     }
     return 0;
 }
