@@ -48,25 +48,31 @@ B ?= build
 else
 B ?= build-$(SANITIZE)
 endif
-LIB_SRCS := $(wildcard codecs/*.c) $(wildcard gpu/*.c) $(wildcard batching/*.c) \
-            $(filter-out worker/main.c,$(wildcard worker/*.c))
-LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o)
-
-# CUDA sources compile wherever nvcc and the runtime exist; the CPU path
-# never needs them.
+# The CUDA backend (gpu/backend_cuda.c and its kernels, gpu/*.cu) compiles
+# wherever nvcc and the runtime exist; elsewhere gpu/cuda_stub.c stands in
+# and says "not built with CUDA". The CPU path never needs CUDA, and only
+# gpu/ files see its headers.
 ifneq ($(NVCC),)
 ifeq ($(CUDART_A),)
 $(warning nvcc found ($(NVCC)) but no libcudart_static.a under CUDA_HOME=$(CUDA_HOME); building without CUDA)
 NVCC :=
 endif
 endif
+GPU_SRCS := $(filter-out gpu/backend_cuda.c gpu/cuda_stub.c,$(wildcard gpu/*.c))
 ifneq ($(NVCC),)
+GPU_SRCS  += gpu/backend_cuda.c
 CU_SRCS   := $(wildcard gpu/*.cu)
 CU_OBJS   := $(CU_SRCS:%.cu=$(B)/%.cu.o)
-CFLAGS    += -DKINFER_HAVE_CUDA
 LDLIBS    += $(CUDART_A) -ldl -lrt
 NVFLAGS   := -O2 -std=c++17 -Xcompiler -Wall,-fPIC
+$(B)/gpu/backend_cuda.o: CFLAGS += -I$(CUDA_HOME)/include
+else
+GPU_SRCS  += gpu/cuda_stub.c
 endif
+
+LIB_SRCS := $(wildcard codecs/*.c) $(GPU_SRCS) $(wildcard batching/*.c) \
+            $(filter-out worker/main.c,$(wildcard worker/*.c))
+LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o)
 
 TEST_SRCS := $(wildcard tests/test_*.c)
 TESTS     := $(TEST_SRCS:tests/%.c=$(B)/tests/%)

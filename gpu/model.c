@@ -1,21 +1,22 @@
-/* model.c - the CPU backend of model.h: loads a safetensors file, checks
- * the layer list against it (tensor presence, dtype, shapes chained layer
- * to layer), converts every weight to float32 once, and runs batches
- * through it with one cblas_sgemm per dense layer and plain loops for the
- * rest, with PyTorch's semantics.
+/* model.c - the runtime of model.h: the op table, the choice of backend,
+ * loading a model, and the calls that pass through to the backend.
  *
- * Threads: model_load/model_destroy on the main thread at startup and
- * shutdown. A loaded model is never written again, so executor threads
- * share it; each executor owns one model_ws and is the only caller of
- * model_forward with it.
+ * Loading checks a layer list against its safetensors file once, for
+ * every backend alike (tensor presence, dtype, shapes chained layer to
+ * layer, as the op table says), and hands the result to the chosen
+ * backend as a struct backend_plan while the file is still mapped; the
+ * backend keeps its own copy of the weights and the file is closed.
  *
- * Ownership: the model owns its layer table and float32 weights; the
- * st_file is closed before model_load returns, so nothing points into the
- * file. A model_ws owns its two ping-pong buffers; the output pointer
- * model_forward hands back points into them. */
+ * Threads: the runtime, model_load and model_destroy on the main thread
+ * at startup and shutdown. A loaded model is never written again, so
+ * executor threads share it; each executor owns one model_ws and is the
+ * only caller of model_forward with it.
+ *
+ * Ownership: the runtime owns the backend's state; a model owns its layer
+ * table and the backend's copy of its weights; a model_ws owns the
+ * backend's workspace. Nothing points into the file after model_load. */
 #include "model.h"
 
-#include <cblas.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -23,28 +24,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "safetensors.h"
 
-struct model_layer {
-    enum model_op op;
-    size_t in, out;  /* widths: dense changes them, every other op keeps them */
-    float *w;        /* dense [out,in]; layernorm [in] or NULL (= ones) */
-    float *b;        /* dense [out] or NULL; layernorm [in] or NULL (= zeros) */
-    float eps;       /* layernorm */
+struct model_runtime {
+    const struct backend_ops *ops;
+    void *be;                 /* the backend's state */
+    char desc[800];           /* model_runtime_describe */
 };
 
 struct model {
     char name[MODEL_NAME_MAX];
-    size_t in_w, out_w, max_w;
+    struct model_runtime *rt;
+    struct backend_layer *layers; /* tensors NULL once loaded (the file is closed) */
+    struct backend_plan plan;     /* what the backend built from; layers above */
     size_t n_params;
-    size_t n_layers;
-    struct model_layer *layers;
+    void *bm;                     /* the backend's copy of the weights */
 };
 
 struct model_ws {
-    const struct model *m; /* the model the buffers were sized for */
+    const struct model *m; /* the model the workspace was made for */
     size_t max_rows;
-    float *buf[2];         /* max_rows * m->max_w floats each */
+    void *bws;             /* the backend's workspace */
+    char err[256];         /* model_ws_error */
 };
 
 /* The op table, in enum order: what each op's layer may name, what it
@@ -178,24 +180,17 @@ static int model_check_vec(const struct model_ctx *c, const struct st_tensor *t,
     return -1;
 }
 
-/* Converts t to a new float32 array (the model owns it) and counts its
- * parameters. */
-static float *model_convert(const struct model_ctx *c, const struct st_tensor *t,
-                            struct model *m)
+/* Takes t as the layer's tensor: the backend reads it while the file is
+ * still mapped. Counts its parameters. */
+static const struct st_tensor *model_take(struct model *m, const struct st_tensor *t)
 {
-    float *p = malloc((size_t)t->numel * sizeof(float));
-    if (!p) {
-        LAYER_ERR(c, "out of memory converting tensor %s", t->name);
-        return NULL;
-    }
-    st_to_f32(t, p); /* dtype already checked loadable */
     m->n_params += (size_t)t->numel;
-    return p;
+    return t;
 }
 
-/* Validates and loads one dense layer. *w is the running width (0 while
- * still unknown: the weight's in-features then define it). */
-static int model_load_dense(const struct model_ctx *c, struct model_layer *L,
+/* Validates one dense layer. *w is the running width (0 while still
+ * unknown: the weight's in-features then define it). */
+static int model_load_dense(const struct model_ctx *c, struct backend_layer *L,
                             struct model *m, size_t *w)
 {
     const struct model_layer_spec *ls = &c->spec->layers[c->li];
@@ -222,18 +217,17 @@ static int model_load_dense(const struct model_ctx *c, struct model_layer *L,
         const struct st_tensor *tb = model_find(c, ls->bias);
         size_t bw = L->out;
         if (!tb || model_check_vec(c, tb, &bw) != 0) return -1;
-        if (!(L->b = model_convert(c, tb, m))) return -1;
+        L->b = model_take(m, tb);
     }
-    if (!(L->w = model_convert(c, tw, m))) return -1;
+    L->w = model_take(m, tw);
     *w = L->out;
     return 0;
 }
 
-/* Validates and loads one layernorm. Weight and bias are each optional
- * (PyTorch's elementwise_affine=False and bias=False): absent means ones
- * and zeros. eps must be finite and > 0, else a constant row divides by
- * zero. */
-static int model_load_layernorm(const struct model_ctx *c, struct model_layer *L,
+/* Validates one layernorm. Weight and bias are each optional (PyTorch's
+ * elementwise_affine=False and bias=False): absent means ones and zeros.
+ * eps follows model_eps_check, else a constant row divides by zero. */
+static int model_load_layernorm(const struct model_ctx *c, struct backend_layer *L,
                                 struct model *m, size_t *w)
 {
     const struct model_layer_spec *ls = &c->spec->layers[c->li];
@@ -244,23 +238,29 @@ static int model_load_layernorm(const struct model_ctx *c, struct model_layer *L
     }
     L->eps = (float)ls->eps;
     const char *names[2] = {ls->weight, ls->bias};
-    float **dst[2] = {&L->w, &L->b};
+    const struct st_tensor **dst[2] = {&L->w, &L->b};
     for (int i = 0; i < 2; i++) {
         if (!names[i][0]) continue;
         const struct st_tensor *t = model_find(c, names[i]);
         if (!t || model_check_vec(c, t, w) != 0) return -1;
-        if (!(*dst[i] = model_convert(c, t, m))) return -1;
+        *dst[i] = model_take(m, t);
     }
     L->in = L->out = *w; /* still 0 if no tensor and no width yet: fixed up later */
     return 0;
 }
 
-/* Walks the layers once: each op's loader checks its tensors against the
- * running width and converts them, so the first inconsistency is the one
- * reported, and a failed load leaves nothing behind. Layers are numbered
- * from 0 in messages, as in the config's list. */
-struct model *model_load(const struct model_spec *spec, char *errstr, size_t errstr_size)
+/* Walks the layers once, each op's checks by its row of the op table
+ * against the running width, so the first inconsistency is the one
+ * reported; then the backend builds its copy from the validated plan
+ * while the file is mapped, and a failed load leaves nothing behind.
+ * Layers are numbered from 0 in messages, as in the config's list. */
+struct model *model_load(struct model_runtime *rt, const struct model_spec *spec,
+                         char *errstr, size_t errstr_size)
 {
+    if (!rt) {
+        model_seterr(errstr, errstr_size, "model %s: no runtime", spec->name);
+        return NULL;
+    }
     if (spec->n_layers == 0) {
         model_seterr(errstr, errstr_size, "model %s: no layers", spec->name);
         return NULL;
@@ -282,13 +282,13 @@ struct model *model_load(const struct model_spec *spec, char *errstr, size_t err
         goto fail;
     }
     snprintf(m->name, sizeof(m->name), "%s", spec->name);
-    m->n_layers = spec->n_layers;
+    m->rt = rt;
 
     struct model_ctx c = {spec, f, 0, errstr, errstr_size};
     size_t w = spec->input_width; /* running width; 0 = not known yet */
     for (c.li = 0; c.li < spec->n_layers; c.li++) {
         const struct model_layer_spec *ls = &spec->layers[c.li];
-        struct model_layer *L = &m->layers[c.li];
+        struct backend_layer *L = &m->layers[c.li];
         const struct model_op_desc *d = model_op_desc(ls->op);
         if (!d) {
             model_seterr(errstr, errstr_size, "model %s: layer %zu: unknown op %d",
@@ -316,7 +316,7 @@ struct model *model_load(const struct model_spec *spec, char *errstr, size_t err
         if (before == 0 && w != 0) {
             /* First shaped layer: it fixes the input width, and the
              * width-keeping layers before it take that width too. */
-            m->in_w = L->in;
+            m->plan.in_w = L->in;
             for (size_t j = 0; j < c.li; j++) m->layers[j].in = m->layers[j].out = L->in;
         }
     }
@@ -326,11 +326,17 @@ struct model *model_load(const struct model_spec *spec, char *errstr, size_t err
                      "set input_width", spec->name);
         goto fail;
     }
-    if (spec->input_width) m->in_w = spec->input_width;
-    m->out_w = w;
-    m->max_w = m->in_w;
-    for (size_t i = 0; i < m->n_layers; i++)
-        if (m->layers[i].out > m->max_w) m->max_w = m->layers[i].out;
+    if (spec->input_width) m->plan.in_w = spec->input_width;
+    m->plan.name = m->name;
+    m->plan.layers = m->layers;
+    m->plan.n_layers = spec->n_layers;
+    m->plan.out_w = w;
+    m->plan.max_w = m->plan.in_w;
+    for (size_t i = 0; i < spec->n_layers; i++)
+        if (m->layers[i].out > m->plan.max_w) m->plan.max_w = m->layers[i].out;
+    if (!(m->bm = rt->ops->model_new(rt->be, &m->plan, errstr, errstr_size))) goto fail;
+    /* The file closes below: nothing may point into it afterwards. */
+    for (size_t i = 0; i < spec->n_layers; i++) m->layers[i].w = m->layers[i].b = NULL;
     st_close(f);
     return m;
 fail:
@@ -339,15 +345,12 @@ fail:
     return NULL;
 }
 
-/* Frees weights and the layer table; tolerates a half-built model, which
- * is what model_load's failure path hands it. */
+/* Frees the backend's copy and the layer table; tolerates a half-built
+ * model, which is what model_load's failure path hands it. */
 void model_destroy(struct model *m)
 {
     if (!m) return;
-    for (size_t i = 0; m->layers && i < m->n_layers; i++) {
-        free(m->layers[i].w);
-        free(m->layers[i].b);
-    }
+    if (m->bm) m->rt->ops->model_free(m->rt->be, m->bm);
     free(m->layers);
     free(m);
 }
@@ -361,13 +364,13 @@ const char *model_name(const struct model *m)
 /* Floats per input row: what the codec checks a job's width against. */
 size_t model_input_width(const struct model *m)
 {
-    return m->in_w;
+    return m->plan.in_w;
 }
 
 /* Floats per output row: what the sink encodes. */
 size_t model_output_width(const struct model *m)
 {
-    return m->out_w;
+    return m->plan.out_w;
 }
 
 /* Parameter count, for the startup log line. */
@@ -376,23 +379,29 @@ size_t model_param_count(const struct model *m)
     return m->n_params;
 }
 
-/* Both buffers hold the widest activation of any layer for max_rows rows:
- * dense reads one and writes the other, every other op works in place. */
-struct model_ws *model_ws_new(const struct model *m, size_t max_rows)
+/* The backend sizes its buffers; the limits on max_rows keep every
+ * rows x width product it computes inside size_t and int. */
+struct model_ws *model_ws_new(const struct model *m, unsigned slot, size_t max_rows,
+                              char *errstr, size_t errstr_size)
 {
     if (!m || max_rows == 0 || max_rows > INT_MAX ||
-        max_rows > SIZE_MAX / sizeof(float) / m->max_w)
+        max_rows > SIZE_MAX / sizeof(float) / m->plan.max_w) {
+        model_seterr(errstr, errstr_size, "model %s: a workspace of %zu rows is not possible",
+                     m ? m->name : "?", max_rows);
         return NULL;
+    }
     struct model_ws *ws = calloc(1, sizeof(*ws));
-    if (!ws) return NULL;
+    if (!ws) {
+        model_seterr(errstr, errstr_size, "model %s: out of memory", m->name);
+        return NULL;
+    }
     ws->m = m;
     ws->max_rows = max_rows;
-    for (int i = 0; i < 2; i++) {
-        ws->buf[i] = calloc(max_rows * m->max_w, sizeof(float));
-        if (!ws->buf[i]) {
-            model_ws_destroy(ws);
-            return NULL;
-        }
+    ws->bws = m->rt->ops->ws_new(m->rt->be, m->bm, &m->plan, slot, max_rows, errstr,
+                                 errstr_size);
+    if (!ws->bws) {
+        free(ws);
+        return NULL;
     }
     return ws;
 }
@@ -401,151 +410,123 @@ struct model_ws *model_ws_new(const struct model *m, size_t max_rows)
 void model_ws_destroy(struct model_ws *ws)
 {
     if (!ws) return;
-    free(ws->buf[0]);
-    free(ws->buf[1]);
+    ws->m->rt->ops->ws_free(ws->bws);
     free(ws);
 }
 
-/* y = x W^T + b for the whole batch in one GEMM (row-major, W stored as
- * nn.Linear's [out,in], hence Trans): the bias is copied into y first and
- * added through beta = 1. */
-static void model_dense(const struct model_layer *L, const float *x, float *y, size_t rows)
+float *model_ws_input(struct model_ws *ws)
 {
-    float beta = 0.0f;
-    if (L->b) {
-        for (size_t r = 0; r < rows; r++) memcpy(y + r * L->out, L->b, L->out * sizeof(float));
-        beta = 1.0f;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)L->out, (int)L->in,
-                1.0f, x, (int)L->in, L->w, (int)L->in, beta, y, (int)L->out);
+    return ws->m->rt->ops->ws_input(ws->bws);
 }
 
-/* Elementwise ops over n values; y may equal x. relu keeps NaN as
- * PyTorch does. gelu uses erfc(-x/sqrt 2), equal to 1 + erf(x/sqrt 2) but
- * without its cancellation for negative x. sigmoid takes the branch whose
- * exp cannot overflow. */
-static void model_pointwise(enum model_op op, const float *x, float *y, size_t n)
-{
-    switch (op) {
-    case MODEL_OP_RELU:
-        for (size_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
-        break;
-    case MODEL_OP_GELU:
-        for (size_t i = 0; i < n; i++)
-            y[i] = 0.5f * x[i] * erfcf(-x[i] * 0.70710678118654752f);
-        break;
-    case MODEL_OP_TANH:
-        for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
-        break;
-    case MODEL_OP_SIGMOID:
-        for (size_t i = 0; i < n; i++) {
-            if (x[i] >= 0.0f) {
-                y[i] = 1.0f / (1.0f + expf(-x[i]));
-            } else {
-                float e = expf(x[i]);
-                y[i] = e / (1.0f + e);
-            }
-        }
-        break;
-    default:
-        break;
-    }
-}
-
-/* Layernorm of one row of w values (biased variance, as PyTorch); sums in
- * double so wide rows lose no precision. y may equal x. */
-static void model_layernorm_row(const struct model_layer *L, const float *x, float *y,
-                                size_t w)
-{
-    double mean = 0.0, var = 0.0;
-    for (size_t i = 0; i < w; i++) mean += x[i];
-    mean /= (double)w;
-    for (size_t i = 0; i < w; i++) {
-        double d = x[i] - mean;
-        var += d * d;
-    }
-    var /= (double)w;
-    double inv = 1.0 / sqrt(var + (double)L->eps);
-    for (size_t i = 0; i < w; i++) {
-        double v = (x[i] - mean) * inv;
-        if (L->w) v *= L->w[i];
-        if (L->b) v += L->b[i];
-        y[i] = (float)v;
-    }
-}
-
-/* Softmax of one row, shifted by its max so exp cannot overflow. y may
- * equal x. */
-static void model_softmax_row(const float *x, float *y, size_t w)
-{
-    float mx = x[0];
-    for (size_t i = 1; i < w; i++)
-        if (x[i] > mx) mx = x[i];
-    double sum = 0.0;
-    for (size_t i = 0; i < w; i++) {
-        y[i] = expf(x[i] - mx);
-        sum += y[i];
-    }
-    double inv = 1.0 / sum;
-    for (size_t i = 0; i < w; i++) y[i] = (float)(y[i] * inv);
-}
-
-/* x / max(||x||_2, 1e-12) of one row, as F.normalize. y may equal x. */
-static void model_l2norm_row(const float *x, float *y, size_t w)
-{
-    double ss = 0.0;
-    for (size_t i = 0; i < w; i++) ss += (double)x[i] * x[i];
-    double norm = sqrt(ss);
-    double inv = 1.0 / (norm > 1e-12 ? norm : 1e-12);
-    for (size_t i = 0; i < w; i++) y[i] = (float)(x[i] * inv);
-}
-
-/* Ping-pongs between the two workspace buffers: dense writes the buffer
- * it does not read, the other ops rewrite in place; the caller's input is
- * never written. Checks only what is cheap (rows, workspace owner). */
+/* Checks what is cheap (rows, workspace owner) so every backend can trust
+ * its arguments. */
 int model_forward(const struct model *m, struct model_ws *ws, const float *in,
                   size_t rows, const float **out)
 {
     if (!m || !ws || ws->m != m || !in || !out || rows == 0 || rows > ws->max_rows)
-        return -1;
-    float *cur = NULL; /* buffer holding the activations; NULL = still `in` */
-    size_t w = m->in_w;
-    for (size_t li = 0; li < m->n_layers; li++) {
-        const struct model_layer *L = &m->layers[li];
-        const float *src = cur ? cur : in;
-        if (L->op == MODEL_OP_DENSE) {
-            float *dst = cur == ws->buf[0] ? ws->buf[1] : ws->buf[0];
-            model_dense(L, src, dst, rows);
-            cur = dst;
-            w = L->out;
-            continue;
-        }
-        float *dst = cur ? cur : ws->buf[0];
-        switch (L->op) {
-        case MODEL_OP_LAYERNORM:
-            for (size_t r = 0; r < rows; r++) model_layernorm_row(L, src + r * w, dst + r * w, w);
-            break;
-        case MODEL_OP_SOFTMAX:
-            for (size_t r = 0; r < rows; r++) model_softmax_row(src + r * w, dst + r * w, w);
-            break;
-        case MODEL_OP_L2NORM:
-            for (size_t r = 0; r < rows; r++) model_l2norm_row(src + r * w, dst + r * w, w);
-            break;
-        default:
-            model_pointwise(L->op, src, dst, rows * w);
-            break;
-        }
-        cur = dst;
-    }
-    *out = cur;
-    return 0;
+        return MODEL_EINVAL;
+    return m->rt->ops->forward(ws->bws, in, rows, out, ws->err, sizeof(ws->err));
 }
 
-/* OpenBLAS's pool is process-wide; 0 keeps its default (all cores or
- * OPENBLAS_NUM_THREADS), which the config uses to mean "don't care". */
-void model_set_threads(int n)
+const char *model_ws_error(const struct model_ws *ws)
 {
-    if (n > 0) openblas_set_num_threads(n);
+    return ws->err;
+}
+
+/* ---- the runtime -------------------------------------------------------- */
+
+void model_runtime_conf_defaults(struct model_runtime_conf *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->backend = "auto";
+    c->cpu_threads = 1;
+}
+
+/* "auto" asks the CUDA backend first and falls back to the CPU with the
+ * reason kept for the log; an explicit choice is taken or fails. */
+struct model_runtime *model_runtime_new(const struct model_runtime_conf *c, char *errstr,
+                                        size_t errstr_size)
+{
+    const char *want = c->backend ? c->backend : "auto";
+    struct model_runtime *rt = calloc(1, sizeof(*rt));
+    char what[256] = "";
+    if (!rt) {
+        model_seterr(errstr, errstr_size, "out of memory");
+        return NULL;
+    }
+    char why[300] = "", desc[400] = "";
+    if (strcmp(want, "auto") == 0) {
+        if (backend_cuda.probe(what, sizeof(what)) > 0) {
+            rt->be = backend_cuda.open(c, desc, sizeof(desc), what, sizeof(what));
+            if (rt->be) rt->ops = &backend_cuda;
+        }
+        if (!rt->be) {
+            snprintf(why, sizeof(why), "auto: %s", what);
+            rt->ops = &backend_cpu;
+        }
+    } else if (strcmp(want, "cpu") == 0) {
+        rt->ops = &backend_cpu;
+    } else if (strcmp(want, "cuda") == 0) {
+        if (backend_cuda.probe(what, sizeof(what)) <= 0) {
+            model_seterr(errstr, errstr_size, "backend cuda: no usable CUDA device: %s", what);
+            free(rt);
+            return NULL;
+        }
+        rt->ops = &backend_cuda;
+    } else {
+        model_seterr(errstr, errstr_size, "backend '%s' is not one of auto, cpu, cuda", want);
+        free(rt);
+        return NULL;
+    }
+    if (!rt->be) {
+        char err[256];
+        rt->be = rt->ops->open(c, desc, sizeof(desc), err, sizeof(err));
+        if (!rt->be) {
+            model_seterr(errstr, errstr_size, "backend %s: %s", rt->ops->name, err);
+            free(rt);
+            return NULL;
+        }
+    }
+    if (why[0]) snprintf(rt->desc, sizeof(rt->desc), "%s (%s)", desc, why);
+    else snprintf(rt->desc, sizeof(rt->desc), "%s", desc);
+    return rt;
+}
+
+void model_runtime_destroy(struct model_runtime *rt)
+{
+    if (!rt) return;
+    rt->ops->close(rt->be);
+    free(rt);
+}
+
+const char *model_runtime_backend(const struct model_runtime *rt)
+{
+    return rt->ops->name;
+}
+
+const char *model_runtime_describe(const struct model_runtime *rt)
+{
+    return rt->desc;
+}
+
+int model_cuda_built(void)
+{
+    return backend_cuda.compiled_in;
+}
+
+/* Probes on each call: a driver may come or go between calls. */
+void model_cuda_describe(char *buf, size_t n)
+{
+    char what[256];
+    int devices = backend_cuda.probe(what, sizeof(what));
+    if (!backend_cuda.compiled_in)
+        snprintf(buf, n, "cuda: not built (no nvcc at build time); CPU backend only");
+    else if (devices > 0)
+        snprintf(buf, n, "cuda: built in; %d usable device%s (%s)", devices,
+                 devices == 1 ? "" : "s", what);
+    else
+        snprintf(buf, n, "cuda: built in; 0 usable devices (%s)", what);
 }
 
 /* splitmix64: a tiny, well-mixed generator so the demo weights depend only

@@ -1,9 +1,13 @@
-/* model.h - a neural model: a safetensors file plus a layer list, run on
- * the CPU with OpenBLAS (the CUDA backend is gpu/ too, later). Plain C.
+/* model.h - kinfer's inference runtime, the one API the rest of kinfer
+ * uses to run a model: the op table, loading a model (a safetensors file
+ * plus a layer list), per-executor workspaces and the forward pass. Which
+ * backend runs it (OpenBLAS on the CPU, cuBLAS on a GPU) is chosen once,
+ * by model_runtime_new; nothing above gpu/ knows which one it is (the
+ * backends fill in gpu/backend.h). Plain C.
  *
- * Threads: model_load at startup (main thread); a loaded model is
- * read-only and may be shared; each executor thread owns its own
- * model_ws and calls model_forward with it. */
+ * Threads: model_runtime_new and model_load at startup (main thread); a
+ * loaded model is read-only and may be shared; each executor thread owns
+ * its own model_ws and is the only caller of model_forward with it. */
 #ifndef KINFER_MODEL_H
 #define KINFER_MODEL_H
 
@@ -51,6 +55,17 @@ struct model_op_desc {
 /* Default layernorm eps (PyTorch's nn.LayerNorm). */
 #define MODEL_EPS_DEFAULT 1e-5
 
+/* The op table's row for op, or NULL for a value outside the enum. */
+const struct model_op_desc *model_op_desc(enum model_op op);
+/* Parses "dense", "relu", ... into *out; returns 0 or -1 if unknown. */
+int model_op_parse(const char *s, enum model_op *out);
+/* The op's name, "?" for a value outside the enum. */
+const char *model_op_name(enum model_op op);
+/* The one rule for a layernorm eps: finite, > 0 and < 1 (a constant row
+ * divides by sqrt(eps), so 0 is refused; 1 or more is surely a typo).
+ * Returns 0, or -1 with why filled. */
+int model_eps_check(double eps, char *why, size_t why_size);
+
 /* One layer as the config describes it (plain data). */
 struct model_layer_spec {
     enum model_op op;
@@ -68,32 +83,72 @@ struct model_spec {
     size_t input_width;                 /* 0 = infer from the first shaped layer */
 };
 
+/* ---- the runtime: which backend runs the models ---------------------- */
+
+/* How the runtime is chosen and set up (plain data, borrowed). */
+struct model_runtime_conf {
+    const char *backend;  /* "auto" (CUDA when a device is usable, else the CPU),
+                             "cpu" or "cuda" */
+    int cpu_threads;      /* OpenBLAS threads per forward pass; 0 = its default */
+};
+
+/* worker.cfg's defaults: backend "auto", one OpenBLAS thread. */
+void model_runtime_conf_defaults(struct model_runtime_conf *c);
+
+struct model_runtime;
+
+/* Opens the backend c->backend names. "auto" takes the CUDA backend when
+ * it is built in and a device is usable, else the CPU one; "cuda" with
+ * no usable device is an error that says why. Returns a new runtime, or
+ * NULL with errstr filled. Borrows c. */
+struct model_runtime *model_runtime_new(const struct model_runtime_conf *c, char *errstr,
+                                        size_t errstr_size);
+/* Frees rt; every model loaded with it must be destroyed first. Accepts
+ * NULL. */
+void model_runtime_destroy(struct model_runtime *rt);
+
+/* "cpu" or "cuda": the backend that runs the models (static storage). */
+const char *model_runtime_backend(const struct model_runtime *rt);
+/* One line on what runs the models and why it was chosen, for the
+ * startup log ("cpu: OpenBLAS, 1 thread per pass (auto: no CUDA device:
+ * ...)"). Borrowed from rt. */
+const char *model_runtime_describe(const struct model_runtime *rt);
+
+/* What this build knows of CUDA, for `kinfer --version` and the build
+ * info metric: whether the CUDA backend is compiled in, and a line saying
+ * so and how many devices are usable now ("cuda: built in; 0 usable
+ * devices (no CUDA driver)"). Any thread. */
+int model_cuda_built(void);
+void model_cuda_describe(char *buf, size_t n);
+
+/* ---- models ---------------------------------------------------------- */
+
 struct model;
 struct model_ws;
 
-/* The op table's row for op, or NULL for a value outside the enum. */
-const struct model_op_desc *model_op_desc(enum model_op op);
-/* Parses "dense", "relu", ... into *out; returns 0 or -1 if unknown. */
-int model_op_parse(const char *s, enum model_op *out);
-/* The op's name, "?" for a value outside the enum. */
-const char *model_op_name(enum model_op op);
-/* The one rule for a layernorm eps: finite, > 0 and < 1 (a constant row
- * divides by sqrt(eps), so 0 is refused; 1 or more is surely a typo).
- * Returns 0, or -1 with why filled. */
-int model_eps_check(double eps, char *why, size_t why_size);
+/* The forward pass's outcome. */
+enum model_rc {
+    MODEL_OK = 0,
+    MODEL_EINVAL = -1, /* bad arguments (rows 0 or over the workspace, a
+                          workspace of another model): nothing ran */
+    MODEL_EFATAL = -2, /* the device failed in a way that poisons the process
+                          (a sticky CUDA error): stop, never serve again */
+};
 
 /* Loads the safetensors file named by spec->path, validates every tensor
- * the layers name (dtype F32/F16/BF16, shapes chained layer to layer) and
- * converts weights to float32. Returns a new model or NULL with errstr
- * filled ("model demo: layer 2 (dense): tensor 1.weight has shape
- * [16,32], expected [*,64]"; layers are numbered from 0). Rules: at
- * least one layer; dense needs a weight, its bias is optional; layernorm's
- * weight and bias are each optional (absent = ones / zeros, as PyTorch's
- * elementwise_affine=False / bias=False) and its eps must be finite and
- * > 0; the other ops must name no tensor. The file is closed before this
- * returns. Borrows spec; copies what it keeps. */
-struct model *model_load(const struct model_spec *spec, char *errstr,
-                         size_t errstr_size);
+ * the layers name (dtype F32/F16/BF16, shapes chained layer to layer, as
+ * the op table says) and hands the weights to rt's backend, which keeps
+ * its own copy. Returns a new model or NULL with errstr filled ("model
+ * demo: layer 2 (dense): tensor 1.weight has shape [16,32], expected
+ * [*,64]"; layers are numbered from 0). Rules: at least one layer; dense
+ * needs a weight, its bias is optional; layernorm's weight and bias are
+ * each optional (absent = ones / zeros, as PyTorch's
+ * elementwise_affine=False / bias=False) and its eps passes
+ * model_eps_check; the other ops must name no tensor. The file is closed
+ * before this returns. Borrows rt (which must outlive the model) and
+ * spec; copies what it keeps. */
+struct model *model_load(struct model_runtime *rt, const struct model_spec *spec,
+                         char *errstr, size_t errstr_size);
 void model_destroy(struct model *m);
 
 const char *model_name(const struct model *m);
@@ -103,20 +158,31 @@ size_t model_param_count(const struct model *m);
 
 /* Workspace for up to max_rows rows through m: every buffer the forward
  * pass needs, allocated once here so model_forward allocates nothing.
- * Returns NULL on allocation failure or if max_rows is 0 or > INT_MAX. */
-struct model_ws *model_ws_new(const struct model *m, size_t max_rows);
+ * slot is the executor's number: a backend with several devices spreads
+ * the slots over them. Returns NULL with errstr filled on allocation
+ * failure or if max_rows is 0 or > INT_MAX. */
+struct model_ws *model_ws_new(const struct model *m, unsigned slot, size_t max_rows,
+                              char *errstr, size_t errstr_size);
 void model_ws_destroy(struct model_ws *ws);
 
+/* The workspace's input buffer: max_rows x input_width floats where a
+ * caller may pack a batch, so model_forward reads it without a copy (on
+ * a GPU it is pinned host memory, copied to the device in one transfer).
+ * Owned by ws. */
+float *model_ws_input(struct model_ws *ws);
+
 /* Runs rows x input_width floats (row-major, contiguous) through the
- * model. On success returns 0 and points *out at rows x output_width
- * floats inside ws (valid until the next call with ws). Returns -1 if
- * rows exceeds the workspace or is 0, or ws was made for another model.
- * Allocates nothing; never writes in, which must not point into ws. */
+ * model. On success returns MODEL_OK and points *out at rows x
+ * output_width floats inside ws (valid until the next call with ws).
+ * Returns MODEL_EINVAL if rows exceeds the workspace or is 0, or ws was
+ * made for another model; MODEL_EFATAL when the backend failed for good
+ * (model_ws_error says how). Allocates nothing; never writes in, which
+ * may be model_ws_input(ws) or any other buffer. */
 int model_forward(const struct model *m, struct model_ws *ws, const float *in,
                   size_t rows, const float **out);
 
-/* Sets OpenBLAS's thread count for this process (0 = leave the default). */
-void model_set_threads(int n);
+/* The last failure model_forward reported on ws, "" if none. */
+const char *model_ws_error(const struct model_ws *ws);
 
 /* Writes a demo 2-layer MLP to path as a safetensors file (F32): tensors
  * "0.weight" [hidden,in], "0.bias" [hidden], "2.weight" [out,hidden],

@@ -43,8 +43,21 @@ struct fixture {
 };
 
 /* One temp dir per run so parallel runs never collide. */
+/* The CPU runtime every test loads its models with (test_threads makes
+ * its own). */
+static struct model_runtime *cpu_rt;
+
 static int group_setup(void **state)
 {
+    struct model_runtime_conf rc;
+    model_runtime_conf_defaults(&rc);
+    rc.backend = "cpu";
+    char err[256];
+    if (!(cpu_rt = model_runtime_new(&rc, err, sizeof(err)))) {
+        fprintf(stderr, "model_runtime_new: %s\n", err);
+        return -1;
+    }
+    assert_string_equal(model_runtime_backend(cpu_rt), "cpu");
     struct fixture *fx = calloc(1, sizeof(*fx));
     if (!fx) return -1;
     snprintf(fx->dir, sizeof(fx->dir), "/tmp/kinfer_model_XXXXXX");
@@ -61,7 +74,17 @@ static int group_teardown(void **state)
     unlink(fx->path);
     rmdir(fx->dir);
     free(fx);
+    model_runtime_destroy(cpu_rt);
     return 0;
+}
+
+/* A workspace for rows rows (slot 0); fails the test when refused. */
+static struct model_ws *ws_new(const struct model *m, size_t rows)
+{
+    char err[256];
+    struct model_ws *ws = model_ws_new(m, 0, rows, err, sizeof(err));
+    if (!ws) fail_msg("model_ws_new(%zu): %s", rows, err);
+    return ws;
 }
 
 /* Uniform integer in [lo, hi], from the seeded test generator. */
@@ -329,13 +352,13 @@ static void built_free(struct built *b)
 static double run_and_check(struct built *b, size_t rows, float lo, float hi, const char *what)
 {
     char err[512] = "";
-    struct model *m = model_load(&b->spec, err, sizeof(err));
+    struct model *m = model_load(cpu_rt, &b->spec, err, sizeof(err));
     if (!m) fail_msg("%s: model_load: %s", what, err);
     assert_int_equal(model_input_width(m), b->in);
     assert_int_equal(model_output_width(m), b->out);
     assert_int_equal(model_param_count(m), b->n_params);
     assert_string_equal(model_name(m), "t");
-    struct model_ws *ws = model_ws_new(m, rows + rand_between(0, 3));
+    struct model_ws *ws = ws_new(m, rows + rand_between(0, 3));
     assert_non_null(ws);
     float *in = malloc(rows * b->in * sizeof(float));
     assert_non_null(in);
@@ -438,9 +461,9 @@ static void test_op_edges(void **state)
         struct built b;
         build(&models[i], w, ST_F32, fx->path, &b);
         char err[512];
-        struct model *m = model_load(&b.spec, err, sizeof(err));
+        struct model *m = model_load(cpu_rt, &b.spec, err, sizeof(err));
         if (!m) fail_msg("%s", err);
-        struct model_ws *ws = model_ws_new(m, 3);
+        struct model_ws *ws = ws_new(m, 3);
         assert_non_null(ws);
         float c = tu_randf(-2, 2);
         for (size_t k = 0; k < w; k++) {
@@ -525,10 +548,10 @@ static void test_file_not_kept(void **state)
     struct built b;
     build(&tm, 8, ST_F32, fx->path, &b);
     char err[512];
-    struct model *m = model_load(&b.spec, err, sizeof(err));
+    struct model *m = model_load(cpu_rt, &b.spec, err, sizeof(err));
     if (!m) fail_msg("%s", err);
     assert_int_equal(unlink(fx->path), 0);
-    struct model_ws *ws = model_ws_new(m, 2);
+    struct model_ws *ws = ws_new(m, 2);
     assert_non_null(ws);
     float in[16];
     for (int i = 0; i < 16; i++) in[i] = tu_randf(-1, 1);
@@ -551,14 +574,16 @@ static void test_ws_limits(void **state)
     struct built b;
     build(&tm, 3, ST_F32, fx->path, &b);
     char err[512];
-    struct model *m = model_load(&b.spec, err, sizeof(err));
-    struct model *m2 = model_load(&b.spec, err, sizeof(err));
+    struct model *m = model_load(cpu_rt, &b.spec, err, sizeof(err));
+    struct model *m2 = model_load(cpu_rt, &b.spec, err, sizeof(err));
     assert_non_null(m);
     assert_non_null(m2);
     size_t cap = rand_between(1, 16);
-    struct model_ws *ws = model_ws_new(m, cap);
+    struct model_ws *ws = ws_new(m, cap);
     assert_non_null(ws);
-    assert_null(model_ws_new(m, 0));
+    char why[256];
+    assert_null(model_ws_new(m, 0, 0, why, sizeof(why)));
+    assert_non_null(strstr(why, "workspace of 0 rows"));
     float in[3 * 17] = {0};
     const float *out = NULL;
     assert_int_equal(model_forward(m, ws, in, 0, &out), -1);
@@ -682,7 +707,7 @@ static void test_load_errors(void **state)
         snprintf(spec.name, sizeof(spec.name), "t");
         snprintf(spec.path, sizeof(spec.path), "%s", fx->path);
         char err[512] = "";
-        struct model *m = model_load(&spec, err, sizeof(err));
+        struct model *m = model_load(cpu_rt, &spec, err, sizeof(err));
         if (m || !strstr(err, c->want)) {
             model_destroy(m);
             fail_msg("%s: want error containing '%s', got %s '%s'", c->what, c->want,
@@ -697,7 +722,7 @@ static void test_load_errors(void **state)
     snprintf(spec.name, sizeof(spec.name), "t");
     snprintf(spec.path, sizeof(spec.path), "%s/absent.safetensors", fx->dir);
     char err[512] = "";
-    assert_null(model_load(&spec, err, sizeof(err)));
+    assert_null(model_load(cpu_rt, &spec, err, sizeof(err)));
     assert_non_null(strstr(err, "model t: "));
     assert_non_null(strstr(err, "absent.safetensors: No such file"));
     FILE *fp = fopen(fx->path, "wb");
@@ -705,7 +730,7 @@ static void test_load_errors(void **state)
     assert_int_equal(fwrite("\x05\0\0\0\0\0\0\0{oops", 1, 13, fp), 13);
     fclose(fp);
     snprintf(spec.path, sizeof(spec.path), "%s", fx->path);
-    assert_null(model_load(&spec, err, sizeof(err)));
+    assert_null(model_load(cpu_rt, &spec, err, sizeof(err)));
     assert_non_null(strstr(err, "header is not valid JSON"));
 }
 
@@ -725,7 +750,7 @@ static void test_demo(void **state)
     struct model_spec spec = {.layers = ls, .n_layers = 3};
     snprintf(spec.name, sizeof(spec.name), "demo");
     snprintf(spec.path, sizeof(spec.path), "%s", fx->path);
-    struct model *m = model_load(&spec, err, sizeof(err));
+    struct model *m = model_load(cpu_rt, &spec, err, sizeof(err));
     if (!m) fail_msg("%s", err);
     assert_int_equal(model_input_width(m), in);
     assert_int_equal(model_output_width(m), out);
@@ -759,7 +784,9 @@ static void test_demo(void **state)
     assert_non_null(strstr(err, "bad sizes"));
 }
 
-/* Thread count changes must not change results beyond the tolerance. */
+/* Thread count changes must not change results beyond the tolerance:
+ * a runtime of two OpenBLAS threads, then one of OpenBLAS's default
+ * (cpu_threads 0 leaves the count alone), then one of one thread. */
 static void test_threads(void **state)
 {
     struct fixture *fx = *state;
@@ -769,12 +796,62 @@ static void test_threads(void **state)
         0};
     struct built b;
     build(&tm, 64, ST_F32, fx->path, &b);
-    model_set_threads(2);
-    run_and_check(&b, 64, -1, 1, "2 threads");
-    model_set_threads(0); /* leaves the count alone */
-    model_set_threads(1);
-    run_and_check(&b, 64, -1, 1, "1 thread");
+    struct model_runtime *keep = cpu_rt;
+    static const int threads[] = {2, 0, 1};
+    for (size_t i = 0; i < 3; i++) {
+        struct model_runtime_conf rc;
+        model_runtime_conf_defaults(&rc);
+        rc.backend = "cpu";
+        rc.cpu_threads = threads[i];
+        char err[256], what[32];
+        cpu_rt = model_runtime_new(&rc, err, sizeof(err));
+        if (!cpu_rt) fail_msg("%s", err);
+        if (threads[i] > 0) {
+            snprintf(what, sizeof(what), "%d thread%s per pass", threads[i],
+                     threads[i] == 1 ? "" : "s");
+            assert_non_null(strstr(model_runtime_describe(cpu_rt), what));
+        }
+        snprintf(what, sizeof(what), "threads %d", threads[i]);
+        run_and_check(&b, 64, -1, 1, what);
+        model_runtime_destroy(cpu_rt);
+    }
+    cpu_rt = keep;
     built_free(&b);
+}
+
+/* The runtime's choice: "cpu" is the CPU; "auto" is the CPU too on a
+ * machine without a usable CUDA device (as here and in CI), and says why;
+ * "cuda" there fails with the reason; an unknown name is refused. Which
+ * of the last two holds depends on the machine, so the test asks the
+ * CUDA probe first and checks the answer that goes with it. */
+static void test_runtime_choice(void **state)
+{
+    (void)state;
+    struct model_runtime_conf rc;
+    char err[512], cuda[512];
+    model_runtime_conf_defaults(&rc);
+    assert_string_equal(rc.backend, "auto");
+    model_cuda_describe(cuda, sizeof(cuda));
+    int gpu = strstr(cuda, "0 usable devices") == NULL && model_cuda_built();
+    struct model_runtime *rt = model_runtime_new(&rc, err, sizeof(err));
+    assert_non_null(rt);
+    assert_string_equal(model_runtime_backend(rt), gpu ? "cuda" : "cpu");
+    if (!gpu) assert_non_null(strstr(model_runtime_describe(rt), "(auto: "));
+    model_runtime_destroy(rt);
+    rc.backend = "cuda";
+    rt = model_runtime_new(&rc, err, sizeof(err));
+    if (gpu) {
+        assert_non_null(rt);
+        assert_string_equal(model_runtime_backend(rt), "cuda");
+    } else {
+        assert_null(rt);
+        assert_non_null(strstr(err, "backend cuda: "));
+    }
+    model_runtime_destroy(rt);
+    rc.backend = "tpu";
+    assert_null(model_runtime_new(&rc, err, sizeof(err)));
+    assert_string_equal(err, "backend 'tpu' is not one of auto, cpu, cuda");
+    if (!model_cuda_built()) assert_non_null(strstr(cuda, "cuda: not built"));
 }
 
 /* Seeds the generator (printed, replayable) and runs the group. */
@@ -787,7 +864,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_op_edges),    cmocka_unit_test(test_models),
         cmocka_unit_test(test_file_not_kept), cmocka_unit_test(test_ws_limits),
         cmocka_unit_test(test_load_errors), cmocka_unit_test(test_demo),
-        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_threads),    cmocka_unit_test(test_runtime_choice),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -733,7 +733,7 @@ static void test_http_endpoints(void **state)
     free(body);
     for (int k = 0; k < STATS_N_COND; k++) stats_set_cond(st, (enum stats_cond)k, 1);
     assert_int_equal(http(port, "GET", "/readyz", &body, NULL, 0), 200);
-    assert_string_equal(body, "{\"ready\":true,\"reasons\":[]}\n");
+    assert_string_equal(body, "{\"ready\":true,\"reasons\":[],\"backend\":\"cpu\"}\n");
     free(body);
 
     const struct {
@@ -1017,13 +1017,16 @@ static void test_worker_metrics(void **state)
     assert_int_equal(json_integer_value(json_object_get(me, "pid")), w);
     assert_true(json_is_true(json_object_get(me, "ready")));
     assert_true(json_is_true(json_object_get(me, "healthy")));
+    assert_string_equal(json_string_value(json_object_get(me, "backend")), "cpu");
     assert_int_equal(json_array_size(json_object_get(me, "partitions")), PARTS);
     json_decref(doc);
     char cmd[600], *out = NULL;
     snprintf(cmd, sizeof(cmd), "%s status -c '%s' 2>>'%s/cli.log'", KINFER, cfg, h_dir());
     assert_int_equal(run_capture(cmd, &out), 0);
     assert_non_null(strstr(out, "group g-run: 1 live worker\n"));
+    assert_non_null(strstr(out, " BACKEND "));
     assert_non_null(strstr(out, "\nrun-w "));
+    assert_non_null(strstr(out, " cpu "));
     free(out);
 
     /* Stopped cleanly: exit 0, and its heartbeat is gone at once. */

@@ -630,9 +630,17 @@ static void test_readiness(void **state)
     }
     assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
     assert_int_equal(metrics_render_ready(&s, &body, &len), 1);
-    assert_string_equal(body, "{\"ready\":true,\"reasons\":[]}\n");
+    assert_string_equal(body, "{\"ready\":true,\"reasons\":[],\"backend\":\"cpu\"}\n");
     free(body);
     stats_snapshot_fini(&s);
+    /* The backend the runtime chose is what /readyz names. */
+    stats_set_backend(st, "cuda");
+    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(metrics_render_ready(&s, &body, &len), 1);
+    assert_string_equal(body, "{\"ready\":true,\"reasons\":[],\"backend\":\"cuda\"}\n");
+    free(body);
+    stats_snapshot_fini(&s);
+    stats_set_backend(st, "cpu");
 
     /* A producer that lost every broker says so. */
     const char *down = "{\"type\":\"producer\",\"brokers\":{\"b/1\":{\"source\":\"configured\","

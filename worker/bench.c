@@ -438,14 +438,17 @@ static size_t job_width(const struct kcfg *c, const struct bench_opts *o)
 {
     if (o->width) return o->width;
     char err[512];
-    struct model *m = model_load(&c->models[cfg_model_index(c, c->default_model)], err,
-                                 sizeof(err));
-    if (!m) {
-        fprintf(stderr, "kinfer bench: %s\n", err);
-        return 0;
-    }
-    size_t w = model_input_width(m);
+    struct model_runtime_conf rconf;
+    model_runtime_conf_defaults(&rconf);
+    rconf.backend = "cpu";
+    struct model_runtime *rt = model_runtime_new(&rconf, err, sizeof(err));
+    struct model *m =
+        rt ? model_load(rt, &c->models[cfg_model_index(c, c->default_model)], err, sizeof(err))
+           : NULL;
+    size_t w = m ? model_input_width(m) : 0;
+    if (!m) fprintf(stderr, "kinfer bench: %s\n", err);
     model_destroy(m);
+    model_runtime_destroy(rt);
     return w;
 }
 
@@ -1268,6 +1271,7 @@ out:
  * with that layout. */
 struct gemm_run {
     struct model *m;
+    unsigned slot;          /* the workspace's executor number */
     size_t batch;
     double seconds;
     pthread_barrier_t *start;
@@ -1280,7 +1284,9 @@ static void *gemm_thread(void *arg)
 {
     struct gemm_run *g = arg;
     size_t in_w = model_input_width(g->m);
-    struct model_ws *ws = model_ws_new(g->m, g->batch);
+    char err[256];
+    struct model_ws *ws = model_ws_new(g->m, g->slot, g->batch, err, sizeof(err));
+    if (!ws) fprintf(stderr, "kinfer bench gemm: %s\n", err);
     float *in = malloc(g->batch * in_w * sizeof(float));
     const float *out;
     g->rc = ws && in ? 0 : -1;
@@ -1310,13 +1316,19 @@ static int cmd_gemm(const struct kcfg *c, const struct bench_opts *o)
         return 1;
     }
     char err[512];
-    struct model *m = model_load(&c->models[cfg_model_index(c, c->default_model)], err,
-                                 sizeof(err));
+    struct model_runtime_conf rconf;
+    model_runtime_conf_defaults(&rconf);
+    rconf.backend = c->worker.backend;
+    rconf.cpu_threads = o->threads;
+    struct model_runtime *rt = model_runtime_new(&rconf, err, sizeof(err));
+    struct model *m =
+        rt ? model_load(rt, &c->models[cfg_model_index(c, c->default_model)], err, sizeof(err))
+           : NULL;
     if (!m) {
         fprintf(stderr, "kinfer bench: %s\n", err);
+        model_runtime_destroy(rt);
         return 1;
     }
-    model_set_threads(o->threads);
     int rc = 0;
     size_t par = o->parallel;
     struct gemm_run *runs = calloc(par, sizeof(*runs));
@@ -1327,7 +1339,8 @@ static int cmd_gemm(const struct kcfg *c, const struct bench_opts *o)
         pthread_barrier_init(&start, NULL, (unsigned)par);
         size_t started = 0;
         for (; started < par; started++) {
-            runs[started] = (struct gemm_run){.m = m, .batch = sizes[i], .seconds = o->seconds,
+            runs[started] = (struct gemm_run){.m = m, .slot = (unsigned)started,
+                                              .batch = sizes[i], .seconds = o->seconds,
                                               .start = &start};
             if (pthread_create(&thr[started], NULL, gemm_thread, &runs[started]) != 0) break;
         }
@@ -1345,13 +1358,15 @@ static int cmd_gemm(const struct kcfg *c, const struct bench_opts *o)
         }
         pthread_barrier_destroy(&start);
         if (rc == 0)
-            printf("gemm: model=%s threads=%d parallel=%zu batch=%zu rows_per_s=%.0f "
-                   "batch_ms=%.3f\n", model_name(m), o->threads, par, sizes[i], rows_per_s, ms);
+            printf("gemm: model=%s backend=%s threads=%d parallel=%zu batch=%zu "
+                   "rows_per_s=%.0f batch_ms=%.3f\n", model_name(m), model_runtime_backend(rt),
+                   o->threads, par, sizes[i], rows_per_s, ms);
     }
     if (rc) fprintf(stderr, "kinfer bench gemm: forward pass failed\n");
     free(runs);
     free(thr);
     model_destroy(m);
+    model_runtime_destroy(rt);
     return rc;
 }
 

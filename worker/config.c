@@ -36,6 +36,7 @@
 
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
+static const char *const backends[] = {"auto", "cpu", "cuda", NULL};
 
 static int check_listen(const char *value, char *why, size_t why_size);
 
@@ -112,6 +113,8 @@ static const struct cfg_option options[] = {
             "on SIGTERM, how long in-flight jobs may take to finish before exit, ms"),
     INT_OPT("worker.max_payload_bytes", 1, 1073741824, 1048576, worker.max_payload_bytes,
             "Kafka records larger than this are rejected without being decoded"),
+    STR_OPT("worker.backend", 1, 4, "auto", backends, NULL, worker.backend,
+            "what runs the models: auto (CUDA when a device is usable, else the CPU), cpu or cuda"),
     INT_OPT("worker.blas_threads", 0, 1024, 1, worker.blas_threads,
             "OpenBLAS threads per forward pass; 0 = OpenBLAS's own default (one per core)"),
     INT_OPT("worker.max_attempts", 0, 1000, 3, worker.max_attempts,

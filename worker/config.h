@@ -72,6 +72,7 @@ struct kcfg {
     struct {
         int drain_timeout_ms;   /* 15000: SIGTERM drain budget */
         int max_payload_bytes;  /* 1048576: larger records are rejected unread */
+        char *backend;          /* "auto" | "cpu" | "cuda" */
         int blas_threads;       /* 0 = OpenBLAS default */
         int max_attempts;       /* 3: a job running when the worker died this many
                                    times is answered inference_failed, not run again */

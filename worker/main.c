@@ -20,9 +20,6 @@
 #include "replay.h"
 #include "smoke.h"
 #include "worker.h"
-#ifdef KINFER_HAVE_CUDA
-#include "../gpu/cuda.h"
-#endif
 
 #ifndef KINFER_VERSION
 #define KINFER_VERSION "dev"
@@ -263,15 +260,9 @@ static int cmd_model(int argc, char **argv)
 
 static void print_version(void)
 {
-    printf("kinfer %s\n", KINFER_VERSION);
-#ifdef KINFER_HAVE_CUDA
-    char err[256];
-    int n = gpu_device_count(err, sizeof(err));
-    if (n < 0) printf("cuda: built in; %s\n", err);
-    else printf("cuda: built in; %d usable device(s)\n", n);
-#else
-    printf("cuda: not built (no nvcc at build time); CPU backend only\n");
-#endif
+    char cuda[512];
+    model_cuda_describe(cuda, sizeof(cuda));
+    printf("kinfer %s\n%s\n", KINFER_VERSION, cuda);
 }
 
 int main(int argc, char **argv)

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "../gpu/model.h"
 #include "log.h"
 
 #ifndef KINFER_VERSION
@@ -185,11 +186,7 @@ int metrics_render(const struct stats_snapshot *s, char **out, size_t *len)
     sb_label(&b, s->backend);
     sb_printf(&b, "\",librdkafka=\"");
     sb_label(&b, rd_kafka_version_str());
-#ifdef KINFER_HAVE_CUDA
-    sb_printf(&b, "\",cuda=\"built\"} 1\n");
-#else
-    sb_printf(&b, "\",cuda=\"none\"} 1\n");
-#endif
+    sb_printf(&b, "\",cuda=\"%s\"} 1\n", model_cuda_built() ? "built" : "none");
     single(&b, "kinfer_start_time_seconds", "gauge",
            "Unix time the worker started.", floor(s->start_time_s));
     single(&b, "kinfer_ready", "gauge",
@@ -320,7 +317,9 @@ int metrics_render_ready(const struct stats_snapshot *s, char **out, size_t *len
         if (i) sb_printf(&b, ",");
         sb_json_str(&b, reasons[i]);
     }
-    sb_printf(&b, "]}\n");
+    sb_printf(&b, "],\"backend\":");
+    sb_json_str(&b, s->backend);
+    sb_printf(&b, "}\n");
     return sb_finish(&b, out, len) < 0 ? -1 : ready;
 }
 

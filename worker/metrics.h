@@ -42,7 +42,7 @@ int metrics_port(const struct metrics *m);
  * Returns 0, or -1 when out of memory. Borrows s. */
 int metrics_render(const struct stats_snapshot *s, char **out, size_t *len);
 
-/* The /readyz body, {"ready":bool,"reasons":[...]}. Returns 1 when
+/* The /readyz body, {"ready":bool,"reasons":[...],"backend":"cpu"}. Returns 1 when
  * ready, 0 when not, -1 when out of memory. *out is new. */
 int metrics_render_ready(const struct stats_snapshot *s, char **out, size_t *len);
 

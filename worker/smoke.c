@@ -55,13 +55,19 @@ int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
     int rc = 1, produce_failed = 0;
     char err[512];
     int di = cfg_model_index(c, c->default_model);
-    struct model *m = model_load(&c->models[di], err, sizeof(err));
+    /* The reference runs on the CPU, whatever backend the worker uses. */
+    struct model_runtime_conf rconf;
+    model_runtime_conf_defaults(&rconf);
+    rconf.backend = "cpu";
+    struct model_runtime *rt = model_runtime_new(&rconf, err, sizeof(err));
+    struct model *m = rt ? model_load(rt, &c->models[di], err, sizeof(err)) : NULL;
     if (!m) {
         fprintf(stderr, "kinfer smoke: %s\n", err);
+        model_runtime_destroy(rt);
         return 1;
     }
     size_t in_w = model_input_width(m), out_w = model_output_width(m);
-    struct model_ws *ws = model_ws_new(m, o->rows);
+    struct model_ws *ws = model_ws_new(m, 0, o->rows, err, sizeof(err));
     struct pending *p = calloc(o->jobs, sizeof(*p));
     float *in = malloc(o->rows * in_w * sizeof(float));
     double *lat = calloc(o->jobs, sizeof(double));
@@ -202,5 +208,6 @@ out:
     free(lat);
     model_ws_destroy(ws);
     model_destroy(m);
+    model_runtime_destroy(rt);
     return rc;
 }

@@ -63,6 +63,7 @@ struct worker {
     int64_t tokens_at_us;
     volatile sig_atomic_t *stop;
     rd_kafka_t *consumer, *producer;
+    struct model_runtime *rt;
     struct model **models;
     size_t n_models;
     int default_model;
@@ -631,22 +632,34 @@ _Static_assert((int)BATCH_SIZE == (int)STATS_BATCH_SIZE &&
 
 /* ---- executor thread ------------------------------------------------------ */
 
-/* Runs n jobs of model m as one forward pass: packs their rows into
- * staging, runs the model once, gives each job its rows of the output. */
-static void run_group(struct worker *w, int model_idx, struct model_ws *ws, float *staging,
-                      struct job **jobs, size_t n)
+/* Runs n jobs of model m as one forward pass: packs their rows into the
+ * workspace's input buffer, runs the model once, gives each job its rows
+ * of the output. Returns MODEL_EFATAL when the backend failed for good:
+ * the jobs are then left unanswered (the caller drops the batch and the
+ * worker exits, so they stay uncommitted and run again after a restart);
+ * 0 otherwise, failed jobs answered inference_failed. */
+static int run_group(struct worker *w, int model_idx, struct model_ws *ws,
+                     struct job **jobs, size_t n)
 {
     const struct model *m = w->models[model_idx];
     size_t in_w = model_input_width(m), out_w = model_output_width(m);
     size_t rows = 0;
+    float *staging = model_ws_input(ws);
     for (size_t i = 0; i < n; i++) {
         memcpy(staging + rows * in_w, jobs[i]->input, jobs[i]->rows * in_w * sizeof(float));
         rows += jobs[i]->rows;
     }
-    if (!rows) return;
+    if (!rows) return 0;
     int64_t start_us = batcher_now_us();
     const float *out = NULL;
     int rc = model_forward(m, ws, staging, rows, &out);
+    if (rc == MODEL_EFATAL) {
+        LOG_E("model_failed", "model=%s rows=%zu error=\"%s\" note=\"exiting: the batch is "
+              "uncommitted and runs again after the restart\"", model_name(m), rows,
+              model_ws_error(ws));
+        atomic_store(&w->fatal, 1);
+        return MODEL_EFATAL;
+    }
     double infer_ms = (double)(batcher_now_us() - start_us) / 1000.0;
     if (rc == 0) batcher_record(w->batcher, model_idx, rows, infer_ms / 1000.0);
     size_t at = 0;
@@ -671,6 +684,7 @@ static void run_group(struct worker *w, int model_idx, struct model_ws *ws, floa
         j->out_width = out_w;
     }
     atomic_fetch_add(&w->n_batch_rows, rows);
+    return 0;
 }
 
 /* The fault-injection points of the debug section, just before job j
@@ -774,22 +788,19 @@ static void *exec_main(void *arg)
     struct worker *w = arg;
     size_t cap = (size_t)w->cfg->batching.max_batch_rows;
     if (w->max_job_rows > cap) cap = w->max_job_rows;
-    size_t max_in = 0;
     struct rsink *rs = NULL;
     struct model_ws **ws = calloc(w->n_models, sizeof(*ws));
     struct job **jobs = calloc(cap + 1, sizeof(*jobs)), **group = calloc(cap + 1, sizeof(*group));
     long long *counts = calloc(cap + 1, sizeof(*counts));
     int *suspect = calloc(cap + 1, sizeof(*suspect));
-    float *staging = NULL;
+    int me = STATS_LOOP_EXEC + atomic_fetch_add(&w->exec_ids, 1);
+    char err[256] = "out of memory";
     if (!ws || !jobs || !group || !counts || !suspect) goto oom;
     for (size_t i = 0; i < w->n_models; i++) {
-        ws[i] = model_ws_new(w->models[i], cap);
+        ws[i] = model_ws_new(w->models[i], (unsigned)(me - STATS_LOOP_EXEC), cap, err,
+                             sizeof(err));
         if (!ws[i]) goto oom;
-        if (model_input_width(w->models[i]) > max_in)
-            max_in = model_input_width(w->models[i]);
     }
-    staging = malloc(cap * max_in * sizeof(float));
-    if (!staging) goto oom;
     if (w->cfg->worker.max_attempts > 0 && w->opts.redis != WORKER_REDIS_OFF) {
         /* Its own connection: the counters go up before the batch runs. */
         const struct kcfg *c = w->cfg;
@@ -802,8 +813,7 @@ static void *exec_main(void *arg)
     }
 
     int max_inflight = w->cfg->batching.max_inflight_batches;
-    int me = STATS_LOOP_EXEC + atomic_fetch_add(&w->exec_ids, 1);
-    while (!atomic_load(&w->exec_stop)) {
+    while (!atomic_load(&w->exec_stop) && !atomic_load(&w->fatal)) {
         stats_alive(w->stats, me);
         /* A closed batch is only taken while fewer than max_inflight_batches
          * are running or being written out; meanwhile jobs keep queueing
@@ -839,7 +849,11 @@ static void *exec_main(void *arg)
                     failpoints(w, jobs[i]);
                     group[g++] = jobs[i];
                 }
-            run_group(w, batch->model_idx, ws[batch->model_idx], staging, group, g);
+            if (run_group(w, batch->model_idx, ws[batch->model_idx], group, g) ==
+                MODEL_EFATAL) {
+                free_jobs(batch);
+                break;
+            }
             finish_batch(w, batch, why, rows);
             continue;
         }
@@ -867,7 +881,11 @@ static void *exec_main(void *arg)
                 rest_tail = &j->next;
             }
         }
-        run_group(w, batch->model_idx, ws[batch->model_idx], staging, group, g);
+        if (run_group(w, batch->model_idx, ws[batch->model_idx], group, g) == MODEL_EFATAL) {
+            free_jobs(rest);
+            free_jobs(alone);
+            break;
+        }
         if (rest) {
             finish_batch(w, rest, why, rows);
             wait_written(w);
@@ -879,7 +897,11 @@ static void *exec_main(void *arg)
             j->next = NULL;
             if (solo_allowed(w, rs, j)) {
                 failpoints(w, j);
-                run_group(w, j->model_idx, ws[j->model_idx], staging, &j, 1);
+                if (run_group(w, j->model_idx, ws[j->model_idx], &j, 1) == MODEL_EFATAL) {
+                    j->next = next;
+                    free_jobs(j); /* unanswered: they run again after the restart */
+                    break;
+                }
             }
             atomic_fetch_add(&w->inflight_batches, 1);
             finish_batch(w, j, why, j->rows);
@@ -889,11 +911,10 @@ static void *exec_main(void *arg)
     stats_loop_stop(w->stats, me);
     goto done;
 oom:
-    LOG_E("out_of_memory", "where=executor_buffers rows=%zu", cap);
+    LOG_E("executor_failed", "where=executor_buffers rows=%zu error=\"%s\"", cap, err);
     atomic_store(&w->fatal, 1);
 done:
     rsink_destroy(rs);
-    free(staging);
     for (size_t i = 0; ws && i < w->n_models; i++) model_ws_destroy(ws[i]);
     free(ws);
     free(jobs);
@@ -1088,20 +1109,30 @@ static void *sink_main(void *arg)
 static int load_models(struct worker *w)
 {
     const struct kcfg *c = w->cfg;
+    char err[512];
+    struct model_runtime_conf rc;
+    model_runtime_conf_defaults(&rc);
+    rc.backend = c->worker.backend;
+    rc.cpu_threads = c->worker.blas_threads;
+    if (!(w->rt = model_runtime_new(&rc, err, sizeof(err)))) {
+        LOG_E("backend_failed", "backend=%s error=\"%s\"", c->worker.backend, err);
+        return -1;
+    }
+    LOG_I("backend_selected", "backend=%s setting=%s detail=\"%s\"",
+          model_runtime_backend(w->rt), c->worker.backend, model_runtime_describe(w->rt));
     w->models = calloc(c->n_models, sizeof(*w->models));
     if (!w->models) return -1;
     for (size_t i = 0; i < c->n_models; i++) {
-        char err[512];
-        w->models[i] = model_load(&c->models[i], err, sizeof(err));
+        w->models[i] = model_load(w->rt, &c->models[i], err, sizeof(err));
         if (!w->models[i]) {
             LOG_E("model_load_failed", "model=%s error=\"%s\"", c->models[i].name, err);
             return -1;
         }
         w->n_models++;
         LOG_I("model_loaded", "model=%s path=%s input_width=%zu output_width=%zu "
-              "params=%zu backend=cpu", model_name(w->models[i]), c->models[i].path,
+              "params=%zu backend=%s", model_name(w->models[i]), c->models[i].path,
               model_input_width(w->models[i]), model_output_width(w->models[i]),
-              model_param_count(w->models[i]));
+              model_param_count(w->models[i]), model_runtime_backend(w->rt));
     }
     w->default_model = cfg_model_index(c, c->default_model);
     return w->default_model < 0 ? -1 : 0;
@@ -1323,9 +1354,8 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
         LOG_E("metrics_failed", "error=\"%s\"", serr);
         goto out;
     }
-    model_set_threads(c->worker.blas_threads);
     if (load_models(w) < 0) goto out;
-    stats_set_backend(w->stats, "cpu");
+    stats_set_backend(w->stats, model_runtime_backend(w->rt));
     stats_set_cond(w->stats, STATS_COND_MODEL, 1);
     if (w->opts.model && (w->model_override = cfg_model_index(c, w->opts.model)) < 0) {
         LOG_E("unknown_model", "model=%s note=\"not one of this config's models\"",
@@ -1531,6 +1561,7 @@ out:
     rsink_destroy(w->rsink);
     for (size_t i = 0; i < w->n_models; i++) model_destroy(w->models[i]);
     free(w->models);
+    model_runtime_destroy(w->rt);
     hb_stop(w->hb);
     metrics_stop(w->metrics);
     stats_destroy(w->stats); /* after the clients: their stats_cb uses it */

@@ -1,0 +1,90 @@
+/* backend.h - the contract a model backend fills in. gpu/model.c is the
+ * only caller: it validates a model once (shapes, dtypes, the op table),
+ * then hands the validated plan to the backend the runtime chose, and
+ * calls through the table for workspaces and forward passes. Each backend
+ * is a file (or a few) of its own: backend_cpu.c (OpenBLAS),
+ * backend_cuda.c with its kernels (cuBLASLt), or cuda_stub.c in a build
+ * without CUDA. Nothing outside gpu/ includes this header.
+ *
+ * Handles are void pointers: each backend defines its own state, model and
+ * workspace types in its own file, and only it looks inside them.
+ *
+ * Threads: open, close, model_new and model_free on the main thread at
+ * startup and shutdown; ws_new, ws_free and forward on the executor thread
+ * that owns the workspace (several executors run at once, each on its own
+ * workspace). probe on any thread. */
+#ifndef KINFER_BACKEND_H
+#define KINFER_BACKEND_H
+
+#include <stddef.h>
+
+#include "model.h"
+#include "safetensors.h"
+
+/* One validated layer. The tensors point into the model's safetensors
+ * file, which stays mapped only while model_new runs: a backend copies or
+ * converts what it keeps. A layernorm's w/b may be NULL (ones/zeros). */
+struct backend_layer {
+    enum model_op op;
+    size_t in, out;              /* row widths before and after the layer */
+    const struct st_tensor *w;   /* dense [out,in]; layernorm [in]; else NULL */
+    const struct st_tensor *b;   /* dense [out]; layernorm [in]; else NULL */
+    float eps;                   /* layernorm */
+};
+
+/* A validated model, as a backend builds from it (plain data, borrowed
+ * for the duration of model_new). */
+struct backend_plan {
+    const char *name;
+    const struct backend_layer *layers;
+    size_t n_layers;
+    size_t in_w, out_w;
+    size_t max_w;                /* widest activation of any layer, input included */
+};
+
+struct backend_ops {
+    const char *name;            /* "cpu", "cuda" */
+    int compiled_in;             /* 0 for the stub of a build without it */
+
+    /* How many devices this backend could use now (the CPU counts as
+     * one), with a line saying what they are or why there are none
+     * ("2 x NVIDIA H100 80GB HBM3", "no CUDA driver"). */
+    int (*probe)(char *what, size_t what_size);
+
+    /* Process-wide set-up (thread pools, devices). Returns the backend's
+     * state, or NULL with errstr filled. The one-line description of
+     * what was set up goes into desc. Borrows c. */
+    void *(*open)(const struct model_runtime_conf *c, char *desc, size_t desc_size,
+                  char *errstr, size_t errstr_size);
+    void (*close)(void *be);
+
+    /* The backend's own copy of a validated model's weights (converted,
+     * uploaded to each device). Returns NULL with errstr filled, naming
+     * the model and the sizes when memory runs out. */
+    void *(*model_new)(void *be, const struct backend_plan *p, char *errstr,
+                       size_t errstr_size);
+    void (*model_free)(void *be, void *bm);
+
+    /* A workspace for up to max_rows rows of the model bm; slot is the
+     * executor's number. Everything forward needs is allocated here. */
+    void *(*ws_new)(void *be, void *bm, const struct backend_plan *p, unsigned slot,
+                    size_t max_rows, char *errstr, size_t errstr_size);
+    void (*ws_free)(void *ws);
+    /* The workspace's input buffer (max_rows x in_w floats). */
+    float *(*ws_input)(void *ws);
+
+    /* Runs rows (1..max_rows, checked by the caller) through the model;
+     * on MODEL_OK *out points at rows x out_w floats inside the
+     * workspace. MODEL_EFATAL with errstr filled when the device failed
+     * for good. */
+    int (*forward)(void *ws, const float *in, size_t rows, const float **out, char *errstr,
+                   size_t errstr_size);
+};
+
+/* The backends of this build. backend_cuda is the stub of cuda_stub.c
+ * when the build has no CUDA: its probe finds nothing and its open says
+ * why. */
+extern const struct backend_ops backend_cpu;
+extern const struct backend_ops backend_cuda;
+
+#endif
