@@ -126,7 +126,7 @@ demo: deps
 # FUZZ_RUNS executions (10^7 by default, a few minutes on one core).
 FUZZ_RUNS ?= 10000000
 FUZZ_PKGS := clang libclang-rt-14-dev
-FUZZ_SRCS := codecs/codec.c codecs/mpscan.c codecs/job.c
+FUZZ_SRCS := codecs/codec.c codecs/mpscan.c codecs/job.c codecs/protocol.c
 fuzz:
 	@missing=""; for p in $(FUZZ_PKGS) libmsgpack-dev libjansson-dev; do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -138,7 +138,7 @@ fuzz:
 	  -o build-fuzz/fuzz_job tests/fuzz/fuzz_job.c $(FUZZ_SRCS) \
 	  $(shell pkg-config --libs msgpack jansson) -lm
 	$(CC) -std=c11 -D_GNU_SOURCE -O1 $(shell pkg-config --cflags msgpack jansson) \
-	  -o build-fuzz/seeds tests/fuzz/seeds.c codecs/wire.c \
+	  -o build-fuzz/seeds tests/fuzz/seeds.c codecs/wire.c codecs/protocol.c \
 	  $(shell pkg-config --libs msgpack jansson) -lm
 	build-fuzz/seeds build-fuzz/corpus
 	build-fuzz/fuzz_job -runs=$(FUZZ_RUNS) -max_len=65536 -rss_limit_mb=2048 \

@@ -13,7 +13,7 @@
  * Hostile input (docs/reliability.md, rule 9): the payload is capped before any
  * parsing, MessagePack is pre-scanned by mpscan before msgpack-c may
  * allocate from its declared counts, nesting is capped in both encodings,
- * and meta re-encoding stops as soon as it passes JOB_META_MAX.
+ * and meta re-encoding stops as soon as it passes PROTO_META_MAX.
  *
  * Decisions the contract leaves open, made here:
  * - A record that parses but whose top level is not a map is not a job and
@@ -63,7 +63,7 @@ _Static_assert(sizeof(float) == 4 && sizeof(uint32_t) == 4 && FLT_RADIX == 2 &&
 
 /* A growable byte buffer with a hard limit, shared by the msgpack packer
  * and jansson's dump callback so that the codec owns its allocations (and
- * can stop re-encoding meta the moment it passes JOB_META_MAX). */
+ * can stop re-encoding meta the moment it passes PROTO_META_MAX). */
 struct gbuf {
     unsigned char *p;
     size_t len, cap;
@@ -220,7 +220,7 @@ static enum codec_rc dead(struct dctx *c, const char *fmt, ...)
     j->meta = NULL;
     j->meta_len = 0;
     j->id[0] = '\0';
-    j->err = JOB_OK;
+    j->err = PROTO_OK;
     j->errmsg[0] = '\0';
     return CODEC_DEAD;
 }
@@ -311,7 +311,7 @@ static void fval_js(struct fval *f, const json_t *v)
  * no usable id exists, because then no one could be answered. */
 static enum codec_rc resolve_id(struct dctx *c, const struct fval *id)
 {
-    char why[JOB_ERRMSG_MAX];
+    char why[PROTO_ERRMSG_MAX];
 
     if (id->kind == FV_ABSENT) {
         if (c->key_ok) {
@@ -326,9 +326,9 @@ static enum codec_rc resolve_id(struct dctx *c, const struct fval *id)
         snprintf(why, sizeof(why), "field id: must be a string, got %s", id->type);
     else if (id->len == 0)
         snprintf(why, sizeof(why), "field id: empty");
-    else if (id->len > JOB_ID_MAX)
-        snprintf(why, sizeof(why), "field id: %zu bytes, longer than %d", id->len, JOB_ID_MAX);
-    else if (!job_id_valid(id->s, id->len))
+    else if (id->len > PROTO_ID_MAX)
+        snprintf(why, sizeof(why), "field id: %zu bytes, longer than %d", id->len, PROTO_ID_MAX);
+    else if (!proto_id_valid(id->s, id->len))
         snprintf(why, sizeof(why), "field id: characters outside [A-Za-z0-9._:@/-]");
     else {
         memcpy(c->job->id, id->s, id->len);
@@ -337,7 +337,7 @@ static enum codec_rc resolve_id(struct dctx *c, const struct fval *id)
     }
     if (c->key_ok) {
         id_from_key(c);
-        job_fail(c->job, JOB_ERR_INVALID_INPUT, "%s", why);
+        job_fail(c->job, PROTO_ERR_INVALID_INPUT, "%s", why);
         return CODEC_JOB;
     }
     return dead(c, "%s; the record key is not a valid id either", why);
@@ -345,11 +345,11 @@ static enum codec_rc resolve_id(struct dctx *c, const struct fval *id)
 
 /* Records a decode error on the job unless an earlier one is already set:
  * the first error is the one reported. Returns -1 for `return fail(...)`. */
-static int fail(struct job *j, enum job_err e, const char *fmt, ...)
+static int fail(struct job *j, enum proto_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int fail(struct job *j, enum job_err e, const char *fmt, ...)
+static int fail(struct job *j, enum proto_err e, const char *fmt, ...)
 {
-    if (j->err == JOB_OK) {
+    if (j->err == PROTO_OK) {
         j->err = e;
         va_list ap;
         va_start(ap, fmt);
@@ -360,15 +360,15 @@ static int fail(struct job *j, enum job_err e, const char *fmt, ...)
 }
 
 /* Stores the re-encoded meta, or fails the job when it is too big. The
- * buffer stops at JOB_META_MAX + 1 bytes so a hostile meta costs little. */
+ * buffer stops at PROTO_META_MAX + 1 bytes so a hostile meta costs little. */
 static int meta_store(struct job *j, struct gbuf *b, int rc)
 {
     if (rc != 0 || b->over) {
         free(b->p);
         if (b->over)
-            return fail(j, JOB_ERR_INVALID_INPUT, "field meta: more than %d encoded bytes",
-                        JOB_META_MAX);
-        return fail(j, JOB_ERR_INFERENCE_FAILED, "out of memory encoding meta");
+            return fail(j, PROTO_ERR_INVALID_INPUT, "field meta: more than %d encoded bytes",
+                        PROTO_META_MAX);
+        return fail(j, PROTO_ERR_INFERENCE_FAILED, "out of memory encoding meta");
     }
     j->meta = gbuf_take(b, &j->meta_len);
     return 0;
@@ -377,7 +377,7 @@ static int meta_store(struct job *j, struct gbuf *b, int rc)
 /* Re-encodes a MessagePack meta value into the job (new bytes, owned). */
 static int meta_mp(struct job *j, const msgpack_object *o)
 {
-    struct gbuf b = {.limit = JOB_META_MAX};
+    struct gbuf b = {.limit = PROTO_META_MAX};
     msgpack_packer pk;
     msgpack_packer_init(&pk, &b, gbuf_mp_write);
     return meta_store(j, &b, msgpack_pack_object(&pk, *o));
@@ -387,7 +387,7 @@ static int meta_mp(struct job *j, const msgpack_object *o)
  * precision (jansson's default) so that reals echo back unchanged. */
 static int meta_js(struct job *j, const json_t *v)
 {
-    struct gbuf b = {.limit = JOB_META_MAX};
+    struct gbuf b = {.limit = PROTO_META_MAX};
     int rc = json_dump_callback(v, gbuf_json_write, &b, JSON_COMPACT | JSON_ENCODE_ANY);
     return meta_store(j, &b, rc);
 }
@@ -419,26 +419,26 @@ static int check_content_type(struct job *j, const char *ct)
                 (n == strlen("application/x-msgpack") &&
                  strncasecmp(ct, "application/x-msgpack", n) == 0);
     if (!is_json && !is_mp)
-        return fail(j, JOB_ERR_INVALID_INPUT, "content-type \"%s\" is not %s or %s", shown,
+        return fail(j, PROTO_ERR_INVALID_INPUT, "content-type \"%s\" is not %s or %s", shown,
                     CT_MSGPACK, CT_JSON);
-    if (is_json != (j->enc == JOB_ENC_JSON))
-        return fail(j, JOB_ERR_INVALID_INPUT, "content-type \"%s\" disagrees with the %s body",
-                    shown, j->enc == JOB_ENC_JSON ? "JSON" : "MessagePack");
+    if (is_json != (j->enc == PROTO_ENC_JSON))
+        return fail(j, PROTO_ERR_INVALID_INPUT, "content-type \"%s\" disagrees with the %s body",
+                    shown, j->enc == PROTO_ENC_JSON ? "JSON" : "MessagePack");
     return 0;
 }
 
 /* Validates and copies `model`: an optional string of at most
- * JOB_MODEL_MAX bytes (no NUL: it becomes a C string). */
+ * PROTO_MODEL_MAX bytes (no NUL: it becomes a C string). */
 static int take_model(struct job *j, const struct fval *m)
 {
     if (m->kind == FV_ABSENT) return 0;
     if (m->kind != FV_STR)
-        return fail(j, JOB_ERR_INVALID_INPUT, "field model: must be a string, got %s", m->type);
-    if (m->len > JOB_MODEL_MAX)
-        return fail(j, JOB_ERR_INVALID_INPUT, "field model: %zu bytes, longer than %d", m->len,
-                    JOB_MODEL_MAX);
+        return fail(j, PROTO_ERR_INVALID_INPUT, "field model: must be a string, got %s", m->type);
+    if (m->len > PROTO_MODEL_MAX)
+        return fail(j, PROTO_ERR_INVALID_INPUT, "field model: %zu bytes, longer than %d", m->len,
+                    PROTO_MODEL_MAX);
     if (m->len && memchr(m->s, '\0', m->len))
-        return fail(j, JOB_ERR_INVALID_INPUT, "field model: contains a NUL byte");
+        return fail(j, PROTO_ERR_INVALID_INPUT, "field model: contains a NUL byte");
     if (m->len) memcpy(j->model, m->s, m->len);
     j->model[m->len] = '\0';
     return 0;
@@ -447,12 +447,12 @@ static int take_model(struct job *j, const struct fval *m)
 /* Allocates job->input for n floats after checking n against the limits. */
 static int input_alloc(struct job *j, size_t n, const struct codec_limits *lim)
 {
-    if (n == 0) return fail(j, JOB_ERR_INVALID_INPUT, "field input: empty");
+    if (n == 0) return fail(j, PROTO_ERR_INVALID_INPUT, "field input: empty");
     if (n > lim->max_input_floats)
-        return fail(j, JOB_ERR_INVALID_INPUT, "field input: %zu values, more than max_input_floats %zu",
+        return fail(j, PROTO_ERR_INVALID_INPUT, "field input: %zu values, more than max_input_floats %zu",
                     n, lim->max_input_floats);
     j->input = malloc(n * sizeof(float));
-    if (!j->input) return fail(j, JOB_ERR_INFERENCE_FAILED, "out of memory for %zu input values", n);
+    if (!j->input) return fail(j, PROTO_ERR_INFERENCE_FAILED, "out of memory for %zu input values", n);
     j->n_input = n;
     return 0;
 }
@@ -462,7 +462,7 @@ static int input_alloc(struct job *j, size_t n, const struct codec_limits *lim)
  * C11 Annex F) and is as useless to the model as a NaN. */
 static int not_finite(struct job *j, size_t i)
 {
-    return fail(j, JOB_ERR_INVALID_INPUT, "field input: element %zu is not finite", i);
+    return fail(j, PROTO_ERR_INVALID_INPUT, "field input: element %zu is not finite", i);
 }
 
 static int input_put(struct job *j, size_t i, float f)
@@ -503,12 +503,12 @@ static int input_drop(struct job *j)
  * of numbers (integers or floats). */
 static int input_mp(struct job *j, const msgpack_object *o, const struct codec_limits *lim)
 {
-    if (!o) return fail(j, JOB_ERR_INVALID_INPUT, "field input: missing");
+    if (!o) return fail(j, PROTO_ERR_INVALID_INPUT, "field input: missing");
     if (o->type == MSGPACK_OBJECT_BIN) {
         const unsigned char *b = (const unsigned char *)o->via.bin.ptr;
         size_t sz = o->via.bin.size;
         if (sz % 4 != 0)
-            return fail(j, JOB_ERR_INVALID_INPUT,
+            return fail(j, PROTO_ERR_INVALID_INPUT,
                         "field input: bin of %zu bytes is not a multiple of 4", sz);
         if (input_alloc(j, sz / 4, lim) < 0) return -1;
 #if HOST_IS_WIRE_ORDER
@@ -526,7 +526,7 @@ static int input_mp(struct job *j, const msgpack_object *o, const struct codec_l
         return 0;
     }
     if (o->type != MSGPACK_OBJECT_ARRAY)
-        return fail(j, JOB_ERR_INVALID_INPUT,
+        return fail(j, PROTO_ERR_INVALID_INPUT,
                     "field input: must be a bin of float32 or an array of numbers, got %s",
                     mp_type(o));
     size_t n = o->via.array.size;
@@ -540,7 +540,7 @@ static int input_mp(struct job *j, const msgpack_object *o, const struct codec_l
         case MSGPACK_OBJECT_FLOAT32:
         case MSGPACK_OBJECT_FLOAT64: f = (float)e->via.f64; break;
         default:
-            fail(j, JOB_ERR_INVALID_INPUT, "field input: element %zu is not a number (%s)", i,
+            fail(j, PROTO_ERR_INVALID_INPUT, "field input: element %zu is not a number (%s)", i,
                  mp_type(e));
             return input_drop(j);
         }
@@ -552,9 +552,9 @@ static int input_mp(struct job *j, const msgpack_object *o, const struct codec_l
 /* JSON input: an array of numbers. */
 static int input_js(struct job *j, const json_t *v, const struct codec_limits *lim)
 {
-    if (!v) return fail(j, JOB_ERR_INVALID_INPUT, "field input: missing");
+    if (!v) return fail(j, PROTO_ERR_INVALID_INPUT, "field input: missing");
     if (!json_is_array(v))
-        return fail(j, JOB_ERR_INVALID_INPUT, "field input: must be an array of numbers, got %s",
+        return fail(j, PROTO_ERR_INVALID_INPUT, "field input: must be an array of numbers, got %s",
                     js_type(v));
     size_t n = json_array_size(v);
     if (input_alloc(j, n, lim) < 0) return -1;
@@ -566,7 +566,7 @@ static int input_js(struct job *j, const json_t *v, const struct codec_limits *l
         } else if (json_is_real(e)) {
             f = (float)json_real_value(e);
         } else {
-            fail(j, JOB_ERR_INVALID_INPUT, "field input: element %zu is not a number (%s)", i,
+            fail(j, PROTO_ERR_INVALID_INPUT, "field input: element %zu is not a number (%s)", i,
                  js_type(e));
             return input_drop(j);
         }
@@ -583,21 +583,21 @@ static int take_deadline(struct job *j, const struct fval *dl, const struct fval
     int64_t deadline = 0;
     if (dl->kind != FV_ABSENT) {
         if (dl->kind != FV_INT)
-            return fail(j, JOB_ERR_INVALID_INPUT, "field deadline_ms: must be an integer, got %s",
+            return fail(j, PROTO_ERR_INVALID_INPUT, "field deadline_ms: must be an integer, got %s",
                         dl->type);
         if (dl->too_big || dl->i < 0)
-            return fail(j, JOB_ERR_INVALID_INPUT,
+            return fail(j, PROTO_ERR_INVALID_INPUT,
                         "field deadline_ms: out of range (Unix ms, 0 = none)");
         deadline = dl->i;
     }
     if (to->kind != FV_ABSENT) {
         if (to->kind != FV_INT)
-            return fail(j, JOB_ERR_INVALID_INPUT, "field timeout_ms: must be an integer, got %s",
+            return fail(j, PROTO_ERR_INVALID_INPUT, "field timeout_ms: must be an integer, got %s",
                         to->type);
         if (to->too_big)
-            return fail(j, JOB_ERR_INVALID_INPUT, "field timeout_ms: out of range");
+            return fail(j, PROTO_ERR_INVALID_INPUT, "field timeout_ms: out of range");
         if (to->i < 0)
-            return fail(j, JOB_ERR_INVALID_INPUT, "field timeout_ms: must be >= 0, got %" PRId64,
+            return fail(j, PROTO_ERR_INVALID_INPUT, "field timeout_ms: must be >= 0, got %" PRId64,
                         to->i);
         int64_t base = record_ts_ms > 0 ? record_ts_ms : wall_ms();
         int64_t t = to->i > INT64_MAX - base ? INT64_MAX : base + to->i;
@@ -612,10 +612,10 @@ static int take_priority(struct job *j, const struct fval *p)
 {
     if (p->kind == FV_ABSENT) return 0;
     if (p->kind != FV_INT)
-        return fail(j, JOB_ERR_INVALID_INPUT, "field priority: must be an integer, got %s",
+        return fail(j, PROTO_ERR_INVALID_INPUT, "field priority: must be an integer, got %s",
                     p->type);
     if (p->too_big || p->i < 0 || p->i > 9)
-        return fail(j, JOB_ERR_INVALID_INPUT, "field priority: must be 0..9");
+        return fail(j, PROTO_ERR_INVALID_INPUT, "field priority: must be 0..9");
     j->priority = (int)p->i;
     return 0;
 }
@@ -630,10 +630,10 @@ static enum codec_rc decode_fields(struct dctx *c, const struct fields *f)
     if (resolve_id(c, &f->id) == CODEC_DEAD) return CODEC_DEAD;
     if (f->mp_meta) meta_mp(j, f->mp_meta);
     else if (f->js_meta) meta_js(j, f->js_meta);
-    if (j->err != JOB_OK) return CODEC_JOB;
+    if (j->err != PROTO_OK) return CODEC_JOB;
     if (check_content_type(j, c->content_type) < 0) return CODEC_JOB;
     if (take_model(j, &f->model) < 0) return CODEC_JOB;
-    if (j->enc == JOB_ENC_MSGPACK ? input_mp(j, f->mp_input, c->lim) < 0
+    if (j->enc == PROTO_ENC_MSGPACK ? input_mp(j, f->mp_input, c->lim) < 0
                                   : input_js(j, f->js_input, c->lim) < 0)
         return CODEC_JOB;
     if (take_deadline(j, &f->deadline, &f->timeout, c->record_ts_ms) < 0) return CODEC_JOB;
@@ -777,7 +777,7 @@ enum codec_rc codec_decode_job(const void *value, size_t len, const void *key,
         .errstr = errstr,
         .errstr_size = errstr_size,
     };
-    c.key_ok = key && job_id_valid(key, key_len);
+    c.key_ok = key && proto_id_valid(key, key_len);
     if (errstr && errstr_size > 0) errstr[0] = '\0';
 
     free(job->input);
@@ -790,22 +790,22 @@ enum codec_rc codec_decode_job(const void *value, size_t len, const void *key,
     job->model[0] = '\0';
     job->deadline_ms = 0;
     job->priority = -1;
-    job->err = JOB_OK;
+    job->err = PROTO_OK;
     job->errmsg[0] = '\0';
 
     if (!value || len == 0) return dead(&c, "empty value");
     const unsigned char *v = value;
-    job->enc = v[0] == '{' ? JOB_ENC_JSON : JOB_ENC_MSGPACK;
+    job->enc = v[0] == '{' ? PROTO_ENC_JSON : PROTO_ENC_MSGPACK;
     if (len > lim->max_payload_bytes) {
         if (!c.key_ok)
             return dead(&c, "payload of %zu bytes exceeds max_payload_bytes %zu, and the record "
                             "key is not a valid id", len, lim->max_payload_bytes);
         id_from_key(&c);
-        job_fail(job, JOB_ERR_INVALID_INPUT, "payload of %zu bytes exceeds max_payload_bytes %zu",
+        job_fail(job, PROTO_ERR_INVALID_INPUT, "payload of %zu bytes exceeds max_payload_bytes %zu",
                  len, lim->max_payload_bytes);
         return CODEC_JOB;
     }
-    return job->enc == JOB_ENC_JSON ? decode_json(&c, v, len) : decode_msgpack(&c, v, len);
+    return job->enc == PROTO_ENC_JSON ? decode_json(&c, v, len) : decode_msgpack(&c, v, len);
 }
 
 /* ------------------------------------------------------------------ */
@@ -841,7 +841,7 @@ static int mp_str(msgpack_packer *pk, const char *s)
  * stored bytes (already MessagePack), output as one bin of LE float32. */
 static int encode_mp(struct job *j, int64_t now_ms, struct gbuf *b)
 {
-    int ok = j->err == JOB_OK;
+    int ok = j->err == PROTO_OK;
     size_t n = 0;
     if (ok && (output_count(j, &n) < 0 || n > UINT32_MAX / 4)) return -1;
     msgpack_packer pk;
@@ -876,7 +876,7 @@ static int encode_mp(struct job *j, int64_t now_ms, struct gbuf *b)
         r |= mp_str(&pk, "error");
         r |= msgpack_pack_map(&pk, 2);
         r |= mp_str(&pk, "code");
-        r |= mp_str(&pk, job_err_name(j->err));
+        r |= mp_str(&pk, proto_err_name(j->err));
         r |= mp_str(&pk, "message");
         r |= mp_str(&pk, j->errmsg);
     }
@@ -934,7 +934,7 @@ static json_t *js_num(double d, int null_if_bad)
  * and shape, or error. */
 static json_t *js_head(const struct job *j)
 {
-    int ok = j->err == JOB_OK;
+    int ok = j->err == PROTO_OK;
     size_t n = 0;
     if (ok && output_count(j, &n) < 0) return NULL;
     json_t *o = json_object();
@@ -953,7 +953,7 @@ static json_t *js_head(const struct job *j)
                                                        (json_int_t)j->out_width));
     } else {
         r |= json_object_set_new(o, "error", json_pack("{s:s,s:o}", "code",
-                                                       job_err_name(j->err), "message",
+                                                       proto_err_name(j->err), "message",
                                                        js_str(j->errmsg)));
     }
     if (r) {
@@ -1025,7 +1025,7 @@ int codec_encode_result(struct job *job, int64_t now_ms)
     free(job->body);
     job->body = NULL;
     job->body_len = 0;
-    int r = job->enc == JOB_ENC_JSON ? encode_json(job, now_ms, &b) : encode_mp(job, now_ms, &b);
+    int r = job->enc == PROTO_ENC_JSON ? encode_json(job, now_ms, &b) : encode_mp(job, now_ms, &b);
     if (r != 0) {
         free(b.p);
         return -1;
@@ -1035,7 +1035,7 @@ int codec_encode_result(struct job *job, int64_t now_ms)
 }
 
 /* The content-type header value that goes with an encoding. */
-const char *codec_content_type(enum job_enc enc)
+const char *codec_content_type(enum proto_enc enc)
 {
-    return enc == JOB_ENC_JSON ? CT_JSON : CT_MSGPACK;
+    return enc == PROTO_ENC_JSON ? CT_JSON : CT_MSGPACK;
 }

@@ -40,13 +40,13 @@ enum codec_rc codec_decode_job(const void *value, size_t len, const void *key,
 
 /* Encodes the result of job into job->body/body_len (replacing any), in
  * job->enc: id, model (job->model_name, else job->model), status,
- * output+shape when job->err == JOB_OK, error {code,message} otherwise,
+ * output+shape when job->err == PROTO_OK, error {code,message} otherwise,
  * meta (raw, as decoded), timing {queued_ms, infer_ms, total_ms,
  * batch_rows}, source {topic, partition, offset}. total_ms is now_ms minus
  * job->record_ts_ms. Returns 0 or -1 on allocation failure. */
 int codec_encode_result(struct job *job, int64_t now_ms);
 
 /* The content-type header value for an encoding. */
-const char *codec_content_type(enum job_enc enc);
+const char *codec_content_type(enum proto_enc enc);
 
 #endif

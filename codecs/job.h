@@ -8,23 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JOB_ID_MAX 200        /* docs/protocol.md: 1..200 bytes of [A-Za-z0-9._:@/-] */
-#define JOB_MODEL_MAX 128     /* longest model name accepted */
-#define JOB_META_MAX 4096     /* docs/protocol.md: meta at most 4096 encoded bytes */
-#define JOB_TOPIC_MAX 249     /* Kafka's own limit on topic names */
-#define JOB_ERRMSG_MAX 256
-
-enum job_enc { JOB_ENC_MSGPACK = 0, JOB_ENC_JSON = 1 };
-
-/* Error codes of docs/protocol.md, in its order. */
-enum job_err {
-    JOB_OK = 0,
-    JOB_ERR_INVALID_INPUT,
-    JOB_ERR_UNKNOWN_MODEL,
-    JOB_ERR_DEADLINE_EXCEEDED,
-    JOB_ERR_INFERENCE_FAILED,
-    JOB_ERR_SHUTTING_DOWN,
-};
+#include "protocol.h"
 
 /* What the sink does with the job. */
 enum job_kind {
@@ -36,9 +20,9 @@ struct job {
     enum job_kind kind;
 
     /* --- request (codec_decode_job) --- */
-    char id[JOB_ID_MAX + 1];
-    char model[JOB_MODEL_MAX + 1]; /* "" = the worker's default model */
-    enum job_enc enc;              /* the result is encoded the same way */
+    char id[PROTO_ID_MAX + 1];
+    char model[PROTO_MODEL_MAX + 1]; /* "" = the worker's default model */
+    enum proto_enc enc;              /* the result is encoded the same way */
     float *input;                  /* n_input float32 values, owned */
     size_t n_input;
     int64_t deadline_ms;           /* absolute Unix ms; 0 = none */
@@ -47,7 +31,7 @@ struct job {
     size_t meta_len;
 
     /* --- source record (poll thread) --- */
-    char topic[JOB_TOPIC_MAX + 1];
+    char topic[PROTO_TOPIC_MAX + 1];
     int32_t partition;
     int64_t offset;
     int64_t record_ts_ms;          /* Kafka record timestamp, Unix ms */
@@ -62,8 +46,8 @@ struct job {
                                       by its bytes); set by the poll thread */
 
     /* --- outcome (executor, or poll thread for early errors) --- */
-    enum job_err err;
-    char errmsg[JOB_ERRMSG_MAX];
+    enum proto_err err;
+    char errmsg[PROTO_ERRMSG_MAX];
     const char *model_name;        /* borrowed from the model; NULL: use `model` */
     float *output;                 /* out_rows x out_width float32, owned */
     size_t out_rows, out_width;
@@ -95,14 +79,8 @@ struct job *job_new(void);
 /* Frees the job and everything it owns. Accepts NULL. */
 void job_free(struct job *j);
 
-/* The protocol name of an error code ("invalid_input", ...); "ok" for JOB_OK. */
-const char *job_err_name(enum job_err e);
-
 /* Marks the job failed with a code and a printf-style message. */
-void job_fail(struct job *j, enum job_err e, const char *fmt, ...)
+void job_fail(struct job *j, enum proto_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-
-/* 1 if s (len bytes) is a valid job id per docs/protocol.md, else 0. */
-int job_id_valid(const char *s, size_t len);
 
 #endif

@@ -109,10 +109,10 @@ static int encode_json(const struct wire_job *j, unsigned char **out, size_t *ou
     return 0;
 }
 
-int wire_encode_job(const struct wire_job *j, enum job_enc enc, unsigned char **out,
+int wire_encode_job(const struct wire_job *j, enum proto_enc enc, unsigned char **out,
                     size_t *out_len)
 {
-    return enc == JOB_ENC_JSON ? encode_json(j, out, out_len)
+    return enc == PROTO_ENC_JSON ? encode_json(j, out, out_len)
                                : encode_msgpack(j, out, out_len);
 }
 

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "job.h"
+#include "protocol.h"
 
 /* A job to encode. NULL/0 fields are left out. */
 struct wire_job {
@@ -26,24 +26,24 @@ struct wire_job {
 };
 
 /* Encodes j in enc into a new buffer (*out, caller frees). Returns 0 or -1. */
-int wire_encode_job(const struct wire_job *j, enum job_enc enc,
+int wire_encode_job(const struct wire_job *j, enum proto_enc enc,
                     unsigned char **out, size_t *out_len);
 
 /* A decoded result. Strings are NUL-terminated copies; output is owned. */
 struct wire_result {
-    char id[JOB_ID_MAX + 1];
-    char model[JOB_MODEL_MAX + 1];
+    char id[PROTO_ID_MAX + 1];
+    char model[PROTO_MODEL_MAX + 1];
     int ok;                        /* status == "ok" */
     char code[32];                 /* error.code when !ok */
-    char message[JOB_ERRMSG_MAX];
+    char message[PROTO_ERRMSG_MAX];
     float *output;                 /* rows x width when ok */
     size_t rows, width;
     double queued_ms, infer_ms, total_ms;
     int64_t batch_rows;
-    char topic[JOB_TOPIC_MAX + 1];
+    char topic[PROTO_TOPIC_MAX + 1];
     int64_t partition, offset;
     int has_meta;
-    char meta_json[JOB_META_MAX + 1]; /* meta re-encoded as compact JSON */
+    char meta_json[PROTO_META_MAX + 1]; /* meta re-encoded as compact JSON */
 };
 
 /* Decodes a result body (either encoding). Returns 0, or -1 with errstr. */

@@ -189,7 +189,7 @@ F_FN void f_produce_one(struct f_run *r, rd_kafka_t *p, size_t i)
                          .timeout_ms = -1, .priority = -1};
     unsigned char *body;
     size_t len;
-    assert_int_equal(wire_encode_job(&j, JOB_ENC_MSGPACK, &body, &len), 0);
+    assert_int_equal(wire_encode_job(&j, PROTO_ENC_MSGPACK, &body, &len), 0);
     assert_int_equal(h_produce(p, r->topic, r->ids[i], strlen(r->ids[i]), body, len, NULL), 0);
     free(body);
 }
@@ -246,7 +246,7 @@ F_FN void *f_producer_main(void *arg)
                              .timeout_ms = -1, .priority = -1};
         unsigned char *body;
         size_t len;
-        if (wire_encode_job(&j, JOB_ENC_MSGPACK, &body, &len) != 0) break;
+        if (wire_encode_job(&j, PROTO_ENC_MSGPACK, &body, &len) != 0) break;
         int rc = h_produce(p, r->topic, r->ids[i], strlen(r->ids[i]), body, len, NULL);
         free(body);
         if (rc != 0) break;

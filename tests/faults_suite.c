@@ -329,7 +329,7 @@ static void test_hostile_input(void **state)
         if (i == 199) j.n_input = F_IN_W - 3; /* wrong width: answered invalid_input */
         unsigned char *body;
         size_t len;
-        assert_int_equal(wire_encode_job(&j, JOB_ENC_MSGPACK, &body, &len), 0);
+        assert_int_equal(wire_encode_job(&j, PROTO_ENC_MSGPACK, &body, &len), 0);
         assert_int_equal(h_produce(p, r.topic, r.ids[i], strlen(r.ids[i]), body, len, NULL), 0);
         free(body);
     }

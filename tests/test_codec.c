@@ -137,11 +137,11 @@ struct body {
 
 /* Makes a body from a table text (' for "): JSON as is, or MessagePack
  * through pack_json. */
-static struct body make_body(const char *text, enum job_enc enc)
+static struct body make_body(const char *text, enum proto_enc enc)
 {
     struct body b;
     char *js = q(text);
-    if (enc == JOB_ENC_JSON) {
+    if (enc == PROTO_ENC_JSON) {
         b.p = (unsigned char *)js;
         b.len = strlen(js);
         return b;
@@ -187,8 +187,8 @@ static struct dres decode(const void *v, size_t len, const char *key, const char
         assert_null(r.job->meta);
     } else {
         assert_int_equal(r.rc, CODEC_JOB);
-        assert_true(job_id_valid(r.job->id, strlen(r.job->id)));
-        if (r.job->err == JOB_OK) {
+        assert_true(proto_id_valid(r.job->id, strlen(r.job->id)));
+        if (r.job->err == PROTO_OK) {
             assert_non_null(r.job->input);
             assert_true(r.job->n_input > 0);
             for (size_t i = 0; i < r.job->n_input; i++) assert_true(isfinite(r.job->input[i]));
@@ -201,7 +201,7 @@ static struct dres decode(const void *v, size_t len, const char *key, const char
 
 /* Checks an outcome: DEAD with errsub in the reason, or a job with error
  * code `code` and errsub in its message. */
-static void expect(const struct dres *r, enum codec_rc rc, enum job_err code, const char *errsub)
+static void expect(const struct dres *r, enum codec_rc rc, enum proto_err code, const char *errsub)
 {
     if (r->rc != rc)
         fail_msg("rc %d, expected %d (err \"%s\", errmsg \"%s\")", r->rc, rc, r->err,
@@ -211,8 +211,8 @@ static void expect(const struct dres *r, enum codec_rc rc, enum job_err code, co
         return;
     }
     if (r->job->err != code)
-        fail_msg("err %s (\"%s\"), expected %s", job_err_name(r->job->err), r->job->errmsg,
-                 job_err_name(code));
+        fail_msg("err %s (\"%s\"), expected %s", proto_err_name(r->job->err), r->job->errmsg,
+                 proto_err_name(code));
     if (errsub) assert_contains(r->job->errmsg, errsub);
 }
 
@@ -487,8 +487,8 @@ static void test_roundtrip_msgpack(void **state)
 {
     (void)state;
     for (int rep = 0; rep < 20; rep++) {
-        char id[JOB_ID_MAX + 1], model[32];
-        rand_id(id, JOB_ID_MAX);
+        char id[PROTO_ID_MAX + 1], model[32];
+        rand_id(id, PROTO_ID_MAX);
         snprintf(model, sizeof(model), "model-%u", (unsigned)rnd(100000));
         size_t n = 1 + rnd(300);
         float *in = malloc(n * sizeof(float));
@@ -555,11 +555,11 @@ static void test_roundtrip_msgpack(void **state)
         msgpack_sbuffer_write(&sb, msb.data, msb.size);
 
         struct dres r = decode(sb.data, sb.size, "other-key", "application/msgpack", ts, &LIM);
-        expect(&r, CODEC_JOB, JOB_OK, NULL);
+        expect(&r, CODEC_JOB, PROTO_OK, NULL);
         struct job *j = r.job;
         assert_string_equal(j->id, id);
         assert_string_equal(j->model, model);
-        assert_int_equal(j->enc, JOB_ENC_MSGPACK);
+        assert_int_equal(j->enc, PROTO_ENC_MSGPACK);
         assert_int_equal(j->n_input, n);
         assert_memory_equal(j->input, in, n * sizeof(float));
         assert_int_equal(j->deadline_ms, ts + timeout < deadline ? ts + timeout : deadline);
@@ -636,8 +636,8 @@ static void test_roundtrip_json(void **state)
 {
     (void)state;
     for (int rep = 0; rep < 20; rep++) {
-        char id[JOB_ID_MAX + 1];
-        rand_id(id, JOB_ID_MAX);
+        char id[PROTO_ID_MAX + 1];
+        rand_id(id, PROTO_ID_MAX);
         size_t n = 1 + rnd(300);
         float *in = malloc(n * sizeof(float));
         assert_non_null(in);
@@ -663,11 +663,11 @@ static void test_roundtrip_json(void **state)
         assert_non_null(text);
 
         struct dres r = decode(text, strlen(text), NULL, "application/json", ts, &LIM);
-        expect(&r, CODEC_JOB, JOB_OK, NULL);
+        expect(&r, CODEC_JOB, PROTO_OK, NULL);
         struct job *j = r.job;
         assert_string_equal(j->id, id);
         assert_string_equal(j->model, "m1");
-        assert_int_equal(j->enc, JOB_ENC_JSON);
+        assert_int_equal(j->enc, PROTO_ENC_JSON);
         assert_int_equal(j->n_input, n);
         assert_memory_equal(j->input, in, n * sizeof(float));
         assert_int_equal(j->deadline_ms, ts + timeout < deadline ? ts + timeout : deadline);
@@ -774,7 +774,7 @@ static void test_input_msgpack_number_array(void **state)
             }
         }
         struct dres r = decode(sb.data, sb.size, NULL, NULL, 1, &LIM);
-        expect(&r, CODEC_JOB, JOB_OK, NULL);
+        expect(&r, CODEC_JOB, PROTO_OK, NULL);
         assert_string_equal(r.job->id, "arr");
         assert_int_equal(r.job->n_input, n);
         assert_memory_equal(r.job->input, want, n * sizeof(float));
@@ -794,16 +794,16 @@ static void test_input_msgpack_number_array(void **state)
 static void test_error_results(void **state)
 {
     (void)state;
-    for (int e = JOB_ERR_INVALID_INPUT; e <= JOB_ERR_SHUTTING_DOWN; e++) {
+    for (int e = PROTO_ERR_INVALID_INPUT; e <= PROTO_ERR_SHUTTING_DOWN; e++) {
         for (int enc = 0; enc < 2; enc++) {
             const char *text = "{'id':'err-1','model':'asked','input':[1],'meta':{'k':[1,2]}}";
-            struct body b = make_body(text, (enum job_enc)enc);
+            struct body b = make_body(text, (enum proto_enc)enc);
             struct dres r = decode(b.p, b.len, NULL, NULL, 1000, &LIM);
-            expect(&r, CODEC_JOB, JOB_OK, NULL);
+            expect(&r, CODEC_JOB, PROTO_OK, NULL);
             struct job *j = r.job;
             char msg[64];
-            snprintf(msg, sizeof(msg), "failure \"%d\" \\ %s", e, job_err_name((enum job_err)e));
-            job_fail(j, (enum job_err)e, "%s", msg);
+            snprintf(msg, sizeof(msg), "failure \"%d\" \\ %s", e, proto_err_name((enum proto_err)e));
+            job_fail(j, (enum proto_err)e, "%s", msg);
             j->record_ts_ms = 1000;
             j->partition = 3;
             j->offset = 42;
@@ -811,7 +811,7 @@ static void test_error_results(void **state)
             assert_int_equal(codec_encode_result(j, 900), 0); /* clock behind: total 0 */
             static const char *const keys[] = {"id", "model", "status", "error", "meta",
                                                "timing", "source"};
-            if (enc == JOB_ENC_MSGPACK) {
+            if (enc == PROTO_ENC_MSGPACK) {
                 msgpack_unpacked up;
                 unpack_all(&up, j->body, j->body_len);
                 assert_mp_keys(&up.data, keys, 7);
@@ -821,7 +821,7 @@ static void test_error_results(void **state)
                 const msgpack_object *eo = mp_get(&up.data, "error");
                 static const char *const ekeys[] = {"code", "message"};
                 assert_mp_keys(eo, ekeys, 2);
-                assert_mp_str(mp_get(eo, "code"), job_err_name((enum job_err)e));
+                assert_mp_str(mp_get(eo, "code"), proto_err_name((enum proto_err)e));
                 assert_mp_str(mp_get(eo, "message"), msg);
                 const msgpack_object *m = mp_get(&up.data, "meta");
                 assert_int_equal(mp_get(m, "k")->via.array.size, 2);
@@ -835,7 +835,7 @@ static void test_error_results(void **state)
                 assert_string_equal(json_string_value(json_object_get(res, "status")), "error");
                 json_t *eo = json_object_get(res, "error");
                 assert_string_equal(json_string_value(json_object_get(eo, "code")),
-                                    job_err_name((enum job_err)e));
+                                    proto_err_name((enum proto_err)e));
                 assert_string_equal(json_string_value(json_object_get(eo, "message")), msg);
                 assert_int_equal(json_array_size(json_object_get(json_object_get(res, "meta"), "k")), 2);
                 assert_true(json_number_value(json_object_get(json_object_get(res, "timing"),
@@ -857,7 +857,7 @@ static void test_encode_edges(void **state)
     for (int enc = 0; enc < 2; enc++) {
         struct job *j = job_new();
         assert_non_null(j);
-        j->enc = (enum job_enc)enc;
+        j->enc = (enum proto_enc)enc;
         strcpy(j->id, "e");
         fake_run(j, 1, 3);
         j->output[1] = NAN;
@@ -866,7 +866,7 @@ static void test_encode_edges(void **state)
         assert_int_equal(codec_encode_result(j, 5000), 0); /* replaces, no leak */
         static const char *const keys[] = {"id", "model", "status", "output", "shape",
                                            "timing", "source"};
-        if (enc == JOB_ENC_MSGPACK) {
+        if (enc == PROTO_ENC_MSGPACK) {
             msgpack_unpacked up;
             unpack_all(&up, j->body, j->body_len);
             assert_mp_keys(&up.data, keys, 7);
@@ -879,7 +879,7 @@ static void test_encode_edges(void **state)
             assert_true(isnan(f));
             assert_true(mp_get(mp_get(&up.data, "timing"), "total_ms")->via.f64 == 0.0);
             msgpack_unpacked_destroy(&up);
-            assert_string_equal(codec_content_type(JOB_ENC_MSGPACK), "application/msgpack");
+            assert_string_equal(codec_content_type(PROTO_ENC_MSGPACK), "application/msgpack");
         } else {
             json_t *res = json_loadb((const char *)j->body, j->body_len, 0, NULL);
             assert_non_null(res);
@@ -894,7 +894,7 @@ static void test_encode_edges(void **state)
         assert_null(j->body);
         assert_int_equal(j->body_len, 0);
         /* an error result needs no output at all */
-        job_fail(j, JOB_ERR_UNKNOWN_MODEL, "no model \"%s\"", "x");
+        job_fail(j, PROTO_ERR_UNKNOWN_MODEL, "no model \"%s\"", "x");
         assert_int_equal(codec_encode_result(j, 5000), 0);
         assert_non_null(j->body);
         job_free(j);
@@ -917,70 +917,70 @@ static void test_decode_table(void **state)
         const char *body;
         const char *key;
         enum codec_rc rc;
-        enum job_err err;
+        enum proto_err err;
         const char *sub;   /* in errmsg (job) or errstr (dead) */
         const char *id;    /* expected id of a job */
     } cases[] = {
         /* id */
         {BOTH, "{'id':5,'input':[1]}", NULL, CODEC_DEAD, 0, "field id: must be a string, got integer", NULL},
-        {BOTH, "{'id':5,'input':[1]}", "k-1", CODEC_JOB, JOB_ERR_INVALID_INPUT, "field id: must be a string", "k-1"},
-        {BOTH, "{'id':'a b','input':[1]}", "k-1", CODEC_JOB, JOB_ERR_INVALID_INPUT, "field id: characters", "k-1"},
+        {BOTH, "{'id':5,'input':[1]}", "k-1", CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field id: must be a string", "k-1"},
+        {BOTH, "{'id':'a b','input':[1]}", "k-1", CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field id: characters", "k-1"},
         {BOTH, "{'id':'a b','input':[1]}", "bad key", CODEC_DEAD, 0, "not a valid id either", NULL},
         {BOTH, "{'id':'','input':[1]}", NULL, CODEC_DEAD, 0, "field id: empty", NULL},
         {BOTH, "{'id':null,'input':[1]}", NULL, CODEC_DEAD, 0, "field id: must be a string", NULL},
-        {BOTH, "{'input':[1]}", "key.1:x@y/z-_", CODEC_JOB, JOB_OK, NULL, "key.1:x@y/z-_"},
+        {BOTH, "{'input':[1]}", "key.1:x@y/z-_", CODEC_JOB, PROTO_OK, NULL, "key.1:x@y/z-_"},
         {BOTH, "{'input':[1]}", NULL, CODEC_DEAD, 0, "no field id, and no record key", NULL},
         {BOTH, "{'input':[1]}", "bad key", CODEC_DEAD, 0, "record key is not a valid id", NULL},
-        {BOTH, "{'id':'from-body','input':[1]}", "from-key", CODEC_JOB, JOB_OK, NULL, "from-body"},
+        {BOTH, "{'id':'from-body','input':[1]}", "from-key", CODEC_JOB, PROTO_OK, NULL, "from-body"},
         {MP_ONLY, "{'id':{'$bin':'6162'},'input':[1]}", NULL, CODEC_DEAD, 0, "got bin", NULL},
         /* model */
-        {BOTH, "{'id':'a','model':7,'input':[1]}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field model: must be a string", "a"},
-        {BOTH, "{'id':'a','model':['m'],'input':[1]}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field model", "a"},
-        {MP_ONLY, "{'id':'a','model':{'$raw':'a3610062'},'input':[1]}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "NUL", "a"},
+        {BOTH, "{'id':'a','model':7,'input':[1]}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field model: must be a string", "a"},
+        {BOTH, "{'id':'a','model':['m'],'input':[1]}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field model", "a"},
+        {MP_ONLY, "{'id':'a','model':{'$raw':'a3610062'},'input':[1]}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "NUL", "a"},
         /* input */
-        {BOTH, "{'id':'a'}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field input: missing", "a"},
-        {BOTH, "{'id':'a','input':'1,2'}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field input: must be", "a"},
-        {BOTH, "{'id':'a','input':{'x':1}}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field input: must be", "a"},
-        {BOTH, "{'id':'a','input':null}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field input: must be", "a"},
-        {BOTH, "{'id':'a','input':[]}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field input: empty", "a"},
-        {BOTH, "{'id':'a','input':['a']}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field input: element 0 is not a number", "a"},
-        {BOTH, "{'id':'a','input':[1,2,true]}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field input: element 2 is not a number", "a"},
-        {BOTH, "{'id':'a','input':[1,[2]]}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "element 1 is not a number", "a"},
-        {BOTH, "{'id':'a','input':[1,2,3,1e39]}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field input: element 3 is not finite", "a"},
-        {BOTH, "{'id':'a','input':[-3.5e38]}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "element 0 is not finite", "a"},
-        {BOTH, "{'id':'a','input':[3.4028234e38, -1e-46, 16777217]}", NULL, CODEC_JOB, JOB_OK, NULL, "a"},
-        {MP_ONLY, "{'id':'a','input':{'$bin':'0000803f0000'}}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "bin of 6 bytes is not a multiple of 4", "a"},
-        {MP_ONLY, "{'id':'a','input':{'$bin':''}}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field input: empty", "a"},
-        {MP_ONLY, "{'id':'a','input':{'$bin':'0000803f0000c07f'}}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "element 1 is not finite", "a"},
-        {MP_ONLY, "{'id':'a','input':{'$bin':'0000807f'}}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "element 0 is not finite", "a"},
-        {MP_ONLY, "{'id':'a','input':{'$bin':'0000803f000080ff'}}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "element 1 is not finite", "a"},
-        {MP_ONLY, "{'id':'a','input':[1,{'$raw':'ca7fc00000'}]}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "element 1 is not finite", "a"},
-        {MP_ONLY, "{'id':'a','input':[{'$raw':'cb7ff8000000000000'}]}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "element 0 is not finite", "a"},
-        {MP_ONLY, "{'id':'a','input':[{'$raw':'cbfff0000000000000'}]}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "element 0 is not finite", "a"},
-        {MP_ONLY, "{'id':'a','input':[{'$raw':'ca7f800000'}]}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "element 0 is not finite", "a"},
-        {MP_ONLY, "{'id':'a','input':[{'$bin':'00'}]}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "element 0 is not a number (bin)", "a"},
-        {MP_ONLY, "{'id':'a','input':{'$raw':'c70101aa'}}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "got ext", "a"},
+        {BOTH, "{'id':'a'}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field input: missing", "a"},
+        {BOTH, "{'id':'a','input':'1,2'}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field input: must be", "a"},
+        {BOTH, "{'id':'a','input':{'x':1}}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field input: must be", "a"},
+        {BOTH, "{'id':'a','input':null}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field input: must be", "a"},
+        {BOTH, "{'id':'a','input':[]}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field input: empty", "a"},
+        {BOTH, "{'id':'a','input':['a']}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field input: element 0 is not a number", "a"},
+        {BOTH, "{'id':'a','input':[1,2,true]}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field input: element 2 is not a number", "a"},
+        {BOTH, "{'id':'a','input':[1,[2]]}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "element 1 is not a number", "a"},
+        {BOTH, "{'id':'a','input':[1,2,3,1e39]}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field input: element 3 is not finite", "a"},
+        {BOTH, "{'id':'a','input':[-3.5e38]}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "element 0 is not finite", "a"},
+        {BOTH, "{'id':'a','input':[3.4028234e38, -1e-46, 16777217]}", NULL, CODEC_JOB, PROTO_OK, NULL, "a"},
+        {MP_ONLY, "{'id':'a','input':{'$bin':'0000803f0000'}}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "bin of 6 bytes is not a multiple of 4", "a"},
+        {MP_ONLY, "{'id':'a','input':{'$bin':''}}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field input: empty", "a"},
+        {MP_ONLY, "{'id':'a','input':{'$bin':'0000803f0000c07f'}}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "element 1 is not finite", "a"},
+        {MP_ONLY, "{'id':'a','input':{'$bin':'0000807f'}}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "element 0 is not finite", "a"},
+        {MP_ONLY, "{'id':'a','input':{'$bin':'0000803f000080ff'}}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "element 1 is not finite", "a"},
+        {MP_ONLY, "{'id':'a','input':[1,{'$raw':'ca7fc00000'}]}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "element 1 is not finite", "a"},
+        {MP_ONLY, "{'id':'a','input':[{'$raw':'cb7ff8000000000000'}]}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "element 0 is not finite", "a"},
+        {MP_ONLY, "{'id':'a','input':[{'$raw':'cbfff0000000000000'}]}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "element 0 is not finite", "a"},
+        {MP_ONLY, "{'id':'a','input':[{'$raw':'ca7f800000'}]}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "element 0 is not finite", "a"},
+        {MP_ONLY, "{'id':'a','input':[{'$bin':'00'}]}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "element 0 is not a number (bin)", "a"},
+        {MP_ONLY, "{'id':'a','input':{'$raw':'c70101aa'}}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "got ext", "a"},
         /* deadline_ms, timeout_ms */
-        {BOTH, "{'id':'a','input':[1],'deadline_ms':'soon'}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field deadline_ms: must be an integer, got string", "a"},
-        {BOTH, "{'id':'a','input':[1],'deadline_ms':1.5}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field deadline_ms: must be an integer", "a"},
-        {BOTH, "{'id':'a','input':[1],'deadline_ms':-5}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field deadline_ms: out of range", "a"},
-        {MP_ONLY, "{'id':'a','input':[1],'deadline_ms':{'$raw':'cfffffffffffffffff'}}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field deadline_ms: out of range", "a"},
-        {BOTH, "{'id':'a','input':[1],'timeout_ms':-1}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field timeout_ms: must be >= 0, got -1", "a"},
-        {BOTH, "{'id':'a','input':[1],'timeout_ms':[5]}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field timeout_ms: must be an integer, got array", "a"},
-        {BOTH, "{'id':'a','input':[1],'timeout_ms':false}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "got boolean", "a"},
-        {MP_ONLY, "{'id':'a','input':[1],'timeout_ms':{'$raw':'cfffffffffffffffff'}}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field timeout_ms: out of range", "a"},
+        {BOTH, "{'id':'a','input':[1],'deadline_ms':'soon'}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field deadline_ms: must be an integer, got string", "a"},
+        {BOTH, "{'id':'a','input':[1],'deadline_ms':1.5}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field deadline_ms: must be an integer", "a"},
+        {BOTH, "{'id':'a','input':[1],'deadline_ms':-5}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field deadline_ms: out of range", "a"},
+        {MP_ONLY, "{'id':'a','input':[1],'deadline_ms':{'$raw':'cfffffffffffffffff'}}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field deadline_ms: out of range", "a"},
+        {BOTH, "{'id':'a','input':[1],'timeout_ms':-1}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field timeout_ms: must be >= 0, got -1", "a"},
+        {BOTH, "{'id':'a','input':[1],'timeout_ms':[5]}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field timeout_ms: must be an integer, got array", "a"},
+        {BOTH, "{'id':'a','input':[1],'timeout_ms':false}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "got boolean", "a"},
+        {MP_ONLY, "{'id':'a','input':[1],'timeout_ms':{'$raw':'cfffffffffffffffff'}}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field timeout_ms: out of range", "a"},
         /* priority */
-        {BOTH, "{'id':'a','input':[1],'priority':10}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field priority: must be 0..9", "a"},
-        {BOTH, "{'id':'a','input':[1],'priority':-1}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field priority: must be 0..9", "a"},
-        {BOTH, "{'id':'a','input':[1],'priority':1.0}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field priority: must be an integer", "a"},
-        {BOTH, "{'id':'a','input':[1],'priority':'3'}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field priority: must be an integer, got string", "a"},
-        {MP_ONLY, "{'id':'a','input':[1],'priority':{'$raw':'cfffffffffffffffff'}}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field priority: must be 0..9", "a"},
+        {BOTH, "{'id':'a','input':[1],'priority':10}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field priority: must be 0..9", "a"},
+        {BOTH, "{'id':'a','input':[1],'priority':-1}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field priority: must be 0..9", "a"},
+        {BOTH, "{'id':'a','input':[1],'priority':1.0}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field priority: must be an integer", "a"},
+        {BOTH, "{'id':'a','input':[1],'priority':'3'}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field priority: must be an integer, got string", "a"},
+        {MP_ONLY, "{'id':'a','input':[1],'priority':{'$raw':'cfffffffffffffffff'}}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field priority: must be 0..9", "a"},
         /* first error wins: the id error is reported, not the input one */
-        {BOTH, "{'id':7,'input':'x','priority':99}", "k", CODEC_JOB, JOB_ERR_INVALID_INPUT, "field id:", "k"},
-        {BOTH, "{'id':'a','input':'x','priority':99}", NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field input:", "a"},
+        {BOTH, "{'id':7,'input':'x','priority':99}", "k", CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field id:", "k"},
+        {BOTH, "{'id':'a','input':'x','priority':99}", NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field input:", "a"},
         /* unknown fields are ignored; meta may be any value */
-        {BOTH, "{'future':{'x':[1,{'y':null}]},'id':'a','input':[1],'meta':null}", NULL, CODEC_JOB, JOB_OK, NULL, "a"},
-        {BOTH, "{'id':'a','input':[1],'meta':'just a string'}", NULL, CODEC_JOB, JOB_OK, NULL, "a"},
+        {BOTH, "{'future':{'x':[1,{'y':null}]},'id':'a','input':[1],'meta':null}", NULL, CODEC_JOB, PROTO_OK, NULL, "a"},
+        {BOTH, "{'id':'a','input':[1],'meta':'just a string'}", NULL, CODEC_JOB, PROTO_OK, NULL, "a"},
         /* not a job */
         {MP_ONLY, "[1,2]", "k-1", CODEC_DEAD, 0, "top level is array, not a map", NULL},
         {MP_ONLY, "'{}'", "k-1", CODEC_DEAD, 0, "top level is string", NULL},
@@ -1001,15 +1001,15 @@ static void test_decode_table(void **state)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         for (int enc = 0; enc < 2; enc++) {
-            if ((cases[i].only == MP_ONLY && enc != JOB_ENC_MSGPACK) ||
-                (cases[i].only == JS_ONLY && enc != JOB_ENC_JSON))
+            if ((cases[i].only == MP_ONLY && enc != PROTO_ENC_MSGPACK) ||
+                (cases[i].only == JS_ONLY && enc != PROTO_ENC_JSON))
                 continue;
-            struct body b = make_body(cases[i].body, (enum job_enc)enc);
+            struct body b = make_body(cases[i].body, (enum proto_enc)enc);
             struct dres r = decode(b.p, b.len, cases[i].key, NULL, 1000, &LIM);
             if (r.rc != cases[i].rc ||
                 (r.rc == CODEC_JOB && r.job->err != cases[i].err))
                 fail_msg("case %zu enc %d (%s): rc %d err %s \"%s\" / \"%s\"", i, enc,
-                         cases[i].body, r.rc, job_err_name(r.job->err), r.job->errmsg, r.err);
+                         cases[i].body, r.rc, proto_err_name(r.job->err), r.job->errmsg, r.err);
             expect(&r, cases[i].rc, cases[i].err, cases[i].sub);
             if (r.rc == CODEC_JOB) {
                 assert_string_equal(r.job->id, cases[i].id);
@@ -1045,7 +1045,7 @@ static void test_decode_msgpack_duplicates(void **state)
         unsigned char buf[64];
         size_t n = unhex(cases[i].hex, buf, sizeof(buf));
         struct dres r = decode(buf, n, "k", NULL, 1, &LIM);
-        expect(&r, cases[i].rc, JOB_OK, cases[i].sub);
+        expect(&r, cases[i].rc, PROTO_OK, cases[i].sub);
         job_free(r.job);
     }
 }
@@ -1073,10 +1073,10 @@ static void test_content_type(void **state)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         for (int enc = 0; enc < 2; enc++) {
-            struct body b = make_body("{'id':'ct','input':[1,2],'meta':{'m':1}}", (enum job_enc)enc);
+            struct body b = make_body("{'id':'ct','input':[1,2],'meta':{'m':1}}", (enum proto_enc)enc);
             struct dres r = decode(b.p, b.len, NULL, cases[i].ct, 1, &LIM);
-            int ok = enc == JOB_ENC_JSON ? cases[i].ok_json : cases[i].ok_msgpack;
-            expect(&r, CODEC_JOB, ok ? JOB_OK : JOB_ERR_INVALID_INPUT, ok ? NULL : "content-type");
+            int ok = enc == PROTO_ENC_JSON ? cases[i].ok_json : cases[i].ok_msgpack;
+            expect(&r, CODEC_JOB, ok ? PROTO_OK : PROTO_ERR_INVALID_INPUT, ok ? NULL : "content-type");
             assert_string_equal(r.job->id, "ct");
             assert_non_null(r.job->meta); /* echoed in the error result too */
             if (!ok) {
@@ -1124,13 +1124,13 @@ static void test_deadline_table(void **state)
             if (cases[i].has_to)
                 n += snprintf(text + n, sizeof(text) - (size_t)n, ",'timeout_ms':%lld", (long long)cases[i].to);
             snprintf(text + n, sizeof(text) - (size_t)n, "}");
-            struct body b = make_body(text, (enum job_enc)enc);
+            struct body b = make_body(text, (enum proto_enc)enc);
             int64_t ts = cases[i].ts == INT64_MIN ? -1 : base + cases[i].ts;
             struct timespec t0;
             clock_gettime(CLOCK_REALTIME, &t0);
             int64_t now0 = (int64_t)t0.tv_sec * 1000 + t0.tv_nsec / 1000000;
             struct dres r = decode(b.p, b.len, NULL, NULL, ts, &LIM);
-            expect(&r, CODEC_JOB, JOB_OK, NULL);
+            expect(&r, CODEC_JOB, PROTO_OK, NULL);
             if (cases[i].ts == INT64_MIN)
                 assert_in_range(r.job->deadline_ms, now0 + cases[i].to, now0 + cases[i].to + 5000);
             else if (cases[i].to == INT64_MAX)
@@ -1158,12 +1158,12 @@ static void test_truncated_bodies(void **state)
     const char *text = "{'id':'trunc-1','model':'m','input':[1.5,-2,3e-3],'deadline_ms':99,"
                        "'timeout_ms':5,'priority':4,'meta':{'a':[1,'b',null,{'c':2.5}]}}";
     for (int enc = 0; enc < 2; enc++) {
-        struct body b = make_body(text, (enum job_enc)enc);
+        struct body b = make_body(text, (enum proto_enc)enc);
         for (size_t k = 0; k <= b.len; k++) {
             struct dres r = decode(b.p, k, "trunc-1", NULL, 1, &LIM);
             if (k < b.len && r.rc != CODEC_DEAD)
                 fail_msg("enc %d prefix %zu/%zu: rc %d", enc, k, b.len, r.rc);
-            if (k == b.len) expect(&r, CODEC_JOB, JOB_OK, NULL);
+            if (k == b.len) expect(&r, CODEC_JOB, PROTO_OK, NULL);
             job_free(r.job);
         }
         free(b.p);
@@ -1178,8 +1178,8 @@ static void test_mutated_bodies(void **state)
     (void)state;
     const char *text = "{'id':'mut','model':'m','input':{'$bin':'0000803f00000040'},"
                        "'priority':4,'meta':{'a':[1,'b',null,{'c':2.5}]}}";
-    struct body b = make_body(text, JOB_ENC_MSGPACK);
-    struct body bj = make_body(text, JOB_ENC_JSON);
+    struct body b = make_body(text, PROTO_ENC_MSGPACK);
+    struct body bj = make_body(text, PROTO_ENC_JSON);
     unsigned char *buf = malloc(b.len > bj.len ? b.len : bj.len);
     assert_non_null(buf);
     int jobs = 0, deads = 0;
@@ -1278,11 +1278,11 @@ static void test_deep_nesting(void **state)
         lim.max_depth = cases[i].max_depth;
         char *text = nested_text(cases[i].total_depth - 1);
         for (int enc = 0; enc < 2; enc++) {
-            if (cases[i].total_depth > 1000 && enc == JOB_ENC_MSGPACK) continue;
-            struct body b = make_body(text, (enum job_enc)enc);
+            if (cases[i].total_depth > 1000 && enc == PROTO_ENC_MSGPACK) continue;
+            struct body b = make_body(text, (enum proto_enc)enc);
             struct dres r = decode(b.p, b.len, "k", NULL, 1, &lim);
             enum codec_rc want = cases[i].rc;
-            if (cases[i].total_depth == 40 && cases[i].max_depth == 64 && enc == JOB_ENC_JSON)
+            if (cases[i].total_depth == 40 && cases[i].max_depth == 64 && enc == PROTO_ENC_JSON)
                 want = CODEC_JOB;
             if (r.rc != want) fail_msg("case %zu enc %d: rc %d (%s)", i, enc, r.rc, r.err);
             if (want == CODEC_DEAD && cases[i].max_depth <= 32) {
@@ -1314,16 +1314,16 @@ static void test_long_strings(void **state)
         size_t model_len;
         const char *key;
         enum codec_rc rc;
-        enum job_err err;
+        enum proto_err err;
         const char *sub;
     } cases[] = {
         {10240, 1, NULL, CODEC_DEAD, 0, "field id: 10240 bytes, longer than 200"},
         {10240, 1, "bad key", CODEC_DEAD, 0, "field id: 10240 bytes"},
-        {10240, 1, "good-key", CODEC_JOB, JOB_ERR_INVALID_INPUT, "field id: 10240 bytes"},
-        {200, 1, NULL, CODEC_JOB, JOB_OK, NULL},
+        {10240, 1, "good-key", CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field id: 10240 bytes"},
+        {200, 1, NULL, CODEC_JOB, PROTO_OK, NULL},
         {201, 1, NULL, CODEC_DEAD, 0, "201 bytes"},
-        {5, 128, NULL, CODEC_JOB, JOB_OK, NULL},
-        {5, 129, NULL, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field model: 129 bytes, longer than 128"},
+        {5, 128, NULL, CODEC_JOB, PROTO_OK, NULL},
+        {5, 129, NULL, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field model: 129 bytes, longer than 128"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char *id = malloc(cases[i].id_len + 1), *model = malloc(cases[i].model_len + 1);
@@ -1336,12 +1336,12 @@ static void test_long_strings(void **state)
         json_t *root = json_pack("{s:s,s:s,s:[f]}", "id", id, "model", model, "input", 1.0);
         char *text = json_dumps(root, JSON_COMPACT);
         for (int enc = 0; enc < 2; enc++) {
-            struct body b = make_body(text, (enum job_enc)enc);
+            struct body b = make_body(text, (enum proto_enc)enc);
             struct dres r = decode(b.p, b.len, cases[i].key, NULL, 1, &LIM);
             expect(&r, cases[i].rc, cases[i].err, cases[i].sub);
             if (r.rc == CODEC_JOB)
-                assert_string_equal(r.job->id, cases[i].id_len <= JOB_ID_MAX ? id : cases[i].key);
-            if (r.rc == CODEC_JOB && cases[i].err == JOB_OK) assert_string_equal(r.job->model, model);
+                assert_string_equal(r.job->id, cases[i].id_len <= PROTO_ID_MAX ? id : cases[i].key);
+            if (r.rc == CODEC_JOB && cases[i].err == PROTO_OK) assert_string_equal(r.job->model, model);
             job_free(r.job);
             free(b.p);
         }
@@ -1368,12 +1368,12 @@ static void test_oversize_payload(void **state)
             char text[256];
             snprintf(text, sizeof(text), "{'id':'a','input':[%s]}",
                      "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28");
-            struct body b = make_body(text, (enum job_enc)enc);
+            struct body b = make_body(text, (enum proto_enc)enc);
             assert_true(b.len > 40);
             struct dres r = decode(b.p, b.len, cases[i].key, NULL, 1, &lim);
             char want[128];
             snprintf(want, sizeof(want), "payload of %zu bytes exceeds max_payload_bytes 40", b.len);
-            expect(&r, cases[i].rc, JOB_ERR_INVALID_INPUT, want);
+            expect(&r, cases[i].rc, PROTO_ERR_INVALID_INPUT, want);
             if (r.rc == CODEC_JOB) {
                 assert_string_equal(r.job->id, "big-1");
                 assert_int_equal(r.job->enc, enc);
@@ -1384,7 +1384,7 @@ static void test_oversize_payload(void **state)
             /* at the cap exactly it is parsed */
             lim.max_payload_bytes = b.len;
             r = decode(b.p, b.len, cases[i].key, NULL, 1, &lim);
-            expect(&r, CODEC_JOB, JOB_OK, NULL);
+            expect(&r, CODEC_JOB, PROTO_OK, NULL);
             lim.max_payload_bytes = 40;
             job_free(r.job);
             free(b.p);
@@ -1401,28 +1401,28 @@ static void test_input_limit(void **state)
     static const struct {
         const char *body;
         int only;
-        enum job_err err;
+        enum proto_err err;
     } cases[] = {
-        {"{'id':'a','input':[1,2,3,4]}", BOTH, JOB_OK},
-        {"{'id':'a','input':[1,2,3,4,5]}", BOTH, JOB_ERR_INVALID_INPUT},
-        {"{'id':'a','input':{'$bin':'00000000000000000000000000000000'}}", MP_ONLY, JOB_OK},
-        {"{'id':'a','input':{'$bin':'0000000000000000000000000000000000000000'}}", MP_ONLY, JOB_ERR_INVALID_INPUT},
+        {"{'id':'a','input':[1,2,3,4]}", BOTH, PROTO_OK},
+        {"{'id':'a','input':[1,2,3,4,5]}", BOTH, PROTO_ERR_INVALID_INPUT},
+        {"{'id':'a','input':{'$bin':'00000000000000000000000000000000'}}", MP_ONLY, PROTO_OK},
+        {"{'id':'a','input':{'$bin':'0000000000000000000000000000000000000000'}}", MP_ONLY, PROTO_ERR_INVALID_INPUT},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         for (int enc = 0; enc < 2; enc++) {
-            if (cases[i].only == MP_ONLY && enc != JOB_ENC_MSGPACK) continue;
-            struct body b = make_body(cases[i].body, (enum job_enc)enc);
+            if (cases[i].only == MP_ONLY && enc != PROTO_ENC_MSGPACK) continue;
+            struct body b = make_body(cases[i].body, (enum proto_enc)enc);
             struct dres r = decode(b.p, b.len, NULL, NULL, 1, &lim);
             expect(&r, CODEC_JOB, cases[i].err,
                    cases[i].err ? "field input: 5 values, more than max_input_floats 4" : NULL);
-            if (cases[i].err == JOB_OK) assert_int_equal(r.job->n_input, 4);
+            if (cases[i].err == PROTO_OK) assert_int_equal(r.job->n_input, 4);
             job_free(r.job);
             free(b.p);
         }
     }
 }
 
-/* meta: up to JOB_META_MAX encoded bytes is kept, one more is
+/* meta: up to PROTO_META_MAX encoded bytes is kept, one more is
  * invalid_input and dropped; a bad meta does not hide an earlier id
  * error, and a good meta is kept when a later field fails. */
 static void test_meta_limits(void **state)
@@ -1432,8 +1432,8 @@ static void test_meta_limits(void **state)
         size_t str_len[2]; /* [msgpack, json]: string length giving the encoded size */
         int fits;
     } cases[] = {
-        {{JOB_META_MAX - 3, JOB_META_MAX - 2}, 1}, /* str16 header 3 / two quotes */
-        {{JOB_META_MAX - 2, JOB_META_MAX - 1}, 0},
+        {{PROTO_META_MAX - 3, PROTO_META_MAX - 2}, 1}, /* str16 header 3 / two quotes */
+        {{PROTO_META_MAX - 2, PROTO_META_MAX - 1}, 0},
         {{5000, 5000}, 0},
         {{100000, 100000}, 0},
     };
@@ -1447,13 +1447,13 @@ static void test_meta_limits(void **state)
             json_t *root = json_pack("{s:s,s:[i],s:s,s:i}", "id", "meta-1", "input", 1, "meta", s,
                                      "priority", 3);
             char *text = json_dumps(root, JSON_COMPACT);
-            struct body b = make_body(text, (enum job_enc)enc);
+            struct body b = make_body(text, (enum proto_enc)enc);
             struct dres r = decode(b.p, b.len, NULL, NULL, 1, &LIM);
             if (cases[i].fits) {
-                expect(&r, CODEC_JOB, JOB_OK, NULL);
-                assert_int_equal(r.job->meta_len, JOB_META_MAX);
+                expect(&r, CODEC_JOB, PROTO_OK, NULL);
+                assert_int_equal(r.job->meta_len, PROTO_META_MAX);
             } else {
-                expect(&r, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field meta: more than 4096 encoded bytes");
+                expect(&r, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field meta: more than 4096 encoded bytes");
                 assert_null(r.job->meta);
             }
             job_free(r.job);
@@ -1465,9 +1465,9 @@ static void test_meta_limits(void **state)
     }
     for (int enc = 0; enc < 2; enc++) {
         /* a later error keeps the meta for the error result */
-        struct body b = make_body("{'id':'a','input':[1],'priority':10,'meta':{'t':'x'}}", (enum job_enc)enc);
+        struct body b = make_body("{'id':'a','input':[1],'priority':10,'meta':{'t':'x'}}", (enum proto_enc)enc);
         struct dres r = decode(b.p, b.len, NULL, NULL, 1, &LIM);
-        expect(&r, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field priority");
+        expect(&r, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field priority");
         assert_non_null(r.job->meta);
         assert_int_equal(codec_encode_result(r.job, 5), 0);
         assert_non_null(memmem(r.job->body, r.job->body_len, "meta", 4));
@@ -1480,9 +1480,9 @@ static void test_meta_limits(void **state)
         big[5999] = '\0';
         json_t *root = json_pack("{s:i,s:[i],s:s}", "id", 1, "input", 1, "meta", big);
         char *text = json_dumps(root, JSON_COMPACT);
-        b = make_body(text, (enum job_enc)enc);
+        b = make_body(text, (enum proto_enc)enc);
         r = decode(b.p, b.len, "kk", NULL, 1, &LIM);
-        expect(&r, CODEC_JOB, JOB_ERR_INVALID_INPUT, "field id: must be a string");
+        expect(&r, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field id: must be a string");
         assert_null(r.job->meta);
         job_free(r.job);
         free(b.p);
@@ -1538,10 +1538,10 @@ static void test_bin_input_random(void **state)
         if (bad < n) {
             char want[96];
             snprintf(want, sizeof(want), "field input: element %zu is not finite", bad);
-            assert_int_equal(r.job->err, JOB_ERR_INVALID_INPUT);
+            assert_int_equal(r.job->err, PROTO_ERR_INVALID_INPUT);
             assert_string_equal(r.job->errmsg, want);
         } else {
-            assert_int_equal(r.job->err, JOB_OK);
+            assert_int_equal(r.job->err, PROTO_OK);
             assert_int_equal(r.job->n_input, n);
             assert_memory_equal(r.job->input, in, n * sizeof(float));
         }
@@ -1558,13 +1558,13 @@ static void test_decode_resets_job(void **state)
     struct job *j = job_new();
     assert_non_null(j);
     char err[128];
-    struct body b1 = make_body("{'id':'one','model':'m','input':[1,2],'priority':3,'deadline_ms':7,'meta':1}", JOB_ENC_MSGPACK);
-    struct body b2 = make_body("{'id':'two','input':[5]}", JOB_ENC_JSON);
+    struct body b1 = make_body("{'id':'one','model':'m','input':[1,2],'priority':3,'deadline_ms':7,'meta':1}", PROTO_ENC_MSGPACK);
+    struct body b2 = make_body("{'id':'two','input':[5]}", PROTO_ENC_JSON);
     assert_int_equal(codec_decode_job(b1.p, b1.len, NULL, 0, NULL, 1, &LIM, j, err, sizeof(err)), CODEC_JOB);
     assert_int_equal(codec_decode_job(b2.p, b2.len, NULL, 0, NULL, 1, &LIM, j, err, sizeof(err)), CODEC_JOB);
     assert_string_equal(j->id, "two");
     assert_string_equal(j->model, "");
-    assert_int_equal(j->enc, JOB_ENC_JSON);
+    assert_int_equal(j->enc, PROTO_ENC_JSON);
     assert_int_equal(j->n_input, 1);
     assert_true(j->input[0] == 5.0f);
     assert_int_equal(j->priority, -1);
@@ -1586,12 +1586,12 @@ static void test_wire_interop(void **state)
 {
     (void)state;
     for (int form = 0; form < 3; form++) {
-        enum job_enc enc = form == 2 ? JOB_ENC_JSON : JOB_ENC_MSGPACK;
+        enum proto_enc enc = form == 2 ? PROTO_ENC_JSON : PROTO_ENC_MSGPACK;
         size_t n = 1 + rnd(100);
         float *in = malloc(n * sizeof(float));
         assert_non_null(in);
         for (size_t i = 0; i < n; i++) in[i] = tu_randf(-100, 100);
-        char id[JOB_ID_MAX + 1];
+        char id[PROTO_ID_MAX + 1];
         rand_id(id, 40);
         struct wire_job wj = {
             .id = id, .model = "wm", .input = in, .n_input = n, .input_as_array = form == 1,
@@ -1603,7 +1603,7 @@ static void test_wire_interop(void **state)
         assert_int_equal(wire_encode_job(&wj, enc, &body, &len), 0);
         int64_t ts = 1700000000000 + (int64_t)rnd(1000000);
         struct dres r = decode(body, len, NULL, codec_content_type(enc), ts, &LIM);
-        expect(&r, CODEC_JOB, JOB_OK, NULL);
+        expect(&r, CODEC_JOB, PROTO_OK, NULL);
         struct job *j = r.job;
         assert_string_equal(j->id, id);
         assert_string_equal(j->model, "wm");

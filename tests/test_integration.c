@@ -210,7 +210,7 @@ static void test_results_every_encoding(void **state)
                              .meta_json = i % 3 == 0 ? meta : NULL};
         unsigned char *body;
         size_t len;
-        enum job_enc enc = way == 2 ? JOB_ENC_JSON : JOB_ENC_MSGPACK;
+        enum proto_enc enc = way == 2 ? PROTO_ENC_JSON : PROTO_ENC_MSGPACK;
         assert_int_equal(wire_encode_job(&j, enc, &body, &len), 0);
         if (way == 3) {
             /* Remove the empty id field: re-encode without it. */
@@ -228,7 +228,7 @@ static void test_results_every_encoding(void **state)
             len = sb.size;
         }
         assert_int_equal(h_produce(p, "good.jobs", ids[i], strlen(ids[i]), body, len,
-                                   enc == JOB_ENC_JSON ? "application/json" : NULL), 0);
+                                   enc == PROTO_ENC_JSON ? "application/json" : NULL), 0);
         free(body);
     }
     assert_int_equal(rd_kafka_flush(p, 10000), 0);
@@ -299,18 +299,18 @@ static void test_errors_and_dead_letters(void **state)
     struct {
         const char *id;
         struct wire_job j;
-        enum job_enc enc;
+        enum proto_enc enc;
         const char *code;
     } cases[] = {
-        {"bad-width", {.input = good, .n_input = IN_W - 1}, JOB_ENC_MSGPACK, "invalid_input"},
-        {"bad-width-json", {.input = good, .n_input = IN_W + 1}, JOB_ENC_JSON, "invalid_input"},
-        {"bad-model", {.model = "nope", .input = good, .n_input = IN_W}, JOB_ENC_MSGPACK, "unknown_model"},
-        {"bad-deadline", {.input = good, .n_input = IN_W, .deadline_ms = 1000}, JOB_ENC_MSGPACK, "deadline_exceeded"},
-        {"bad-timeout", {.input = good, .n_input = IN_W, .timeout_ms = 0}, JOB_ENC_JSON, "deadline_exceeded"},
-        {"bad-nan", {.input = nan_in, .n_input = IN_W}, JOB_ENC_MSGPACK, "invalid_input"},
-        {"bad-priority", {.input = good, .n_input = IN_W, .priority = 12}, JOB_ENC_MSGPACK, "invalid_input"},
-        {"bad-noinput", {.input = NULL}, JOB_ENC_MSGPACK, "invalid_input"},
-        {"ok-control", {.input = good, .n_input = IN_W}, JOB_ENC_MSGPACK, NULL},
+        {"bad-width", {.input = good, .n_input = IN_W - 1}, PROTO_ENC_MSGPACK, "invalid_input"},
+        {"bad-width-json", {.input = good, .n_input = IN_W + 1}, PROTO_ENC_JSON, "invalid_input"},
+        {"bad-model", {.model = "nope", .input = good, .n_input = IN_W}, PROTO_ENC_MSGPACK, "unknown_model"},
+        {"bad-deadline", {.input = good, .n_input = IN_W, .deadline_ms = 1000}, PROTO_ENC_MSGPACK, "deadline_exceeded"},
+        {"bad-timeout", {.input = good, .n_input = IN_W, .timeout_ms = 0}, PROTO_ENC_JSON, "deadline_exceeded"},
+        {"bad-nan", {.input = nan_in, .n_input = IN_W}, PROTO_ENC_MSGPACK, "invalid_input"},
+        {"bad-priority", {.input = good, .n_input = IN_W, .priority = 12}, PROTO_ENC_MSGPACK, "invalid_input"},
+        {"bad-noinput", {.input = NULL}, PROTO_ENC_MSGPACK, "invalid_input"},
+        {"ok-control", {.input = good, .n_input = IN_W}, PROTO_ENC_MSGPACK, NULL},
     };
     size_t nc = sizeof(cases) / sizeof(cases[0]);
     static char ids[16][64];
@@ -392,7 +392,7 @@ static void test_sigterm_restart_loses_nothing(void **state)
                              .timeout_ms = -1, .priority = -1};
         unsigned char *body;
         size_t len;
-        assert_int_equal(wire_encode_job(&j, JOB_ENC_MSGPACK, &body, &len), 0);
+        assert_int_equal(wire_encode_job(&j, PROTO_ENC_MSGPACK, &body, &len), 0);
         assert_int_equal(h_produce(p, "term.jobs", ids[i], strlen(ids[i]), body, len, NULL), 0);
         free(body);
     }
@@ -448,7 +448,7 @@ static void produce_one(rd_kafka_t *p, const char *topic, const char *id, const 
                          .priority = -1};
     unsigned char *body;
     size_t len;
-    assert_int_equal(wire_encode_job(&j, JOB_ENC_MSGPACK, &body, &len), 0);
+    assert_int_equal(wire_encode_job(&j, PROTO_ENC_MSGPACK, &body, &len), 0);
     assert_int_equal(h_produce(p, topic, id, strlen(id), body, len, NULL), 0);
     free(body);
 }

@@ -348,7 +348,7 @@ static void produce_job(rd_kafka_t *p, const char *topic, const char *id, size_t
                          .priority = -1};
     unsigned char *body;
     size_t len;
-    assert_int_equal(wire_encode_job(&j, JOB_ENC_MSGPACK, &body, &len), 0);
+    assert_int_equal(wire_encode_job(&j, PROTO_ENC_MSGPACK, &body, &len), 0);
     assert_int_equal(h_produce(p, topic, id, strlen(id), body, len, NULL), 0);
     free(body);
 }
@@ -703,8 +703,8 @@ static void test_http_endpoints(void **state)
     int port = metrics_port(m);
     assert_true(port > 0);
     stats_alive(st, STATS_LOOP_POLL);
-    stats_job(st, STATS_STATUS_OK, JOB_OK, 0.001, 0.002, 0.01);
-    stats_job(st, STATS_STATUS_OK, JOB_OK, 0.001, 0.002, 0.01);
+    stats_job(st, STATS_STATUS_OK, PROTO_OK, 0.001, 0.002, 0.01);
+    stats_job(st, STATS_STATUS_OK, PROTO_OK, 0.001, 0.002, 0.01);
     stats_batch(st, STATS_BATCH_SIZE, 2);
 
     char *body, ctype[128];

@@ -128,7 +128,7 @@ static void produce_jobs(const char *topic, const char *tag, int n_per_part, int
                                  .priority = -1};
             unsigned char *body;
             size_t len;
-            assert_int_equal(wire_encode_job(&j, JOB_ENC_MSGPACK, &body, &len), 0);
+            assert_int_equal(wire_encode_job(&j, PROTO_ENC_MSGPACK, &body, &len), 0);
             rd_kafka_resp_err_t e;
             do {
                 e = rd_kafka_producev(pr, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(p),
@@ -698,7 +698,7 @@ static void test_replay_ignores_deadlines(void **state)
                              .deadline_ms = k % 2 ? 1000 : 0, .timeout_ms = k % 2 ? -1 : 1};
         unsigned char *body;
         size_t len;
-        assert_int_equal(wire_encode_job(&j, JOB_ENC_MSGPACK, &body, &len), 0);
+        assert_int_equal(wire_encode_job(&j, PROTO_ENC_MSGPACK, &body, &len), 0);
         assert_int_equal(h_produce(pr, "rd.jobs", id, strlen(id), body, len, NULL), 0);
         free(body);
     }

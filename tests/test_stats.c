@@ -210,13 +210,13 @@ static void test_counters_render(void **state)
     struct stats *st = stats_new();
     assert_non_null(st);
     for (int i = 0; i < 7; i++) stats_consumed(st);
-    stats_job(st, STATS_STATUS_OK, JOB_OK, 0.002, 0.001, 0.010);
-    stats_job(st, STATS_STATUS_OK, JOB_OK, 0.003, 0.001, 0.020);
-    stats_job(st, STATS_STATUS_OK, JOB_OK, 0.5, 0.2, 2.0);
-    stats_job(st, STATS_STATUS_ERROR, JOB_ERR_INVALID_INPUT, -1, -1, 0.001);
-    stats_job(st, STATS_STATUS_ERROR, JOB_ERR_INVALID_INPUT, -1, -1, 0.002);
-    stats_job(st, STATS_STATUS_ERROR, JOB_ERR_DEADLINE_EXCEEDED, 0.004, -1, 0.004);
-    stats_job(st, STATS_STATUS_DEAD_LETTER, JOB_ERR_INVALID_INPUT, -1, -1, 5.0);
+    stats_job(st, STATS_STATUS_OK, PROTO_OK, 0.002, 0.001, 0.010);
+    stats_job(st, STATS_STATUS_OK, PROTO_OK, 0.003, 0.001, 0.020);
+    stats_job(st, STATS_STATUS_OK, PROTO_OK, 0.5, 0.2, 2.0);
+    stats_job(st, STATS_STATUS_ERROR, PROTO_ERR_INVALID_INPUT, -1, -1, 0.001);
+    stats_job(st, STATS_STATUS_ERROR, PROTO_ERR_INVALID_INPUT, -1, -1, 0.002);
+    stats_job(st, STATS_STATUS_ERROR, PROTO_ERR_DEADLINE_EXCEEDED, 0.004, -1, 0.004);
+    stats_job(st, STATS_STATUS_DEAD_LETTER, PROTO_ERR_INVALID_INPUT, -1, -1, 5.0);
     stats_batch(st, STATS_BATCH_SIZE, 2);
     stats_batch(st, STATS_BATCH_WAIT, 1);
     stats_batch(st, STATS_BATCH_DRAIN, 0);
@@ -299,11 +299,11 @@ static void test_job_done(void **state)
 {
     (void)state;
     struct stats *st = stats_new();
-    struct job ok = {.kind = JOB_RESULT, .err = JOB_OK, .batch_rows = 4, .queued_ms = 3,
+    struct job ok = {.kind = JOB_RESULT, .err = PROTO_OK, .batch_rows = 4, .queued_ms = 3,
                      .infer_ms = 2, .record_ts_ms = 1000};
-    struct job early = {.kind = JOB_RESULT, .err = JOB_ERR_UNKNOWN_MODEL, .record_ts_ms = 1000};
-    struct job dead = {.kind = JOB_DEAD, .err = JOB_ERR_INVALID_INPUT, .record_ts_ms = 1000};
-    struct job ahead = {.kind = JOB_RESULT, .err = JOB_OK, .batch_rows = 1,
+    struct job early = {.kind = JOB_RESULT, .err = PROTO_ERR_UNKNOWN_MODEL, .record_ts_ms = 1000};
+    struct job dead = {.kind = JOB_DEAD, .err = PROTO_ERR_INVALID_INPUT, .record_ts_ms = 1000};
+    struct job ahead = {.kind = JOB_RESULT, .err = PROTO_OK, .batch_rows = 1,
                         .record_ts_ms = 9000}; /* producer clock ahead */
     stats_job_done(st, &ok, 1500);
     stats_job_done(st, &early, 1001);
@@ -311,9 +311,9 @@ static void test_job_done(void **state)
     stats_job_done(st, &ahead, 1001);
     struct stats_snapshot s;
     assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
-    assert_int_equal(s.jobs[STATS_STATUS_OK][JOB_OK], 2);
-    assert_int_equal(s.jobs[STATS_STATUS_ERROR][JOB_ERR_UNKNOWN_MODEL], 1);
-    assert_int_equal(s.jobs[STATS_STATUS_DEAD_LETTER][JOB_ERR_INVALID_INPUT], 1);
+    assert_int_equal(s.jobs[STATS_STATUS_OK][PROTO_OK], 2);
+    assert_int_equal(s.jobs[STATS_STATUS_ERROR][PROTO_ERR_UNKNOWN_MODEL], 1);
+    assert_int_equal(s.jobs[STATS_STATUS_DEAD_LETTER][PROTO_ERR_INVALID_INPUT], 1);
     assert_int_equal(s.dead_letters, 1);
     assert_int_equal(s.hist[STATS_HIST_QUEUE_S].count, 2); /* the two that ran */
     assert_int_equal(s.hist[STATS_HIST_E2E_S].count, 3);   /* all but the dead letter */
@@ -493,7 +493,7 @@ static void test_rates_and_drain(void **state)
     stats_snapshot_fini(&s);
 
     /* 100 jobs and 400 rows in 10 s: the first interval seeds the rates. */
-    for (int i = 0; i < 100; i++) stats_job(st, STATS_STATUS_OK, JOB_OK, -1, -1, -1);
+    for (int i = 0; i < 100; i++) stats_job(st, STATS_STATUS_OK, PROTO_OK, -1, -1, -1);
     for (int i = 0; i < 10; i++) stats_batch(st, STATS_BATCH_SIZE, 40);
     assert_int_equal(stats_snapshot(st, t0 + 10000000, &s), 0);
     assert_true(fabs(s.jobs_per_s - 10.0) < 1e-9);
@@ -502,7 +502,7 @@ static void test_rates_and_drain(void **state)
     stats_snapshot_fini(&s);
 
     /* Half a second later: too soon, nothing moves. */
-    for (int i = 0; i < 50; i++) stats_job(st, STATS_STATUS_OK, JOB_OK, -1, -1, -1);
+    for (int i = 0; i < 50; i++) stats_job(st, STATS_STATUS_OK, PROTO_OK, -1, -1, -1);
     assert_int_equal(stats_snapshot(st, t0 + 10500000, &s), 0);
     assert_true(fabs(s.jobs_per_s - 10.0) < 1e-9);
     stats_snapshot_fini(&s);

@@ -186,7 +186,7 @@ static int jobgen_encode(const struct jobgen *g, size_t seq, int64_t send_us, ch
                           .n_input = g->rows * g->width,
                           .timeout_ms = -1,
                           .priority = -1};
-    return wire_encode_job(&wj, JOB_ENC_MSGPACK, body, len);
+    return wire_encode_job(&wj, PROTO_ENC_MSGPACK, body, len);
 }
 
 /* Reads back an id jobgen made. Returns 0 and fills *seq and *send_us when

@@ -181,7 +181,7 @@ static int beat_once(struct hb *h, char *err, size_t cap)
         int ready = stats_ready(&s, reasons, 1, NULL);
         uint64_t done = 0;
         for (int a = 0; a < STATS_N_STATUS; a++)
-            for (int b = 0; b <= JOB_ERR_SHUTTING_DOWN; b++) done += s.jobs[a][b];
+            for (int b = 0; b <= PROTO_ERR_SHUTTING_DOWN; b++) done += s.jobs[a][b];
         partitions_text(&s, h->parts, sizeof(h->parts));
         char v[N_FIELDS][64];
         const char *val[N_FIELDS];

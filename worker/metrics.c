@@ -160,10 +160,10 @@ static void jobs_family(struct sbuf *b, const struct stats_snapshot *s)
     family(b, "kinfer_jobs_total", "counter",
            "Jobs finished (result or dead letter acknowledged), by status and error code.");
     for (int st = 0; st < STATS_N_STATUS; st++) {
-        for (int c = 0; c <= JOB_ERR_SHUTTING_DOWN; c++) {
-            if ((st == STATS_STATUS_OK) != (c == JOB_OK)) continue;
+        for (int c = 0; c <= PROTO_ERR_SHUTTING_DOWN; c++) {
+            if ((st == STATS_STATUS_OK) != (c == PROTO_OK)) continue;
             sb_printf(b, "kinfer_jobs_total{status=\"%s\",code=\"%s\"} %" PRIu64 "\n",
-                      stats_status_name((enum stats_status)st), job_err_name((enum job_err)c),
+                      stats_status_name((enum stats_status)st), proto_err_name((enum proto_err)c),
                       s->jobs[st][c]);
         }
     }

@@ -52,7 +52,7 @@ static volatile sig_atomic_t replay_stop;
 enum bound_kind { BOUND_EARLIEST, BOUND_NOW, BOUND_TIME, BOUND_OFFSETS };
 
 struct bound_off {
-    char topic[JOB_TOPIC_MAX + 1]; /* "" = this partition of every replayed topic */
+    char topic[PROTO_TOPIC_MAX + 1]; /* "" = this partition of every replayed topic */
     int32_t partition;
     int64_t offset;
 };
@@ -83,7 +83,7 @@ struct replay_args {
 
 /* A partition being resolved into a range. */
 struct part {
-    char topic[JOB_TOPIC_MAX + 1];
+    char topic[PROTO_TOPIC_MAX + 1];
     int32_t partition;
     int64_t lo, hi;            /* watermarks when the run was planned */
     int64_t start, end;        /* the range; -1 while unresolved */
@@ -270,7 +270,7 @@ static int parse_offsets(const char *s, struct bound *b, char *why, size_t why_s
         struct bound_off *o = &b->offs[b->n_offs];
         const char *ps = nf == 3 ? f[1] : f[0], *os = nf == 3 ? f[2] : f[1];
         long long pv, ov;
-        if ((nf != 2 && nf != 3) || (nf == 3 && (!*f[0] || strlen(f[0]) > JOB_TOPIC_MAX)) ||
+        if ((nf != 2 && nf != 3) || (nf == 3 && (!*f[0] || strlen(f[0]) > PROTO_TOPIC_MAX)) ||
             parse_int(ps, 0, INT32_MAX, &pv) < 0 || parse_int(os, 0, INT64_MAX, &ov) < 0) {
             snprintf(why, why_size,
                      "'%s' is not a time or an offset list: expected P:OFF or TOPIC:P:OFF "
@@ -354,7 +354,7 @@ static int add_topics(struct replay_args *a, const char *s, char *why, size_t wh
         size_t k = 0;
         while (k < a->n_topics && strcmp(a->topics[k], t) != 0) k++;
         if (k < a->n_topics) continue;
-        if (strlen(t) > JOB_TOPIC_MAX || a->n_topics == REPLAY_TOPICS_MAX) {
+        if (strlen(t) > PROTO_TOPIC_MAX || a->n_topics == REPLAY_TOPICS_MAX) {
             snprintf(why, why_size, "--topic %s: too long, or more than %d topics", t,
                      REPLAY_TOPICS_MAX);
             rc = -1;

@@ -164,7 +164,7 @@ static size_t attempt_key(const struct rsink *r, const struct job *j, int solo, 
 static int attempt(struct rsink *r, struct job *const *jobs, size_t n)
 {
     size_t plen = strlen(r->prefix);
-    char key[4096 + JOB_ID_MAX + 1];
+    char key[4096 + PROTO_ID_MAX + 1];
     int publish = r->channel[0] != 0;
     int track = r->attempt_prefix[0] != 0;
     /* A SET refused last round (2) is owed again, even when the connection

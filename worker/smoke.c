@@ -110,8 +110,8 @@ int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
         memcpy(p[i].expected, out, o->rows * out_w * sizeof(float));
         struct wire_job wj = {.id = p[i].id, .input = in, .n_input = o->rows * in_w,
                               .timeout_ms = -1, .priority = -1};
-        enum job_enc enc = o->json_every && i % (size_t)o->json_every == 0
-                               ? JOB_ENC_JSON : JOB_ENC_MSGPACK;
+        enum proto_enc enc = o->json_every && i % (size_t)o->json_every == 0
+                               ? PROTO_ENC_JSON : PROTO_ENC_MSGPACK;
         unsigned char *body;
         size_t len;
         if (wire_encode_job(&wj, enc, &body, &len) < 0) goto out;

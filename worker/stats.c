@@ -24,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#define N_CODES (JOB_ERR_SHUTTING_DOWN + 1)
+#define N_CODES PROTO_N_ERRS
 
 /* Bucket bounds. Rows double up to the largest max_batch_rows allowed;
  * times span a fast GPU batch (0.5 ms) to a minute in the queue. */
@@ -249,11 +249,11 @@ void stats_batch(struct stats *st, enum stats_batch_reason reason, size_t rows)
 /* Counted when both acknowledgements are in, so kinfer_jobs_total is what
  * the outside world can see: a result in Redis and on the reply topic (or
  * a record on the dead-letter topic). */
-void stats_job(struct stats *st, enum stats_status status, enum job_err code, double queue_s,
+void stats_job(struct stats *st, enum stats_status status, enum proto_err code, double queue_s,
                double infer_s, double e2e_s)
 {
     if ((unsigned)status >= STATS_N_STATUS) status = STATS_STATUS_ERROR;
-    if ((unsigned)code >= N_CODES) code = JOB_ERR_INFERENCE_FAILED;
+    if ((unsigned)code >= N_CODES) code = PROTO_ERR_INFERENCE_FAILED;
     add(&st->jobs[status][code], 1);
     add(&st->jobs_done, 1);
     if (status == STATS_STATUS_DEAD_LETTER) {
@@ -271,7 +271,7 @@ void stats_job(struct stats *st, enum stats_status status, enum job_err code, do
 void stats_job_done(struct stats *st, const struct job *j, int64_t now_ms)
 {
     enum stats_status s = j->kind == JOB_DEAD ? STATS_STATUS_DEAD_LETTER
-                          : j->err == JOB_OK  ? STATS_STATUS_OK
+                          : j->err == PROTO_OK  ? STATS_STATUS_OK
                                               : STATS_STATUS_ERROR;
     int ran = j->batch_rows > 0;
     double e2e = -1;

@@ -94,7 +94,7 @@ struct stats_hist_snap {
 struct stats_snapshot {
     /* counters */
     uint64_t consumed;
-    uint64_t jobs[STATS_N_STATUS][JOB_ERR_SHUTTING_DOWN + 1];
+    uint64_t jobs[STATS_N_STATUS][PROTO_N_ERRS];
     uint64_t batches[STATS_N_BATCH_REASONS];
     uint64_t dead_letters, produce_errors, redis_errors, heartbeat_errors;
     /* gauges */
@@ -175,7 +175,7 @@ void stats_batch(struct stats *st, enum stats_batch_reason reason, size_t rows);
  * code; observes queue_s and infer_s when >= 0 (the job ran), e2e_s when
  * >= 0 and the job was not dead-lettered. A dead letter also counts in
  * kinfer_dead_letters_total. Every finished job feeds the jobs rate. */
-void stats_job(struct stats *st, enum stats_status status, enum job_err code, double queue_s,
+void stats_job(struct stats *st, enum stats_status status, enum proto_err code, double queue_s,
                double infer_s, double e2e_s);
 /* stats_job for a finished job, read from its fields: kind and err give
  * status and code; queued_ms/infer_ms when it ran (batch_rows > 0);

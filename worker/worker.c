@@ -205,7 +205,7 @@ static void dead_letter(struct worker *w, struct job *j,
                         const rd_kafka_message_t *m, const char *why)
 {
     j->kind = JOB_DEAD;
-    j->err = JOB_ERR_INVALID_INPUT;
+    j->err = PROTO_ERR_INVALID_INPUT;
     snprintf(j->errmsg, sizeof(j->errmsg), "%s", why);
     /* The record is copied, up to what the producer can publish: the
      * original stays in its topic at the offset the headers name. */
@@ -286,7 +286,7 @@ static void take_record(struct worker *w, const rd_kafka_message_t *m)
         dead_letter(w, j, m, why);
         return;
     }
-    if (j->err != JOB_OK) {
+    if (j->err != PROTO_OK) {
         answer_now(w, j);
         return;
     }
@@ -296,7 +296,7 @@ static void take_record(struct worker *w, const rd_kafka_message_t *m)
     for (size_t i = 0; idx < 0 && i < w->n_models; i++)
         if (strcmp(model_name(w->models[i]), j->model) == 0) idx = (int)i;
     if (idx < 0) {
-        job_fail(j, JOB_ERR_UNKNOWN_MODEL, "no model named '%s' on this worker",
+        job_fail(j, PROTO_ERR_UNKNOWN_MODEL, "no model named '%s' on this worker",
                  j->model);
         answer_now(w, j);
         return;
@@ -305,7 +305,7 @@ static void take_record(struct worker *w, const rd_kafka_message_t *m)
     j->model_name = model_name(w->models[idx]);
     size_t width = model_input_width(w->models[idx]);
     if (j->n_input % width != 0) {
-        job_fail(j, JOB_ERR_INVALID_INPUT,
+        job_fail(j, PROTO_ERR_INVALID_INPUT,
                  "field input: %zu values is not a multiple of the model's "
                  "input width %zu", j->n_input, width);
         answer_now(w, j);
@@ -313,7 +313,7 @@ static void take_record(struct worker *w, const rd_kafka_message_t *m)
     }
     size_t rows = j->n_input / width;
     if (rows > w->max_job_rows) {
-        job_fail(j, JOB_ERR_INVALID_INPUT,
+        job_fail(j, PROTO_ERR_INVALID_INPUT,
                  "field input: %zu rows exceeds batching.max_job_rows %zu", rows,
                  w->max_job_rows);
         answer_now(w, j);
@@ -328,7 +328,7 @@ static void take_record(struct worker *w, const rd_kafka_message_t *m)
         if (!j->deadline_ms || d < j->deadline_ms) j->deadline_ms = d;
     }
     if (j->deadline_ms && j->deadline_ms <= now_ms) {
-        job_fail(j, JOB_ERR_DEADLINE_EXCEEDED, "deadline passed before the job was queued");
+        job_fail(j, PROTO_ERR_DEADLINE_EXCEEDED, "deadline passed before the job was queued");
         answer_now(w, j);
         return;
     }
@@ -352,7 +352,7 @@ static void expire(struct worker *w, int64_t now, int64_t *next)
         struct job *following = j->next;
         j->next = NULL;
         j->queued_ms = (double)(now - j->arrived_us) / 1000.0;
-        job_fail(j, JOB_ERR_DEADLINE_EXCEEDED, "deadline passed after %.1f ms in the queue",
+        job_fail(j, PROTO_ERR_DEADLINE_EXCEEDED, "deadline passed after %.1f ms in the queue",
                  j->queued_ms);
         answer_now(w, j);
         j = following;
@@ -668,7 +668,7 @@ static int run_group(struct worker *w, int model_idx, struct model_ws *ws,
         j->infer_ms = infer_ms;
         j->batch_rows = rows;
         if (rc < 0) {
-            job_fail(j, JOB_ERR_INFERENCE_FAILED, "model %s failed on a batch of %zu rows",
+            job_fail(j, PROTO_ERR_INFERENCE_FAILED, "model %s failed on a batch of %zu rows",
                      model_name(m), rows);
             continue;
         }
@@ -676,7 +676,7 @@ static int run_group(struct worker *w, int model_idx, struct model_ws *ws,
         at += j->rows;
         j->output = malloc(j->rows * out_w * sizeof(float));
         if (!j->output) {
-            job_fail(j, JOB_ERR_INFERENCE_FAILED, "out of memory for the output");
+            job_fail(j, PROTO_ERR_INFERENCE_FAILED, "out of memory for the output");
             continue;
         }
         memcpy(j->output, mine, j->rows * out_w * sizeof(float));
@@ -729,7 +729,7 @@ static int solo_allowed(struct worker *w, struct rsink *rs, struct job *j)
     if (!rs || rsink_incr_attempts(rs, &j, 1, &solo, 1) < 0 || solo <= max) return 1;
     LOG_E("poison_job", "id=%s topic=%s partition=%" PRId32 " offset=%" PRId64
           " solo_attempts=%lld", j->id, j->topic, j->partition, j->offset, solo);
-    job_fail(j, JOB_ERR_INFERENCE_FAILED,
+    job_fail(j, PROTO_ERR_INFERENCE_FAILED,
              "not run: the worker stopped while running this job alone %lld times "
              "(worker.max_attempts %d)", solo - 1, max);
     return 0;
@@ -751,7 +751,7 @@ static void finish_batch(struct worker *w, struct job *batch, enum batcher_reaso
             free(j->output);
             j->output = NULL;
             j->out_rows = j->out_width = 0;
-            job_fail(j, JOB_ERR_INFERENCE_FAILED,
+            job_fail(j, PROTO_ERR_INFERENCE_FAILED,
                      "result of %zu bytes exceeds the producer's message.max.bytes "
                      "(%zu usable): send fewer rows per job", big, w->max_record_bytes);
             codec_encode_result(j, enc_ms);
@@ -833,7 +833,7 @@ static void *exec_main(void *arg)
         for (struct job *j = batch; j; j = j->next) {
             j->queued_ms = (double)(start_us - j->arrived_us) / 1000.0;
             if (j->deadline_ms && j->deadline_ms <= now_ms) {
-                job_fail(j, JOB_ERR_DEADLINE_EXCEEDED,
+                job_fail(j, PROTO_ERR_DEADLINE_EXCEEDED,
                          "deadline passed after %.1f ms in the queue", j->queued_ms);
                 continue;
             }
@@ -841,11 +841,11 @@ static void *exec_main(void *arg)
         }
         count_attempts(w, rs, jobs, n, counts, suspect);
         int any_suspect = 0;
-        for (size_t i = 0; i < n; i++) any_suspect |= suspect[i] && jobs[i]->err == JOB_OK;
+        for (size_t i = 0; i < n; i++) any_suspect |= suspect[i] && jobs[i]->err == PROTO_OK;
         if (!any_suspect) {
             size_t g = 0;
             for (size_t i = 0; i < n; i++)
-                if (jobs[i]->err == JOB_OK) {
+                if (jobs[i]->err == PROTO_OK) {
                     failpoints(w, jobs[i]);
                     group[g++] = jobs[i];
                 }
@@ -868,12 +868,12 @@ static void *exec_main(void *arg)
             j->next = NULL;
             int sus = 0;
             for (size_t i = 0; i < n; i++)
-                if (jobs[i] == j) sus = suspect[i] && j->err == JOB_OK;
+                if (jobs[i] == j) sus = suspect[i] && j->err == PROTO_OK;
             if (sus) {
                 *alone_tail = j;
                 alone_tail = &j->next;
             } else {
-                if (j->err == JOB_OK) {
+                if (j->err == PROTO_OK) {
                     failpoints(w, j);
                     group[g++] = j;
                 }
@@ -934,7 +934,7 @@ static void ack(struct worker *w, struct job *j)
         stats_job_done(w->stats, j, wall_ms());
         if (j->kind == JOB_DEAD) {
             /* counted when dead-lettered */
-        } else if (j->err == JOB_OK) {
+        } else if (j->err == PROTO_OK) {
             atomic_fetch_add(&w->n_ok, 1);
         } else {
             atomic_fetch_add(&w->n_failed, 1);
@@ -982,7 +982,7 @@ static rd_kafka_resp_err_t produce(struct worker *w, struct job *j)
     snprintf(part, sizeof(part), "%" PRId32, j->partition);
     snprintf(off, sizeof(off), "%" PRId64, j->offset);
     rd_kafka_headers_t *h = rd_kafka_headers_new(5);
-    rd_kafka_header_add(h, "x-error-code", -1, job_err_name(j->err), -1);
+    rd_kafka_header_add(h, "x-error-code", -1, proto_err_name(j->err), -1);
     rd_kafka_header_add(h, "x-error", -1, j->errmsg, -1);
     rd_kafka_header_add(h, "x-source-topic", -1, j->topic, -1);
     rd_kafka_header_add(h, "x-source-partition", -1, part, -1);

@@ -30,7 +30,7 @@ enum worker_redis_mode {
 /* One partition's bounded range, for assign mode: records at offsets
  * start <= offset < end are processed, then the partition is done. */
 struct worker_range {
-    char topic[JOB_TOPIC_MAX + 1];
+    char topic[PROTO_TOPIC_MAX + 1];
     int32_t partition;
     int64_t start;   /* first offset to process */
     int64_t end;     /* one past the last; start >= end: nothing to do */

@@ -30,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     enum codec_rc rc = codec_decode_job(data, size, key, key ? strlen(key) : 0, ct,
                                         1700000000000, &lim, j, err, sizeof(err));
     if (rc == CODEC_JOB) {
-        if (j->err == JOB_OK) {
+        if (j->err == PROTO_OK) {
             /* Echo the input as a one-row output: exercises the tensor path. */
             j->output = malloc(j->n_input * sizeof(float));
             if (j->output) {

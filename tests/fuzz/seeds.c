@@ -22,7 +22,7 @@ static void put(const char *dir, const char *name, const void *p, size_t n)
     fclose(f);
 }
 
-static void put_job(const char *dir, const char *name, const struct wire_job *j, enum job_enc e)
+static void put_job(const char *dir, const char *name, const struct wire_job *j, enum proto_enc e)
 {
     unsigned char *b;
     size_t n;
@@ -42,22 +42,22 @@ int main(int argc, char **argv)
     for (int i = 0; i < 16; i++) in[i] = (float)i / 7.0f - 1.0f;
     struct wire_job j = {.id = "seed-1", .input = in, .n_input = 16, .timeout_ms = -1,
                          .priority = -1};
-    put_job(dir, "mp_bin", &j, JOB_ENC_MSGPACK);
-    put_job(dir, "json", &j, JOB_ENC_JSON);
+    put_job(dir, "mp_bin", &j, PROTO_ENC_MSGPACK);
+    put_job(dir, "json", &j, PROTO_ENC_JSON);
     j.input_as_array = 1;
-    put_job(dir, "mp_array", &j, JOB_ENC_MSGPACK);
+    put_job(dir, "mp_array", &j, PROTO_ENC_MSGPACK);
     j.input_as_array = 0;
     j.model = "demo";
     j.deadline_ms = 1700000005000;
     j.timeout_ms = 250;
     j.priority = 7;
     j.meta_json = "{\"user\":7,\"tags\":[\"a\",true,null,1.5],\"n\":{\"x\":{}}}";
-    put_job(dir, "mp_full", &j, JOB_ENC_MSGPACK);
-    put_job(dir, "json_full", &j, JOB_ENC_JSON);
+    put_job(dir, "mp_full", &j, PROTO_ENC_MSGPACK);
+    put_job(dir, "json_full", &j, PROTO_ENC_JSON);
     in[3] = NAN;
-    put_job(dir, "mp_nan", &j, JOB_ENC_MSGPACK);
+    put_job(dir, "mp_nan", &j, PROTO_ENC_MSGPACK);
     in[3] = INFINITY;
-    put_job(dir, "mp_inf", &j, JOB_ENC_MSGPACK);
+    put_job(dir, "mp_inf", &j, PROTO_ENC_MSGPACK);
 
     static const unsigned char map32[] = {0xdf, 0x10, 0x00, 0x00, 0x00};
     put(dir, "hostile_map32", map32, sizeof(map32));
