@@ -1,14 +1,15 @@
-/* codec.c - the wire contract of docs/protocol.md: decodes a job record value
- * (MessagePack or JSON, told apart by the first byte) into a struct job,
- * and encodes a job's result in the encoding the job came in.
+/* codec.c - the wire contract of docs/protocol.md: decodes a job record
+ * value (MessagePack or JSON, told apart by the first byte) into a struct
+ * codec_request, and encodes a job's result in the encoding the job came
+ * in.
  *
- * Threads: the poll thread decodes, the sink (or whichever thread holds the
- * job) encodes; there is no shared state, so any thread may call either.
- * Ownership: every input is borrowed. Whatever the job keeps (input
- * floats, re-encoded meta, the result body) is copied into malloc'd memory
- * owned by the job and freed by job_free(); nothing points into the Kafka
- * message, the msgpack zone or the jansson tree after a call returns
- * (style rule 6).
+ * Threads: the poll thread decodes, the executor (or whichever thread holds
+ * the job) encodes; there is no shared state, so any thread may call either.
+ * Ownership: every input is borrowed. Whatever a request keeps (input
+ * floats, re-encoded meta) and the result body are copied into malloc'd
+ * memory that the caller owns (codec_request_fini); nothing points into
+ * the Kafka message, the msgpack zone or the jansson tree after a call
+ * returns.
  *
  * Hostile input (docs/reliability.md, rule 9): the payload is capped before any
  * parsing, MessagePack is pre-scanned by mpscan before msgpack-c may
@@ -25,7 +26,7 @@
  * - Duplicate keys: JSON rejects them anywhere (JSON_REJECT_DUPLICATES);
  *   MessagePack rejects a duplicated known top-level field (comparing every
  *   key pair of a large hostile map would be quadratic).
- * - deadline_ms: 0 means none (as in struct job); negative is invalid.
+ * - deadline_ms: 0 means none (as in struct codec_request); negative is invalid.
  * - timeout_ms is relative to record_ts_ms; when the record has no
  *   timestamp (<= 0, librdkafka's -1), the current wall clock stands in.
  * - Element numbers in messages ("element 3") count from 0.
@@ -189,7 +190,7 @@ struct fields {
 
 /* One decode call's arguments, passed down as one pointer. */
 struct dctx {
-    struct job *job;
+    struct codec_request *req;
     const struct codec_limits *lim;
     const char *key;
     size_t key_len;
@@ -212,7 +213,7 @@ static enum codec_rc dead(struct dctx *c, const char *fmt, ...)
         vsnprintf(c->errstr, c->errstr_size, fmt, ap);
         va_end(ap);
     }
-    struct job *j = c->job;
+    struct codec_request *j = c->req;
     free(j->input);
     j->input = NULL;
     j->n_input = 0;
@@ -225,11 +226,23 @@ static enum codec_rc dead(struct dctx *c, const char *fmt, ...)
     return CODEC_DEAD;
 }
 
+/* Leaves r owning nothing, so it can be reused or thrown away. */
+void codec_request_fini(struct codec_request *r)
+{
+    if (!r) return;
+    free(r->input);
+    r->input = NULL;
+    r->n_input = 0;
+    free(r->meta);
+    r->meta = NULL;
+    r->meta_len = 0;
+}
+
 /* Copies the record key in as the job id; only called when key_ok. */
 static void id_from_key(struct dctx *c)
 {
-    memcpy(c->job->id, c->key, c->key_len);
-    c->job->id[c->key_len] = '\0';
+    memcpy(c->req->id, c->key, c->key_len);
+    c->req->id[c->key_len] = '\0';
 }
 
 /* The MessagePack type of an object, for messages. */
@@ -306,6 +319,9 @@ static void fval_js(struct fval *f, const json_t *v)
     }
 }
 
+static int fail(struct codec_request *j, enum proto_err e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Picks the job id: the `id` field when valid, else the record key (with
  * invalid_input when `id` was present but bad). Returns CODEC_DEAD when
  * no usable id exists, because then no one could be answered. */
@@ -331,13 +347,13 @@ static enum codec_rc resolve_id(struct dctx *c, const struct fval *id)
     else if (!proto_id_valid(id->s, id->len))
         snprintf(why, sizeof(why), "field id: characters outside [A-Za-z0-9._:@/-]");
     else {
-        memcpy(c->job->id, id->s, id->len);
-        c->job->id[id->len] = '\0';
+        memcpy(c->req->id, id->s, id->len);
+        c->req->id[id->len] = '\0';
         return CODEC_JOB;
     }
     if (c->key_ok) {
         id_from_key(c);
-        job_fail(c->job, PROTO_ERR_INVALID_INPUT, "%s", why);
+        fail(c->req, PROTO_ERR_INVALID_INPUT, "%s", why);
         return CODEC_JOB;
     }
     return dead(c, "%s; the record key is not a valid id either", why);
@@ -345,9 +361,9 @@ static enum codec_rc resolve_id(struct dctx *c, const struct fval *id)
 
 /* Records a decode error on the job unless an earlier one is already set:
  * the first error is the one reported. Returns -1 for `return fail(...)`. */
-static int fail(struct job *j, enum proto_err e, const char *fmt, ...)
+static int fail(struct codec_request *j, enum proto_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static int fail(struct job *j, enum proto_err e, const char *fmt, ...)
+static int fail(struct codec_request *j, enum proto_err e, const char *fmt, ...)
 {
     if (j->err == PROTO_OK) {
         j->err = e;
@@ -361,7 +377,7 @@ static int fail(struct job *j, enum proto_err e, const char *fmt, ...)
 
 /* Stores the re-encoded meta, or fails the job when it is too big. The
  * buffer stops at PROTO_META_MAX + 1 bytes so a hostile meta costs little. */
-static int meta_store(struct job *j, struct gbuf *b, int rc)
+static int meta_store(struct codec_request *j, struct gbuf *b, int rc)
 {
     if (rc != 0 || b->over) {
         free(b->p);
@@ -375,7 +391,7 @@ static int meta_store(struct job *j, struct gbuf *b, int rc)
 }
 
 /* Re-encodes a MessagePack meta value into the job (new bytes, owned). */
-static int meta_mp(struct job *j, const msgpack_object *o)
+static int meta_mp(struct codec_request *j, const msgpack_object *o)
 {
     struct gbuf b = {.limit = PROTO_META_MAX};
     msgpack_packer pk;
@@ -385,7 +401,7 @@ static int meta_mp(struct job *j, const msgpack_object *o)
 
 /* Re-encodes a JSON meta value into the job (new bytes, owned). Full
  * precision (jansson's default) so that reals echo back unchanged. */
-static int meta_js(struct job *j, const json_t *v)
+static int meta_js(struct codec_request *j, const json_t *v)
 {
     struct gbuf b = {.limit = PROTO_META_MAX};
     int rc = json_dump_callback(v, gbuf_json_write, &b, JSON_COMPACT | JSON_ENCODE_ANY);
@@ -407,7 +423,7 @@ static void printable(char *dst, size_t dst_size, const char *s, size_t n)
 /* Checks the content-type header against the body's encoding. Media types
  * are case-insensitive and may carry parameters ("; charset=utf-8"), which
  * are ignored; an unknown type is an error, like a disagreeing one. */
-static int check_content_type(struct job *j, const char *ct)
+static int check_content_type(struct codec_request *j, const char *ct)
 {
     if (!ct) return 0;
     while (*ct == ' ' || *ct == '\t') ct++;
@@ -429,7 +445,7 @@ static int check_content_type(struct job *j, const char *ct)
 
 /* Validates and copies `model`: an optional string of at most
  * PROTO_MODEL_MAX bytes (no NUL: it becomes a C string). */
-static int take_model(struct job *j, const struct fval *m)
+static int take_model(struct codec_request *j, const struct fval *m)
 {
     if (m->kind == FV_ABSENT) return 0;
     if (m->kind != FV_STR)
@@ -444,8 +460,8 @@ static int take_model(struct job *j, const struct fval *m)
     return 0;
 }
 
-/* Allocates job->input for n floats after checking n against the limits. */
-static int input_alloc(struct job *j, size_t n, const struct codec_limits *lim)
+/* Allocates req->input for n floats after checking n against the limits. */
+static int input_alloc(struct codec_request *j, size_t n, const struct codec_limits *lim)
 {
     if (n == 0) return fail(j, PROTO_ERR_INVALID_INPUT, "field input: empty");
     if (n > lim->max_input_floats)
@@ -460,12 +476,12 @@ static int input_alloc(struct job *j, size_t n, const struct codec_limits *lim)
 /* Stores element i, already converted to float32. The check is after the
  * conversion: a finite double beyond FLT_MAX becomes inf here (IEEE-754,
  * C11 Annex F) and is as useless to the model as a NaN. */
-static int not_finite(struct job *j, size_t i)
+static int not_finite(struct codec_request *j, size_t i)
 {
     return fail(j, PROTO_ERR_INVALID_INPUT, "field input: element %zu is not finite", i);
 }
 
-static int input_put(struct job *j, size_t i, float f)
+static int input_put(struct codec_request *j, size_t i, float f)
 {
     if (!isfinite(f)) return not_finite(j, i);
     j->input[i] = f;
@@ -491,7 +507,7 @@ static size_t first_nonfinite(const float *x, size_t n)
 
 /* Drops a half-filled input after an element error, so a failed job does
  * not carry a tensor that no one will run. */
-static int input_drop(struct job *j)
+static int input_drop(struct codec_request *j)
 {
     free(j->input);
     j->input = NULL;
@@ -501,7 +517,7 @@ static int input_drop(struct job *j)
 
 /* MessagePack input: a bin of 4*n little-endian float32 bytes, or an array
  * of numbers (integers or floats). */
-static int input_mp(struct job *j, const msgpack_object *o, const struct codec_limits *lim)
+static int input_mp(struct codec_request *j, const msgpack_object *o, const struct codec_limits *lim)
 {
     if (!o) return fail(j, PROTO_ERR_INVALID_INPUT, "field input: missing");
     if (o->type == MSGPACK_OBJECT_BIN) {
@@ -550,7 +566,7 @@ static int input_mp(struct job *j, const msgpack_object *o, const struct codec_l
 }
 
 /* JSON input: an array of numbers. */
-static int input_js(struct job *j, const json_t *v, const struct codec_limits *lim)
+static int input_js(struct codec_request *j, const json_t *v, const struct codec_limits *lim)
 {
     if (!v) return fail(j, PROTO_ERR_INVALID_INPUT, "field input: missing");
     if (!json_is_array(v))
@@ -577,7 +593,7 @@ static int input_js(struct job *j, const json_t *v, const struct codec_limits *l
 
 /* deadline_ms and timeout_ms: both optional integers; the earlier of the
  * absolute deadline and record time + timeout wins; 0 means none. */
-static int take_deadline(struct job *j, const struct fval *dl, const struct fval *to,
+static int take_deadline(struct codec_request *j, const struct fval *dl, const struct fval *to,
                          int64_t record_ts_ms)
 {
     int64_t deadline = 0;
@@ -608,7 +624,7 @@ static int take_deadline(struct job *j, const struct fval *dl, const struct fval
 }
 
 /* priority: an optional integer 0..9; absent leaves the job's -1. */
-static int take_priority(struct job *j, const struct fval *p)
+static int take_priority(struct codec_request *j, const struct fval *p)
 {
     if (p->kind == FV_ABSENT) return 0;
     if (p->kind != FV_INT)
@@ -626,7 +642,7 @@ static int take_priority(struct job *j, const struct fval *p)
  * first error stops the rest. */
 static enum codec_rc decode_fields(struct dctx *c, const struct fields *f)
 {
-    struct job *j = c->job;
+    struct codec_request *j = c->req;
     if (resolve_id(c, &f->id) == CODEC_DEAD) return CODEC_DEAD;
     if (f->mp_meta) meta_mp(j, f->mp_meta);
     else if (f->js_meta) meta_js(j, f->js_meta);
@@ -764,11 +780,11 @@ static enum codec_rc decode_json(struct dctx *c, const unsigned char *v, size_t 
 enum codec_rc codec_decode_job(const void *value, size_t len, const void *key,
                                size_t key_len, const char *content_type,
                                int64_t record_ts_ms,
-                               const struct codec_limits *lim, struct job *job,
+                               const struct codec_limits *lim, struct codec_request *req,
                                char *errstr, size_t errstr_size)
 {
     struct dctx c = {
-        .job = job,
+        .req = req,
         .lim = lim,
         .key = key,
         .key_len = key ? key_len : 0,
@@ -780,32 +796,27 @@ enum codec_rc codec_decode_job(const void *value, size_t len, const void *key,
     c.key_ok = key && proto_id_valid(key, key_len);
     if (errstr && errstr_size > 0) errstr[0] = '\0';
 
-    free(job->input);
-    job->input = NULL;
-    job->n_input = 0;
-    free(job->meta);
-    job->meta = NULL;
-    job->meta_len = 0;
-    job->id[0] = '\0';
-    job->model[0] = '\0';
-    job->deadline_ms = 0;
-    job->priority = -1;
-    job->err = PROTO_OK;
-    job->errmsg[0] = '\0';
+    codec_request_fini(req);
+    req->id[0] = '\0';
+    req->model[0] = '\0';
+    req->deadline_ms = 0;
+    req->priority = -1;
+    req->err = PROTO_OK;
+    req->errmsg[0] = '\0';
 
     if (!value || len == 0) return dead(&c, "empty value");
     const unsigned char *v = value;
-    job->enc = v[0] == '{' ? PROTO_ENC_JSON : PROTO_ENC_MSGPACK;
+    req->enc = v[0] == '{' ? PROTO_ENC_JSON : PROTO_ENC_MSGPACK;
     if (len > lim->max_payload_bytes) {
         if (!c.key_ok)
             return dead(&c, "payload of %zu bytes exceeds max_payload_bytes %zu, and the record "
                             "key is not a valid id", len, lim->max_payload_bytes);
         id_from_key(&c);
-        job_fail(job, PROTO_ERR_INVALID_INPUT, "payload of %zu bytes exceeds max_payload_bytes %zu",
+        fail(req, PROTO_ERR_INVALID_INPUT, "payload of %zu bytes exceeds max_payload_bytes %zu",
                  len, lim->max_payload_bytes);
         return CODEC_JOB;
     }
-    return job->enc == PROTO_ENC_JSON ? decode_json(&c, v, len) : decode_msgpack(&c, v, len);
+    return req->enc == PROTO_ENC_JSON ? decode_json(&c, v, len) : decode_msgpack(&c, v, len);
 }
 
 /* ------------------------------------------------------------------ */
@@ -814,20 +825,12 @@ enum codec_rc codec_decode_job(const void *value, size_t len, const void *key,
 
 /* The number of output floats, or -1 when the job's output is unusable
  * (overflowing shape, or a shape without data). */
-static int output_count(const struct job *j, size_t *n)
+static int output_count(const struct codec_result *j, size_t *n)
 {
     if (j->out_width && j->out_rows > SIZE_MAX / 4 / j->out_width) return -1;
     *n = j->out_rows * j->out_width;
     if (*n && !j->output) return -1;
     return 0;
-}
-
-/* total_ms: record timestamp to now, never negative; 0 when the record
- * carried no timestamp. */
-static double total_ms(const struct job *j, int64_t now_ms)
-{
-    if (j->record_ts_ms <= 0 || now_ms <= j->record_ts_ms) return 0.0;
-    return (double)(now_ms - j->record_ts_ms);
 }
 
 /* Packs a NUL-terminated string. */
@@ -839,20 +842,19 @@ static int mp_str(msgpack_packer *pk, const char *s)
 
 /* The MessagePack result, keys in protocol order. meta is written as the
  * stored bytes (already MessagePack), output as one bin of LE float32. */
-static int encode_mp(struct job *j, int64_t now_ms, struct gbuf *b)
+static int encode_mp(const struct codec_result *j, struct gbuf *b)
 {
     int ok = j->err == PROTO_OK;
     size_t n = 0;
     if (ok && (output_count(j, &n) < 0 || n > UINT32_MAX / 4)) return -1;
     msgpack_packer pk;
     msgpack_packer_init(&pk, b, gbuf_mp_write);
-    const char *model = j->model_name ? j->model_name : j->model;
     int r = 0;
     r |= msgpack_pack_map(&pk, 3 + (ok ? 2 : 1) + (j->meta ? 1 : 0) + 2);
     r |= mp_str(&pk, "id");
     r |= mp_str(&pk, j->id);
     r |= mp_str(&pk, "model");
-    r |= mp_str(&pk, model);
+    r |= mp_str(&pk, j->model);
     r |= mp_str(&pk, "status");
     r |= mp_str(&pk, ok ? "ok" : "error");
     if (ok) {
@@ -891,7 +893,7 @@ static int encode_mp(struct job *j, int64_t now_ms, struct gbuf *b)
     r |= mp_str(&pk, "infer_ms");
     r |= msgpack_pack_double(&pk, j->infer_ms);
     r |= mp_str(&pk, "total_ms");
-    r |= msgpack_pack_double(&pk, total_ms(j, now_ms));
+    r |= msgpack_pack_double(&pk, j->total_ms);
     r |= mp_str(&pk, "batch_rows");
     r |= msgpack_pack_uint64(&pk, j->batch_rows);
     r |= mp_str(&pk, "source");
@@ -932,7 +934,7 @@ static json_t *js_num(double d, int null_if_bad)
 
 /* Builds the first part of the JSON result: id, model, status, then output
  * and shape, or error. */
-static json_t *js_head(const struct job *j)
+static json_t *js_head(const struct codec_result *j)
 {
     int ok = j->err == PROTO_OK;
     size_t n = 0;
@@ -941,7 +943,7 @@ static json_t *js_head(const struct job *j)
     if (!o) return NULL;
     int r = 0;
     r |= json_object_set_new(o, "id", js_str(j->id));
-    r |= json_object_set_new(o, "model", js_str(j->model_name ? j->model_name : j->model));
+    r |= json_object_set_new(o, "model", js_str(j->model));
     r |= json_object_set_new(o, "status", json_string(ok ? "ok" : "error"));
     if (ok) {
         json_t *out = json_array();
@@ -964,7 +966,7 @@ static json_t *js_head(const struct job *j)
 }
 
 /* Builds the last part of the JSON result: timing and source. */
-static json_t *js_tail(const struct job *j, int64_t now_ms)
+static json_t *js_tail(const struct codec_result *j)
 {
     json_t *o = json_object();
     if (!o) return NULL;
@@ -972,7 +974,7 @@ static json_t *js_tail(const struct job *j, int64_t now_ms)
     r |= json_object_set_new(
         o, "timing",
         json_pack("{s:o,s:o,s:o,s:I}", "queued_ms", js_num(j->queued_ms, 0), "infer_ms",
-                  js_num(j->infer_ms, 0), "total_ms", js_num(total_ms(j, now_ms), 0),
+                  js_num(j->infer_ms, 0), "total_ms", js_num(j->total_ms, 0),
                   "batch_rows", (json_int_t)j->batch_rows));
     r |= json_object_set_new(o, "source",
                              json_pack("{s:o,s:i,s:I}", "topic", js_str(j->topic), "partition",
@@ -990,12 +992,12 @@ static json_t *js_tail(const struct job *j, int64_t now_ms)
  * too: docs/protocol.md echoes meta untouched. So the result is dumped as two
  * objects, head (up to output/error) and tail (timing, source), joined
  * with `,"meta":<bytes>,` — both are non-empty compact objects. */
-static int encode_json(struct job *j, int64_t now_ms, struct gbuf *b)
+static int encode_json(const struct codec_result *j, struct gbuf *b)
 {
     const size_t flags = JSON_COMPACT | JSON_REAL_PRECISION(9);
     struct gbuf tail = {.limit = SIZE_MAX};
     json_t *h = js_head(j);
-    json_t *t = h ? js_tail(j, now_ms) : NULL;
+    json_t *t = h ? js_tail(j) : NULL;
     int r = -1;
     if (!h || !t) goto fail;
     if (json_dump_callback(h, gbuf_json_write, b, flags) != 0) goto fail;
@@ -1016,21 +1018,16 @@ fail:
     return r;
 }
 
-/* Encodes into a fresh buffer and only then replaces job->body, so a
- * failure leaves the job as it was except for the old body, which is
- * freed either way (a stale body must not be published). */
-int codec_encode_result(struct job *job, int64_t now_ms)
+/* Encodes into a fresh buffer and hands it over only when complete. */
+int codec_encode_result(const struct codec_result *r, unsigned char **body, size_t *body_len)
 {
     struct gbuf b = {.limit = SIZE_MAX};
-    free(job->body);
-    job->body = NULL;
-    job->body_len = 0;
-    int r = job->enc == PROTO_ENC_JSON ? encode_json(job, now_ms, &b) : encode_mp(job, now_ms, &b);
-    if (r != 0) {
+    int rc = r->enc == PROTO_ENC_JSON ? encode_json(r, &b) : encode_mp(r, &b);
+    if (rc != 0) {
         free(b.p);
         return -1;
     }
-    job->body = gbuf_take(&b, &job->body_len);
+    *body = gbuf_take(&b, body_len);
     return 0;
 }
 

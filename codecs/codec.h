@@ -1,4 +1,4 @@
-/* codec.h - the wire contract of docs/protocol.md:
+/* codec.h - the worker's side of the wire contract of docs/protocol.md:
  * decode a job record (MessagePack or JSON, told apart by the first byte),
  * encode its result in the same encoding.
  *
@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "job.h"
+#include "protocol.h"
 
 struct codec_limits {
     size_t max_payload_bytes; /* records longer than this are not parsed */
@@ -18,33 +18,73 @@ struct codec_limits {
     int max_depth;            /* deepest nesting accepted anywhere (meta included) */
 };
 
-/* Outcome of codec_decode_job. */
-enum codec_rc {
-    CODEC_JOB = 0,  /* job filled; job->err may be set (e.g. invalid_input)
-                       and then the job is answered with that error */
-    CODEC_DEAD = 1, /* no decodable job with a usable id: dead-letter it;
-                       errstr says why */
+/* A job as its record carries it in, decoded and validated. Plain data:
+ * input and meta are owned (codec_request_fini frees them); nothing points
+ * into the record or a parser's memory. */
+struct codec_request {
+    char id[PROTO_ID_MAX + 1];
+    char model[PROTO_MODEL_MAX + 1]; /* "" = the worker's default model */
+    enum proto_enc enc;              /* the result goes back the same way */
+    float *input;                    /* n_input float32 values, owned */
+    size_t n_input;
+    int64_t deadline_ms;             /* absolute Unix ms (deadline_ms and
+                                        timeout_ms combined); 0 = none */
+    int priority;                    /* 0..9, or -1 when the job gave none */
+    unsigned char *meta;             /* `meta` re-encoded in enc, owned; NULL = none */
+    size_t meta_len;
+    /* The decoder's verdict on a job it could decode: PROTO_OK, or the
+     * error the job is to be answered with (invalid_input, ...). */
+    enum proto_err err;
+    char errmsg[PROTO_ERRMSG_MAX];
 };
 
-/* Decodes one record value into job (fields id, model, enc, input,
- * n_input, deadline_ms, priority, meta, err, errmsg). key/key_len is the
- * record key (may be NULL): the id falls back to it. content_type is the
- * record's content-type header or NULL. record_ts_ms turns timeout_ms into
- * an absolute deadline (the earlier of deadline_ms and ts + timeout_ms).
- * Borrows every input; the job owns copies of what it keeps. */
+/* Frees what r owns and zeroes those fields (not r). Accepts NULL. */
+void codec_request_fini(struct codec_request *r);
+
+/* A result to encode: views of what its owner holds, borrowed for the
+ * call. */
+struct codec_result {
+    const char *id;
+    const char *model;               /* the model that ran, or was asked for */
+    enum proto_enc enc;
+    enum proto_err err;              /* PROTO_OK: output and shape; else error */
+    const char *errmsg;
+    const float *output;             /* out_rows x out_width floats when ok */
+    size_t out_rows, out_width;
+    const unsigned char *meta;       /* as codec_request has it; NULL = none */
+    size_t meta_len;
+    double queued_ms, infer_ms, total_ms;
+    size_t batch_rows;
+    const char *topic;               /* the job's record */
+    int32_t partition;
+    int64_t offset;
+};
+
+/* Outcome of codec_decode_job. */
+enum codec_rc {
+    CODEC_JOB = 0,  /* req filled; req->err may be set (e.g. invalid_input)
+                       and then the job is answered with that error */
+    CODEC_DEAD = 1, /* no decodable job with a usable id: dead-letter it;
+                       errstr says why, and req owns nothing */
+};
+
+/* Decodes one record value into req (which it resets first, freeing what
+ * it owned). key/key_len is the record key (may be NULL): the id falls
+ * back to it. content_type is the record's content-type header or NULL.
+ * record_ts_ms turns timeout_ms into an absolute deadline (the earlier of
+ * deadline_ms and ts + timeout_ms). Borrows every input; req owns copies
+ * of what it keeps. */
 enum codec_rc codec_decode_job(const void *value, size_t len, const void *key,
                                size_t key_len, const char *content_type,
-                               int64_t record_ts_ms,
-                               const struct codec_limits *lim, struct job *job,
-                               char *errstr, size_t errstr_size);
+                               int64_t record_ts_ms, const struct codec_limits *lim,
+                               struct codec_request *req, char *errstr, size_t errstr_size);
 
-/* Encodes the result of job into job->body/body_len (replacing any), in
- * job->enc: id, model (job->model_name, else job->model), status,
- * output+shape when job->err == PROTO_OK, error {code,message} otherwise,
- * meta (raw, as decoded), timing {queued_ms, infer_ms, total_ms,
- * batch_rows}, source {topic, partition, offset}. total_ms is now_ms minus
- * job->record_ts_ms. Returns 0 or -1 on allocation failure. */
-int codec_encode_result(struct job *job, int64_t now_ms);
+/* Encodes r in r->enc into a new buffer (*body, *body_len; caller frees):
+ * id, model, status, output+shape when r->err == PROTO_OK, error
+ * {code,message} otherwise, meta (raw, as decoded), timing {queued_ms,
+ * infer_ms, total_ms, batch_rows}, source {topic, partition, offset}.
+ * Returns 0, or -1 on allocation failure (*body untouched). Borrows r. */
+int codec_encode_result(const struct codec_result *r, unsigned char **body, size_t *body_len);
 
 /* The content-type header value for an encoding. */
 const char *codec_content_type(enum proto_enc enc);

@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "../batching/batcher.h"
-#include "../codecs/job.h"
+#include "../worker/job.h"
 #include "testutil.h"
 
 #define LONG_WAIT_MS 60000 /* time never closes a batch in size cases */
@@ -51,7 +51,7 @@ static struct job *mkjob(int model, size_t rows, const char *topic, int32_t part
     j->partition = part;
     j->offset = offset;
     j->arrived_us = arrived_us;
-    snprintf(j->id, sizeof(j->id), "%s-%d-%lld", topic, (int)part, (long long)offset);
+    snprintf(j->req.id, sizeof(j->req.id), "%s-%d-%lld", topic, (int)part, (long long)offset);
     return j;
 }
 

@@ -164,10 +164,66 @@ static struct body make_body(const char *text, enum proto_enc enc)
     return b;
 }
 
+/* What the tests decode into and encode from: the codec's request, and
+ * the fields an executor fills before a result is encoded (the pipeline's
+ * own record, worker/job.h, is not the codec's business). The result's
+ * error is the request's: the tests set req.err to encode an error. */
+struct tjob {
+    struct codec_request req;
+    const char *model_name; /* NULL: req.model */
+    float *output;
+    size_t out_rows, out_width;
+    double queued_ms, infer_ms;
+    size_t batch_rows;
+    char topic[PROTO_TOPIC_MAX + 1];
+    int32_t partition;
+    int64_t offset;
+    int64_t record_ts_ms;
+    unsigned char *body;
+    size_t body_len;
+};
+
+static struct tjob *tjob_new(void)
+{
+    struct tjob *t = calloc(1, sizeof(*t));
+    assert_non_null(t);
+    t->req.priority = -1;
+    return t;
+}
+
+static void tjob_free(struct tjob *t)
+{
+    if (!t) return;
+    codec_request_fini(&t->req);
+    free(t->output);
+    free(t->body);
+    free(t);
+}
+
+/* Encodes t's result into t->body (replacing it), total_ms from its
+ * record timestamp to now_ms as the worker computes it. */
+static int tjob_encode(struct tjob *t, int64_t now_ms)
+{
+    struct codec_result r = {
+        .id = t->req.id, .model = t->model_name ? t->model_name : t->req.model,
+        .enc = t->req.enc, .err = t->req.err, .errmsg = t->req.errmsg,
+        .output = t->output, .out_rows = t->out_rows, .out_width = t->out_width,
+        .meta = t->req.meta, .meta_len = t->req.meta_len, .queued_ms = t->queued_ms,
+        .infer_ms = t->infer_ms,
+        .total_ms = t->record_ts_ms > 0 && now_ms > t->record_ts_ms
+                        ? (double)(now_ms - t->record_ts_ms) : 0.0,
+        .batch_rows = t->batch_rows, .topic = t->topic, .partition = t->partition,
+        .offset = t->offset};
+    free(t->body);
+    t->body = NULL;
+    t->body_len = 0;
+    return codec_encode_result(&r, &t->body, &t->body_len);
+}
+
 /* One decode: a fresh job, its outcome and the dead-letter reason. */
 struct dres {
     enum codec_rc rc;
-    struct job *job;
+    struct tjob *job;
     char err[256];
 };
 
@@ -176,24 +232,24 @@ static struct dres decode(const void *v, size_t len, const char *key, const char
                           int64_t ts, const struct codec_limits *lim)
 {
     struct dres r;
-    r.job = job_new();
+    r.job = tjob_new();
     assert_non_null(r.job);
-    r.rc = codec_decode_job(v, len, key, key ? strlen(key) : 0, ct, ts, lim, r.job, r.err,
+    r.rc = codec_decode_job(v, len, key, key ? strlen(key) : 0, ct, ts, lim, &r.job->req, r.err,
                             sizeof(r.err));
     /* Invariants of every outcome. */
     if (r.rc == CODEC_DEAD) {
         assert_true(r.err[0] != '\0');
-        assert_null(r.job->input);
-        assert_null(r.job->meta);
+        assert_null(r.job->req.input);
+        assert_null(r.job->req.meta);
     } else {
         assert_int_equal(r.rc, CODEC_JOB);
-        assert_true(proto_id_valid(r.job->id, strlen(r.job->id)));
-        if (r.job->err == PROTO_OK) {
-            assert_non_null(r.job->input);
-            assert_true(r.job->n_input > 0);
-            for (size_t i = 0; i < r.job->n_input; i++) assert_true(isfinite(r.job->input[i]));
+        assert_true(proto_id_valid(r.job->req.id, strlen(r.job->req.id)));
+        if (r.job->req.err == PROTO_OK) {
+            assert_non_null(r.job->req.input);
+            assert_true(r.job->req.n_input > 0);
+            for (size_t i = 0; i < r.job->req.n_input; i++) assert_true(isfinite(r.job->req.input[i]));
         } else {
-            assert_true(r.job->errmsg[0] != '\0');
+            assert_true(r.job->req.errmsg[0] != '\0');
         }
     }
     return r;
@@ -205,15 +261,15 @@ static void expect(const struct dres *r, enum codec_rc rc, enum proto_err code, 
 {
     if (r->rc != rc)
         fail_msg("rc %d, expected %d (err \"%s\", errmsg \"%s\")", r->rc, rc, r->err,
-                 r->job->errmsg);
+                 r->job->req.errmsg);
     if (rc == CODEC_DEAD) {
         if (errsub) assert_contains(r->err, errsub);
         return;
     }
-    if (r->job->err != code)
-        fail_msg("err %s (\"%s\"), expected %s", proto_err_name(r->job->err), r->job->errmsg,
+    if (r->job->req.err != code)
+        fail_msg("err %s (\"%s\"), expected %s", proto_err_name(r->job->req.err), r->job->req.errmsg,
                  proto_err_name(code));
-    if (errsub) assert_contains(r->job->errmsg, errsub);
+    if (errsub) assert_contains(r->job->req.errmsg, errsub);
 }
 
 /* Finds a key in a MessagePack map, or NULL. */
@@ -267,7 +323,7 @@ static void unpack_all(msgpack_unpacked *up, const void *p, size_t len)
 }
 
 /* Fills the executor side of a job with random output and timings. */
-static void fake_run(struct job *j, size_t rows, size_t width)
+static void fake_run(struct tjob *j, size_t rows, size_t width)
 {
     j->out_rows = rows;
     j->out_width = width;
@@ -556,16 +612,16 @@ static void test_roundtrip_msgpack(void **state)
 
         struct dres r = decode(sb.data, sb.size, "other-key", "application/msgpack", ts, &LIM);
         expect(&r, CODEC_JOB, PROTO_OK, NULL);
-        struct job *j = r.job;
-        assert_string_equal(j->id, id);
-        assert_string_equal(j->model, model);
-        assert_int_equal(j->enc, PROTO_ENC_MSGPACK);
-        assert_int_equal(j->n_input, n);
-        assert_memory_equal(j->input, in, n * sizeof(float));
-        assert_int_equal(j->deadline_ms, ts + timeout < deadline ? ts + timeout : deadline);
-        assert_int_equal(j->priority, prio);
-        assert_int_equal(j->meta_len, msb.size);
-        assert_memory_equal(j->meta, msb.data, msb.size);
+        struct tjob *j = r.job;
+        assert_string_equal(j->req.id, id);
+        assert_string_equal(j->req.model, model);
+        assert_int_equal(j->req.enc, PROTO_ENC_MSGPACK);
+        assert_int_equal(j->req.n_input, n);
+        assert_memory_equal(j->req.input, in, n * sizeof(float));
+        assert_int_equal(j->req.deadline_ms, ts + timeout < deadline ? ts + timeout : deadline);
+        assert_int_equal(j->req.priority, prio);
+        assert_int_equal(j->req.meta_len, msb.size);
+        assert_memory_equal(j->req.meta, msb.data, msb.size);
         assert_string_equal(r.err, "");
 
         /* the result */
@@ -574,7 +630,7 @@ static void test_roundtrip_msgpack(void **state)
         j->record_ts_ms = ts;
         j->model_name = "served-model";
         int64_t now = ts + (int64_t)rnd(5000);
-        assert_int_equal(codec_encode_result(j, now), 0);
+        assert_int_equal(tjob_encode(j, now), 0);
         assert_non_null(j->body);
 
         msgpack_unpacked up, mup;
@@ -624,7 +680,7 @@ static void test_roundtrip_msgpack(void **state)
         msgpack_sbuffer_destroy(&msb);
         free(in);
         free(inle);
-        job_free(j);
+        tjob_free(j);
     }
 }
 
@@ -664,15 +720,15 @@ static void test_roundtrip_json(void **state)
 
         struct dres r = decode(text, strlen(text), NULL, "application/json", ts, &LIM);
         expect(&r, CODEC_JOB, PROTO_OK, NULL);
-        struct job *j = r.job;
-        assert_string_equal(j->id, id);
-        assert_string_equal(j->model, "m1");
-        assert_int_equal(j->enc, PROTO_ENC_JSON);
-        assert_int_equal(j->n_input, n);
-        assert_memory_equal(j->input, in, n * sizeof(float));
-        assert_int_equal(j->deadline_ms, ts + timeout < deadline ? ts + timeout : deadline);
-        assert_int_equal(j->priority, prio);
-        json_t *jm = json_loadb((const char *)j->meta, j->meta_len, JSON_DECODE_ANY, NULL);
+        struct tjob *j = r.job;
+        assert_string_equal(j->req.id, id);
+        assert_string_equal(j->req.model, "m1");
+        assert_int_equal(j->req.enc, PROTO_ENC_JSON);
+        assert_int_equal(j->req.n_input, n);
+        assert_memory_equal(j->req.input, in, n * sizeof(float));
+        assert_int_equal(j->req.deadline_ms, ts + timeout < deadline ? ts + timeout : deadline);
+        assert_int_equal(j->req.priority, prio);
+        json_t *jm = json_loadb((const char *)j->req.meta, j->req.meta_len, JSON_DECODE_ANY, NULL);
         assert_true(json_equal(jm, meta));
         json_decref(jm);
 
@@ -680,8 +736,8 @@ static void test_roundtrip_json(void **state)
         fake_run(j, rows, width);
         j->record_ts_ms = ts;
         int64_t now = ts + (int64_t)rnd(5000);
-        assert_int_equal(codec_encode_result(j, now), 0);
-        assert_int_equal(strcmp(codec_content_type(j->enc), "application/json"), 0);
+        assert_int_equal(tjob_encode(j, now), 0);
+        assert_int_equal(strcmp(codec_content_type(j->req.enc), "application/json"), 0);
 
         json_error_t e;
         json_t *res = json_loadb((const char *)j->body, j->body_len, 0, &e);
@@ -727,7 +783,7 @@ static void test_roundtrip_json(void **state)
         json_decref(meta);
         free(text);
         free(in);
-        job_free(j);
+        tjob_free(j);
     }
 }
 
@@ -775,14 +831,14 @@ static void test_input_msgpack_number_array(void **state)
         }
         struct dres r = decode(sb.data, sb.size, NULL, NULL, 1, &LIM);
         expect(&r, CODEC_JOB, PROTO_OK, NULL);
-        assert_string_equal(r.job->id, "arr");
-        assert_int_equal(r.job->n_input, n);
-        assert_memory_equal(r.job->input, want, n * sizeof(float));
-        assert_int_equal(r.job->priority, -1);
-        assert_int_equal(r.job->deadline_ms, 0);
-        assert_null(r.job->meta);
-        assert_string_equal(r.job->model, "");
-        job_free(r.job);
+        assert_string_equal(r.job->req.id, "arr");
+        assert_int_equal(r.job->req.n_input, n);
+        assert_memory_equal(r.job->req.input, want, n * sizeof(float));
+        assert_int_equal(r.job->req.priority, -1);
+        assert_int_equal(r.job->req.deadline_ms, 0);
+        assert_null(r.job->req.meta);
+        assert_string_equal(r.job->req.model, "");
+        tjob_free(r.job);
         msgpack_sbuffer_destroy(&sb);
         free(want);
     }
@@ -800,15 +856,16 @@ static void test_error_results(void **state)
             struct body b = make_body(text, (enum proto_enc)enc);
             struct dres r = decode(b.p, b.len, NULL, NULL, 1000, &LIM);
             expect(&r, CODEC_JOB, PROTO_OK, NULL);
-            struct job *j = r.job;
+            struct tjob *j = r.job;
             char msg[64];
             snprintf(msg, sizeof(msg), "failure \"%d\" \\ %s", e, proto_err_name((enum proto_err)e));
-            job_fail(j, (enum proto_err)e, "%s", msg);
+            j->req.err = (enum proto_err)e;
+            snprintf(j->req.errmsg, sizeof(j->req.errmsg), "%s", msg);
             j->record_ts_ms = 1000;
             j->partition = 3;
             j->offset = 42;
             strcpy(j->topic, "in");
-            assert_int_equal(codec_encode_result(j, 900), 0); /* clock behind: total 0 */
+            assert_int_equal(tjob_encode(j, 900), 0); /* clock behind: total 0 */
             static const char *const keys[] = {"id", "model", "status", "error", "meta",
                                                "timing", "source"};
             if (enc == PROTO_ENC_MSGPACK) {
@@ -842,7 +899,7 @@ static void test_error_results(void **state)
                                                               "total_ms")) == 0.0);
                 json_decref(res);
             }
-            job_free(j);
+            tjob_free(j);
             free(b.p);
         }
     }
@@ -855,15 +912,15 @@ static void test_encode_edges(void **state)
 {
     (void)state;
     for (int enc = 0; enc < 2; enc++) {
-        struct job *j = job_new();
+        struct tjob *j = tjob_new();
         assert_non_null(j);
-        j->enc = (enum proto_enc)enc;
-        strcpy(j->id, "e");
+        j->req.enc = (enum proto_enc)enc;
+        strcpy(j->req.id, "e");
         fake_run(j, 1, 3);
         j->output[1] = NAN;
         j->record_ts_ms = 0; /* no timestamp: total 0 */
-        assert_int_equal(codec_encode_result(j, 5000), 0);
-        assert_int_equal(codec_encode_result(j, 5000), 0); /* replaces, no leak */
+        assert_int_equal(tjob_encode(j, 5000), 0);
+        assert_int_equal(tjob_encode(j, 5000), 0); /* replaces, no leak */
         static const char *const keys[] = {"id", "model", "status", "output", "shape",
                                            "timing", "source"};
         if (enc == PROTO_ENC_MSGPACK) {
@@ -890,14 +947,15 @@ static void test_encode_edges(void **state)
         /* rows without data: refused, and no stale body is left behind */
         free(j->output);
         j->output = NULL;
-        assert_int_equal(codec_encode_result(j, 5000), -1);
+        assert_int_equal(tjob_encode(j, 5000), -1);
         assert_null(j->body);
         assert_int_equal(j->body_len, 0);
         /* an error result needs no output at all */
-        job_fail(j, PROTO_ERR_UNKNOWN_MODEL, "no model \"%s\"", "x");
-        assert_int_equal(codec_encode_result(j, 5000), 0);
+        j->req.err = PROTO_ERR_UNKNOWN_MODEL;
+        snprintf(j->req.errmsg, sizeof(j->req.errmsg), "no model \"%s\"", "x");
+        assert_int_equal(tjob_encode(j, 5000), 0);
         assert_non_null(j->body);
-        job_free(j);
+        tjob_free(j);
     }
 }
 
@@ -1007,16 +1065,16 @@ static void test_decode_table(void **state)
             struct body b = make_body(cases[i].body, (enum proto_enc)enc);
             struct dres r = decode(b.p, b.len, cases[i].key, NULL, 1000, &LIM);
             if (r.rc != cases[i].rc ||
-                (r.rc == CODEC_JOB && r.job->err != cases[i].err))
+                (r.rc == CODEC_JOB && r.job->req.err != cases[i].err))
                 fail_msg("case %zu enc %d (%s): rc %d err %s \"%s\" / \"%s\"", i, enc,
-                         cases[i].body, r.rc, proto_err_name(r.job->err), r.job->errmsg, r.err);
+                         cases[i].body, r.rc, proto_err_name(r.job->req.err), r.job->req.errmsg, r.err);
             expect(&r, cases[i].rc, cases[i].err, cases[i].sub);
             if (r.rc == CODEC_JOB) {
-                assert_string_equal(r.job->id, cases[i].id);
-                assert_int_equal(r.job->enc, enc);
+                assert_string_equal(r.job->req.id, cases[i].id);
+                assert_int_equal(r.job->req.enc, enc);
                 assert_string_equal(r.err, "");
             }
-            job_free(r.job);
+            tjob_free(r.job);
             free(b.p);
         }
     }
@@ -1046,7 +1104,7 @@ static void test_decode_msgpack_duplicates(void **state)
         size_t n = unhex(cases[i].hex, buf, sizeof(buf));
         struct dres r = decode(buf, n, "k", NULL, 1, &LIM);
         expect(&r, cases[i].rc, PROTO_OK, cases[i].sub);
-        job_free(r.job);
+        tjob_free(r.job);
     }
 }
 
@@ -1077,14 +1135,14 @@ static void test_content_type(void **state)
             struct dres r = decode(b.p, b.len, NULL, cases[i].ct, 1, &LIM);
             int ok = enc == PROTO_ENC_JSON ? cases[i].ok_json : cases[i].ok_msgpack;
             expect(&r, CODEC_JOB, ok ? PROTO_OK : PROTO_ERR_INVALID_INPUT, ok ? NULL : "content-type");
-            assert_string_equal(r.job->id, "ct");
-            assert_non_null(r.job->meta); /* echoed in the error result too */
+            assert_string_equal(r.job->req.id, "ct");
+            assert_non_null(r.job->req.meta); /* echoed in the error result too */
             if (!ok) {
-                for (const char *p = r.job->errmsg; *p; p++) /* printable, quotable */
+                for (const char *p = r.job->req.errmsg; *p; p++) /* printable, quotable */
                     assert_true(*p >= 0x20 && *p < 0x7f);
-                assert_int_equal(codec_encode_result(r.job, 2), 0);
+                assert_int_equal(tjob_encode(r.job, 2), 0);
             }
-            job_free(r.job);
+            tjob_free(r.job);
             free(b.p);
         }
     }
@@ -1132,15 +1190,15 @@ static void test_deadline_table(void **state)
             struct dres r = decode(b.p, b.len, NULL, NULL, ts, &LIM);
             expect(&r, CODEC_JOB, PROTO_OK, NULL);
             if (cases[i].ts == INT64_MIN)
-                assert_in_range(r.job->deadline_ms, now0 + cases[i].to, now0 + cases[i].to + 5000);
+                assert_in_range(r.job->req.deadline_ms, now0 + cases[i].to, now0 + cases[i].to + 5000);
             else if (cases[i].to == INT64_MAX)
-                assert_int_equal(r.job->deadline_ms, INT64_MAX);
+                assert_int_equal(r.job->req.deadline_ms, INT64_MAX);
             else if (cases[i].want == 0)
-                assert_int_equal(r.job->deadline_ms, 0);
-            else if (r.job->deadline_ms != base + cases[i].want)
-                fail_msg("case %zu: deadline %lld, want %lld", i, (long long)r.job->deadline_ms,
+                assert_int_equal(r.job->req.deadline_ms, 0);
+            else if (r.job->req.deadline_ms != base + cases[i].want)
+                fail_msg("case %zu: deadline %lld, want %lld", i, (long long)r.job->req.deadline_ms,
                          (long long)(base + cases[i].want));
-            job_free(r.job);
+            tjob_free(r.job);
             free(b.p);
         }
     }
@@ -1164,7 +1222,7 @@ static void test_truncated_bodies(void **state)
             if (k < b.len && r.rc != CODEC_DEAD)
                 fail_msg("enc %d prefix %zu/%zu: rc %d", enc, k, b.len, r.rc);
             if (k == b.len) expect(&r, CODEC_JOB, PROTO_OK, NULL);
-            job_free(r.job);
+            tjob_free(r.job);
         }
         free(b.p);
     }
@@ -1192,11 +1250,11 @@ static void test_mutated_bodies(void **state)
         struct dres r = decode(buf, len, rnd(2) ? "mut-key" : NULL, NULL, 1, &LIM);
         if (r.rc == CODEC_JOB) {
             jobs++;
-            assert_int_equal(codec_encode_result(r.job, 2), 0);
+            assert_int_equal(tjob_encode(r.job, 2), 0);
         } else {
             deads++;
         }
-        job_free(r.job);
+        tjob_free(r.job);
     }
     assert_true(jobs > 0 && deads > 0);
     free(buf);
@@ -1231,16 +1289,16 @@ static void test_hostile_raw(void **state)
         for (int keyed = 0; keyed < 2; keyed++) {
             struct dres r = decode(cases[i].p, cases[i].len, keyed ? "k" : NULL, NULL, 1, &LIM);
             expect(&r, CODEC_DEAD, 0, cases[i].sub);
-            job_free(r.job);
+            tjob_free(r.job);
         }
     }
     /* an empty value is dead whatever the key */
     struct dres r = decode("", 0, "good-key", NULL, 1, &LIM);
     expect(&r, CODEC_DEAD, 0, "empty");
-    job_free(r.job);
+    tjob_free(r.job);
     r = decode(NULL, 0, NULL, NULL, 1, &LIM);
     expect(&r, CODEC_DEAD, 0, "empty");
-    job_free(r.job);
+    tjob_free(r.job);
 }
 
 /* Builds {'id':'a','input':[1],'meta': k nested arrays}: depth 1 + k. */
@@ -1290,7 +1348,7 @@ static void test_deep_nesting(void **state)
                 snprintf(sub, sizeof(sub), "nesting deeper than %d", cases[i].max_depth);
                 assert_contains(r.err, sub);
             }
-            job_free(r.job);
+            tjob_free(r.job);
             free(b.p);
         }
         free(text);
@@ -1301,7 +1359,7 @@ static void test_deep_nesting(void **state)
     deep[39] = 0x90;
     struct dres r = decode(deep, sizeof(deep), "k", NULL, 1, &LIM);
     expect(&r, CODEC_DEAD, 0, "nesting");
-    job_free(r.job);
+    tjob_free(r.job);
 }
 
 /* A 10 KB id: dead without a usable key, invalid_input under the key with
@@ -1340,9 +1398,9 @@ static void test_long_strings(void **state)
             struct dres r = decode(b.p, b.len, cases[i].key, NULL, 1, &LIM);
             expect(&r, cases[i].rc, cases[i].err, cases[i].sub);
             if (r.rc == CODEC_JOB)
-                assert_string_equal(r.job->id, cases[i].id_len <= PROTO_ID_MAX ? id : cases[i].key);
-            if (r.rc == CODEC_JOB && cases[i].err == PROTO_OK) assert_string_equal(r.job->model, model);
-            job_free(r.job);
+                assert_string_equal(r.job->req.id, cases[i].id_len <= PROTO_ID_MAX ? id : cases[i].key);
+            if (r.rc == CODEC_JOB && cases[i].err == PROTO_OK) assert_string_equal(r.job->req.model, model);
+            tjob_free(r.job);
             free(b.p);
         }
         free(text);
@@ -1375,18 +1433,18 @@ static void test_oversize_payload(void **state)
             snprintf(want, sizeof(want), "payload of %zu bytes exceeds max_payload_bytes 40", b.len);
             expect(&r, cases[i].rc, PROTO_ERR_INVALID_INPUT, want);
             if (r.rc == CODEC_JOB) {
-                assert_string_equal(r.job->id, "big-1");
-                assert_int_equal(r.job->enc, enc);
-                assert_null(r.job->input);
-                assert_int_equal(codec_encode_result(r.job, 2), 0);
+                assert_string_equal(r.job->req.id, "big-1");
+                assert_int_equal(r.job->req.enc, enc);
+                assert_null(r.job->req.input);
+                assert_int_equal(tjob_encode(r.job, 2), 0);
             }
-            job_free(r.job);
+            tjob_free(r.job);
             /* at the cap exactly it is parsed */
             lim.max_payload_bytes = b.len;
             r = decode(b.p, b.len, cases[i].key, NULL, 1, &lim);
             expect(&r, CODEC_JOB, PROTO_OK, NULL);
             lim.max_payload_bytes = 40;
-            job_free(r.job);
+            tjob_free(r.job);
             free(b.p);
         }
     }
@@ -1415,8 +1473,8 @@ static void test_input_limit(void **state)
             struct dres r = decode(b.p, b.len, NULL, NULL, 1, &lim);
             expect(&r, CODEC_JOB, cases[i].err,
                    cases[i].err ? "field input: 5 values, more than max_input_floats 4" : NULL);
-            if (cases[i].err == PROTO_OK) assert_int_equal(r.job->n_input, 4);
-            job_free(r.job);
+            if (cases[i].err == PROTO_OK) assert_int_equal(r.job->req.n_input, 4);
+            tjob_free(r.job);
             free(b.p);
         }
     }
@@ -1451,12 +1509,12 @@ static void test_meta_limits(void **state)
             struct dres r = decode(b.p, b.len, NULL, NULL, 1, &LIM);
             if (cases[i].fits) {
                 expect(&r, CODEC_JOB, PROTO_OK, NULL);
-                assert_int_equal(r.job->meta_len, PROTO_META_MAX);
+                assert_int_equal(r.job->req.meta_len, PROTO_META_MAX);
             } else {
                 expect(&r, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field meta: more than 4096 encoded bytes");
-                assert_null(r.job->meta);
+                assert_null(r.job->req.meta);
             }
-            job_free(r.job);
+            tjob_free(r.job);
             free(b.p);
             free(text);
             json_decref(root);
@@ -1468,10 +1526,10 @@ static void test_meta_limits(void **state)
         struct body b = make_body("{'id':'a','input':[1],'priority':10,'meta':{'t':'x'}}", (enum proto_enc)enc);
         struct dres r = decode(b.p, b.len, NULL, NULL, 1, &LIM);
         expect(&r, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field priority");
-        assert_non_null(r.job->meta);
-        assert_int_equal(codec_encode_result(r.job, 5), 0);
+        assert_non_null(r.job->req.meta);
+        assert_int_equal(tjob_encode(r.job, 5), 0);
         assert_non_null(memmem(r.job->body, r.job->body_len, "meta", 4));
-        job_free(r.job);
+        tjob_free(r.job);
         free(b.p);
         /* an id error comes first even when meta is bad too */
         char *big = malloc(6000);
@@ -1483,8 +1541,8 @@ static void test_meta_limits(void **state)
         b = make_body(text, (enum proto_enc)enc);
         r = decode(b.p, b.len, "kk", NULL, 1, &LIM);
         expect(&r, CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field id: must be a string");
-        assert_null(r.job->meta);
-        job_free(r.job);
+        assert_null(r.job->req.meta);
+        tjob_free(r.job);
         free(b.p);
         free(text);
         json_decref(root);
@@ -1538,14 +1596,14 @@ static void test_bin_input_random(void **state)
         if (bad < n) {
             char want[96];
             snprintf(want, sizeof(want), "field input: element %zu is not finite", bad);
-            assert_int_equal(r.job->err, PROTO_ERR_INVALID_INPUT);
-            assert_string_equal(r.job->errmsg, want);
+            assert_int_equal(r.job->req.err, PROTO_ERR_INVALID_INPUT);
+            assert_string_equal(r.job->req.errmsg, want);
         } else {
-            assert_int_equal(r.job->err, PROTO_OK);
-            assert_int_equal(r.job->n_input, n);
-            assert_memory_equal(r.job->input, in, n * sizeof(float));
+            assert_int_equal(r.job->req.err, PROTO_OK);
+            assert_int_equal(r.job->req.n_input, n);
+            assert_memory_equal(r.job->req.input, in, n * sizeof(float));
         }
-        job_free(r.job);
+        tjob_free(r.job);
         msgpack_sbuffer_destroy(&sb);
         free(le);
         free(in);
@@ -1555,26 +1613,26 @@ static void test_bin_input_random(void **state)
 static void test_decode_resets_job(void **state)
 {
     (void)state;
-    struct job *j = job_new();
+    struct tjob *j = tjob_new();
     assert_non_null(j);
     char err[128];
     struct body b1 = make_body("{'id':'one','model':'m','input':[1,2],'priority':3,'deadline_ms':7,'meta':1}", PROTO_ENC_MSGPACK);
     struct body b2 = make_body("{'id':'two','input':[5]}", PROTO_ENC_JSON);
-    assert_int_equal(codec_decode_job(b1.p, b1.len, NULL, 0, NULL, 1, &LIM, j, err, sizeof(err)), CODEC_JOB);
-    assert_int_equal(codec_decode_job(b2.p, b2.len, NULL, 0, NULL, 1, &LIM, j, err, sizeof(err)), CODEC_JOB);
-    assert_string_equal(j->id, "two");
-    assert_string_equal(j->model, "");
-    assert_int_equal(j->enc, PROTO_ENC_JSON);
-    assert_int_equal(j->n_input, 1);
-    assert_true(j->input[0] == 5.0f);
-    assert_int_equal(j->priority, -1);
-    assert_int_equal(j->deadline_ms, 0);
-    assert_null(j->meta);
+    assert_int_equal(codec_decode_job(b1.p, b1.len, NULL, 0, NULL, 1, &LIM, &j->req, err, sizeof(err)), CODEC_JOB);
+    assert_int_equal(codec_decode_job(b2.p, b2.len, NULL, 0, NULL, 1, &LIM, &j->req, err, sizeof(err)), CODEC_JOB);
+    assert_string_equal(j->req.id, "two");
+    assert_string_equal(j->req.model, "");
+    assert_int_equal(j->req.enc, PROTO_ENC_JSON);
+    assert_int_equal(j->req.n_input, 1);
+    assert_true(j->req.input[0] == 5.0f);
+    assert_int_equal(j->req.priority, -1);
+    assert_int_equal(j->req.deadline_ms, 0);
+    assert_null(j->req.meta);
     /* and a dead decode leaves it owning nothing; errstr may be absent */
-    assert_int_equal(codec_decode_job(b1.p, 3, NULL, 0, NULL, 1, &LIM, j, NULL, 0), CODEC_DEAD);
-    assert_null(j->input);
-    assert_string_equal(j->id, "");
-    job_free(j);
+    assert_int_equal(codec_decode_job(b1.p, 3, NULL, 0, NULL, 1, &LIM, &j->req, NULL, 0), CODEC_DEAD);
+    assert_null(j->req.input);
+    assert_string_equal(j->req.id, "");
+    tjob_free(j);
     free(b1.p);
     free(b2.p);
 }
@@ -1604,18 +1662,18 @@ static void test_wire_interop(void **state)
         int64_t ts = 1700000000000 + (int64_t)rnd(1000000);
         struct dres r = decode(body, len, NULL, codec_content_type(enc), ts, &LIM);
         expect(&r, CODEC_JOB, PROTO_OK, NULL);
-        struct job *j = r.job;
-        assert_string_equal(j->id, id);
-        assert_string_equal(j->model, "wm");
-        assert_int_equal(j->n_input, n);
-        assert_memory_equal(j->input, in, n * sizeof(float));
-        assert_int_equal(j->deadline_ms, ts + 2500);
-        assert_int_equal(j->priority, 7);
+        struct tjob *j = r.job;
+        assert_string_equal(j->req.id, id);
+        assert_string_equal(j->req.model, "wm");
+        assert_int_equal(j->req.n_input, n);
+        assert_memory_equal(j->req.input, in, n * sizeof(float));
+        assert_int_equal(j->req.deadline_ms, ts + 2500);
+        assert_int_equal(j->req.priority, 7);
 
         fake_run(j, 1 + rnd(4), 1 + rnd(16));
         j->offset >>= 22; /* wire.c reads integers through a double: keep below 2^53 */
         j->record_ts_ms = ts;
-        assert_int_equal(codec_encode_result(j, ts + 12), 0);
+        assert_int_equal(tjob_encode(j, ts + 12), 0);
         struct wire_result w;
         char err[128];
         assert_int_equal(wire_decode_result(j->body, j->body_len, &w, err, sizeof(err)), 0);
@@ -1637,7 +1695,7 @@ static void test_wire_interop(void **state)
         json_decref(got);
         json_decref(want);
         wire_result_fini(&w);
-        job_free(j);
+        tjob_free(j);
         free(body);
         free(in);
     }

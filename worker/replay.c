@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../codecs/job.h"
+#include "../worker/job.h"
 #include "config.h"
 #include "kq.h"
 #include "log.h"

@@ -174,16 +174,16 @@ static int attempt(struct rsink *r, struct job *const *jobs, size_t n)
     for (size_t i = 0; i < n; i++) {
         if (r->acked[i]) continue;
         const struct job *j = jobs[i];
-        size_t idlen = strlen(j->id); /* prefix <= 1024 (config), id <= 200 */
+        size_t idlen = strlen(j->req.id); /* prefix <= 1024 (config), id <= 200 */
         memcpy(key, r->prefix, plen);
-        memcpy(key + plen, j->id, idlen);
+        memcpy(key + plen, j->req.id, idlen);
         /* With NX, a key that exists is left alone and the reply is nil:
          * that is an acknowledgement too (the result is there). */
         const char *argv[] = {"SET", key, (const char *)j->body, "PX", r->ttl, "NX"};
         size_t lens[] = {3, plen + idlen, j->body_len, 2, strlen(r->ttl), 2};
         redisAppendCommandArgv(r->ctx, r->if_absent ? 6 : 5, argv, lens);
         if (publish) {
-            const char *pargv[] = {"PUBLISH", r->channel, j->id};
+            const char *pargv[] = {"PUBLISH", r->channel, j->req.id};
             size_t plens[] = {7, strlen(r->channel), idlen};
             redisAppendCommandArgv(r->ctx, 3, pargv, plens);
         }
@@ -209,7 +209,7 @@ static int attempt(struct rsink *r, struct job *const *jobs, size_t n)
             if (rep->type == REDIS_REPLY_ERROR) {
                 /* The connection is still in sync; retry this one later. */
                 atomic_fetch_add(&r->errors, 1);
-                LOG_W("redis_reply_error", "id=%s error=\"%s\"", jobs[i]->id, rep->str);
+                LOG_W("redis_reply_error", "id=%s error=\"%s\"", jobs[i]->req.id, rep->str);
                 if (k == 0) {
                     ok = 0;
                     r->acked[i] = 2; /* 2: failed this round, send again */

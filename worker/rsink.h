@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../codecs/job.h"
+#include "job.h"
 
 struct rsink_conf {
     const char *host;

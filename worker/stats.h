@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../codecs/job.h"
+#include "job.h"
 
 struct stats;
 

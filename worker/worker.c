@@ -130,18 +130,9 @@ static void jq_init(struct jq *q)
     q->head = q->tail = NULL;
 }
 
-static void free_jobs(struct job *j)
-{
-    while (j) {
-        struct job *next = j->next;
-        job_free(j);
-        j = next;
-    }
-}
-
 static void jq_fini(struct jq *q)
 {
-    free_jobs(q->head);
+    job_free_list(q->head);
     pthread_cond_destroy(&q->cv);
     pthread_mutex_destroy(&q->mu);
 }
@@ -191,10 +182,10 @@ static void answer_now(struct worker *w, struct job *j)
 {
     if (!j->weight) j->weight = 1;
     w->inflight_rows += j->weight;
-    if (codec_encode_result(j, wall_ms()) < 0) {
+    if (job_encode(j, wall_ms()) < 0) {
         /* Out of memory: stop (the supervisor restarts us; the job is not
          * committed, so it runs again) rather than publish nothing. */
-        LOG_E("out_of_memory", "where=encode id=%s", j->id);
+        LOG_E("out_of_memory", "where=encode id=%s", j->req.id);
         atomic_store(&w->fatal, 1);
     }
     jq_push_list(&w->sinkq, j);
@@ -280,38 +271,39 @@ static void take_record(struct worker *w, const rd_kafka_message_t *m)
     char ctbuf[64], why[256];
     const char *ct = content_type(m, ctbuf, sizeof(ctbuf));
     enum codec_rc rc = codec_decode_job(m->payload, m->len, m->key, m->key_len,
-                                        ct, j->record_ts_ms, &w->lim, j, why,
+                                        ct, j->record_ts_ms, &w->lim, &j->req, why,
                                         sizeof(why));
     if (rc == CODEC_DEAD) {
         dead_letter(w, j, m, why);
         return;
     }
-    if (j->err != PROTO_OK) {
+    if (j->req.err != PROTO_OK) {
+        job_fail(j, j->req.err, "%s", j->req.errmsg);
         answer_now(w, j);
         return;
     }
     int idx = w->model_override >= 0 ? w->model_override
-              : j->model[0]         ? -1
+              : j->req.model[0]     ? -1
                                     : w->default_model;
     for (size_t i = 0; idx < 0 && i < w->n_models; i++)
-        if (strcmp(model_name(w->models[i]), j->model) == 0) idx = (int)i;
+        if (strcmp(model_name(w->models[i]), j->req.model) == 0) idx = (int)i;
     if (idx < 0) {
         job_fail(j, PROTO_ERR_UNKNOWN_MODEL, "no model named '%s' on this worker",
-                 j->model);
+                 j->req.model);
         answer_now(w, j);
         return;
     }
     j->model_idx = idx;
     j->model_name = model_name(w->models[idx]);
     size_t width = model_input_width(w->models[idx]);
-    if (j->n_input % width != 0) {
+    if (j->req.n_input % width != 0) {
         job_fail(j, PROTO_ERR_INVALID_INPUT,
                  "field input: %zu values is not a multiple of the model's "
-                 "input width %zu", j->n_input, width);
+                 "input width %zu", j->req.n_input, width);
         answer_now(w, j);
         return;
     }
-    size_t rows = j->n_input / width;
+    size_t rows = j->req.n_input / width;
     if (rows > w->max_job_rows) {
         job_fail(j, PROTO_ERR_INVALID_INPUT,
                  "field input: %zu rows exceeds batching.max_job_rows %zu", rows,
@@ -322,7 +314,7 @@ static void take_record(struct worker *w, const rd_kafka_message_t *m)
     /* The configured default timeout bounds every job; a job's own
      * deadline may only make it earlier. */
     int64_t now_ms = wall_ms();
-    if (w->opts.ignore_deadlines) j->deadline_ms = 0;
+    j->deadline_ms = w->opts.ignore_deadlines ? 0 : j->req.deadline_ms;
     if (w->cfg->batching.default_timeout_ms > 0 && !w->opts.ignore_deadlines) {
         int64_t d = j->record_ts_ms + w->cfg->batching.default_timeout_ms;
         if (!j->deadline_ms || d < j->deadline_ms) j->deadline_ms = d;
@@ -336,7 +328,7 @@ static void take_record(struct worker *w, const rd_kafka_message_t *m)
     j->rows = rows;
     j->weight = rows;
     w->inflight_rows += rows;
-    if (w->opts.priority >= 0) j->priority = w->opts.priority;
+    j->priority = w->opts.priority >= 0 ? w->opts.priority : j->req.priority;
     if (j->priority < 0) j->priority = cfg_topic_priority(w->cfg, j->topic);
     w->last_deadline_us = j->deadline_us;
     batcher_push(w->batcher, j);
@@ -646,7 +638,7 @@ static int run_group(struct worker *w, int model_idx, struct model_ws *ws,
     size_t rows = 0;
     float *staging = model_ws_input(ws);
     for (size_t i = 0; i < n; i++) {
-        memcpy(staging + rows * in_w, jobs[i]->input, jobs[i]->rows * in_w * sizeof(float));
+        memcpy(staging + rows * in_w, jobs[i]->req.input, jobs[i]->rows * in_w * sizeof(float));
         rows += jobs[i]->rows;
     }
     if (!rows) return 0;
@@ -692,12 +684,12 @@ static int run_group(struct worker *w, int model_idx, struct model_ws *ws,
 static void failpoints(const struct worker *w, const struct job *j)
 {
     const char *crash = w->cfg->debug.crash_id, *hang = w->cfg->debug.hang_id;
-    if (crash[0] && strcmp(j->id, crash) == 0) {
-        LOG_E("debug_crash", "id=%s note=\"debug.crash_id: aborting on purpose\"", j->id);
+    if (crash[0] && strcmp(j->req.id, crash) == 0) {
+        LOG_E("debug_crash", "id=%s note=\"debug.crash_id: aborting on purpose\"", j->req.id);
         abort();
     }
-    if (hang[0] && strcmp(j->id, hang) == 0) {
-        LOG_E("debug_hang", "id=%s note=\"debug.hang_id: hanging on purpose\"", j->id);
+    if (hang[0] && strcmp(j->req.id, hang) == 0) {
+        LOG_E("debug_hang", "id=%s note=\"debug.hang_id: hanging on purpose\"", j->req.id);
         for (;;) sleep_ms(1000);
     }
 }
@@ -728,7 +720,7 @@ static int solo_allowed(struct worker *w, struct rsink *rs, struct job *j)
     int max = w->cfg->worker.max_attempts;
     if (!rs || rsink_incr_attempts(rs, &j, 1, &solo, 1) < 0 || solo <= max) return 1;
     LOG_E("poison_job", "id=%s topic=%s partition=%" PRId32 " offset=%" PRId64
-          " solo_attempts=%lld", j->id, j->topic, j->partition, j->offset, solo);
+          " solo_attempts=%lld", j->req.id, j->topic, j->partition, j->offset, solo);
     job_fail(j, PROTO_ERR_INFERENCE_FAILED,
              "not run: the worker stopped while running this job alone %lld times "
              "(worker.max_attempts %d)", solo - 1, max);
@@ -742,9 +734,9 @@ static void finish_batch(struct worker *w, struct job *batch, enum batcher_reaso
 {
     int64_t enc_ms = wall_ms();
     for (struct job *j = batch; j; j = j->next) {
-        free(j->input); /* not needed any more: keep the sink's memory small */
-        j->input = NULL;
-        if (codec_encode_result(j, enc_ms) == 0 && j->body_len > w->max_record_bytes) {
+        free(j->req.input); /* not needed any more: keep the sink's memory small */
+        j->req.input = NULL;
+        if (job_encode(j, enc_ms) == 0 && j->body_len > w->max_record_bytes) {
             /* The producer could never publish it: answer with an error
              * that fits instead of retrying forever. */
             size_t big = j->body_len;
@@ -754,10 +746,10 @@ static void finish_batch(struct worker *w, struct job *batch, enum batcher_reaso
             job_fail(j, PROTO_ERR_INFERENCE_FAILED,
                      "result of %zu bytes exceeds the producer's message.max.bytes "
                      "(%zu usable): send fewer rows per job", big, w->max_record_bytes);
-            codec_encode_result(j, enc_ms);
+            job_encode(j, enc_ms);
         }
         if (!j->body) {
-            LOG_E("out_of_memory", "where=encode id=%s", j->id);
+            LOG_E("out_of_memory", "where=encode id=%s", j->req.id);
             atomic_store(&w->fatal, 1);
         }
         j->batch_last = j->next == NULL;
@@ -851,7 +843,7 @@ static void *exec_main(void *arg)
                 }
             if (run_group(w, batch->model_idx, ws[batch->model_idx], group, g) ==
                 MODEL_EFATAL) {
-                free_jobs(batch);
+                job_free_list(batch);
                 break;
             }
             finish_batch(w, batch, why, rows);
@@ -882,8 +874,8 @@ static void *exec_main(void *arg)
             }
         }
         if (run_group(w, batch->model_idx, ws[batch->model_idx], group, g) == MODEL_EFATAL) {
-            free_jobs(rest);
-            free_jobs(alone);
+            job_free_list(rest);
+            job_free_list(alone);
             break;
         }
         if (rest) {
@@ -899,7 +891,7 @@ static void *exec_main(void *arg)
                 failpoints(w, j);
                 if (run_group(w, j->model_idx, ws[j->model_idx], &j, 1) == MODEL_EFATAL) {
                     j->next = next;
-                    free_jobs(j); /* unanswered: they run again after the restart */
+                    job_free_list(j); /* unanswered: they run again after the restart */
                     break;
                 }
             }
@@ -954,7 +946,7 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
     if (m->err) {
         atomic_fetch_add(&w->n_produce_errors, 1);
         stats_produce_error(w->stats);
-        LOG_W("produce_failed", "id=%s error=\"%s\" attempt=%d", j->id,
+        LOG_W("produce_failed", "id=%s error=\"%s\" attempt=%d", j->req.id,
               rd_kafka_err2str(m->err), j->produce_attempts);
         j->next = w->retry;
         w->retry = j;
@@ -970,10 +962,10 @@ static rd_kafka_resp_err_t produce(struct worker *w, struct job *j)
 {
     j->produce_attempts++;
     if (j->kind == JOB_RESULT) {
-        const char *ct = codec_content_type(j->enc);
+        const char *ct = codec_content_type(j->req.enc);
         return rd_kafka_producev(
             w->producer, RD_KAFKA_V_TOPIC(w->reply_topic),
-            RD_KAFKA_V_KEY(j->id, strlen(j->id)),
+            RD_KAFKA_V_KEY(j->req.id, strlen(j->req.id)),
             RD_KAFKA_V_VALUE(j->body, j->body_len),
             RD_KAFKA_V_HEADER("content-type", ct, (ssize_t)strlen(ct)),
             RD_KAFKA_V_OPAQUE(j), RD_KAFKA_V_END);
@@ -1014,7 +1006,7 @@ static void produce_or_retry(struct worker *w, struct job *j)
         }
         atomic_fetch_add(&w->n_produce_errors, 1);
         stats_produce_error(w->stats);
-        LOG_W("produce_failed", "id=%s error=\"%s\"", j->id, rd_kafka_err2str(err));
+        LOG_W("produce_failed", "id=%s error=\"%s\"", j->req.id, rd_kafka_err2str(err));
         j->next = w->retry;
         w->retry = j;
         return;

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../codecs/job.h"
+#include "job.h"
 #include "config.h"
 
 /* Exit statuses of worker_run, for main to return. */

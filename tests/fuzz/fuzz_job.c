@@ -25,23 +25,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *key = (flags & 1) ? "fuzz-key" : NULL;
     const char *ct = (flags & 6) == 2 ? "application/json"
                    : (flags & 6) == 4 ? "application/msgpack" : NULL;
-    struct job *j = job_new();
-    if (!j) return 0;
+    struct codec_request req = {.priority = -1};
     enum codec_rc rc = codec_decode_job(data, size, key, key ? strlen(key) : 0, ct,
-                                        1700000000000, &lim, j, err, sizeof(err));
+                                        1700000000000, &lim, &req, err, sizeof(err));
     if (rc == CODEC_JOB) {
-        if (j->err == PROTO_OK) {
-            /* Echo the input as a one-row output: exercises the tensor path. */
-            j->output = malloc(j->n_input * sizeof(float));
-            if (j->output) {
-                memcpy(j->output, j->input, j->n_input * sizeof(float));
-                j->out_rows = 1;
-                j->out_width = j->n_input;
-            }
+        /* Echo the input as a one-row output: exercises the tensor path. */
+        struct codec_result r = {.id = req.id, .model = req.model, .enc = req.enc,
+                                 .err = req.err, .errmsg = req.errmsg, .meta = req.meta,
+                                 .meta_len = req.meta_len, .total_ms = 100, .topic = "fuzz"};
+        if (req.err == PROTO_OK) {
+            r.output = req.input;
+            r.out_rows = 1;
+            r.out_width = req.n_input;
         }
-        if (codec_encode_result(j, 1700000000100) != 0) abort();
+        unsigned char *body = NULL;
+        size_t len = 0;
+        if (codec_encode_result(&r, &body, &len) != 0) abort();
+        free(body);
     }
     mpscan_check(data, size, 8, err, sizeof(err));
-    job_free(j);
+    codec_request_fini(&req);
     return 0;
 }

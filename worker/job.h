@@ -1,14 +1,19 @@
-/* job.h - one job as plain data. A job has exactly one owner at a time as
- * it moves poll thread -> batcher -> executor -> sink; every pointer field
- * below is owned by the job and freed by job_free(). Nothing here points
- * into a Kafka message or a msgpack zone. */
+/* job.h - the pipeline's record of one job: the request as the codec
+ * decoded it, where its record came from, how it is routed, what came of
+ * it, and the sink's bookkeeping. A job has exactly one owner at a time as
+ * it moves intake -> batcher -> executor -> sink -> offsets (see
+ * docs/architecture.md); every pointer field is owned by the job and freed
+ * by job_free(). Nothing here points into a Kafka message or a parser's
+ * memory.
+ *
+ * Threads: whichever thread owns the job. */
 #ifndef KINFER_JOB_H
 #define KINFER_JOB_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "protocol.h"
+#include "../codecs/codec.h"
 
 /* What the sink does with the job. */
 enum job_kind {
@@ -18,37 +23,30 @@ enum job_kind {
 
 struct job {
     enum job_kind kind;
+    struct codec_request req;      /* as decoded; req.err is the decoder's verdict */
 
-    /* --- request (codec_decode_job) --- */
-    char id[PROTO_ID_MAX + 1];
-    char model[PROTO_MODEL_MAX + 1]; /* "" = the worker's default model */
-    enum proto_enc enc;              /* the result is encoded the same way */
-    float *input;                  /* n_input float32 values, owned */
-    size_t n_input;
-    int64_t deadline_ms;           /* absolute Unix ms; 0 = none */
-    int priority;                  /* 0..9, or -1 when the job gave none */
-    unsigned char *meta;           /* `meta` re-encoded in `enc`, owned; NULL = none */
-    size_t meta_len;
-
-    /* --- source record (poll thread) --- */
+    /* --- source record (intake) --- */
     char topic[PROTO_TOPIC_MAX + 1];
     int32_t partition;
     int64_t offset;
     int64_t record_ts_ms;          /* Kafka record timestamp, Unix ms */
     int64_t arrived_us;            /* monotonic clock when polled */
-    int64_t deadline_us;           /* deadline_ms on the monotonic clock; 0 = none */
 
-    /* --- routing (poll thread) --- */
+    /* --- routing (intake) --- */
     int model_idx;                 /* index into the worker's models, -1 if none */
     size_t rows;                   /* n_input / the model's input width */
     size_t weight;                 /* what it counts against the worker's
                                       in-flight bound, in rows (a dead letter
-                                      by its bytes); set by the poll thread */
+                                      by its bytes) */
+    int priority;                  /* effective 0..9: the job's own, else its
+                                      topic's or the default; -1 until set */
+    int64_t deadline_ms;           /* effective absolute Unix ms; 0 = none */
+    int64_t deadline_us;           /* deadline_ms on the monotonic clock; 0 = none */
 
-    /* --- outcome (executor, or poll thread for early errors) --- */
+    /* --- outcome (executor, or intake for early errors) --- */
     enum proto_err err;
     char errmsg[PROTO_ERRMSG_MAX];
-    const char *model_name;        /* borrowed from the model; NULL: use `model` */
+    const char *model_name;        /* borrowed from the model; NULL: req.model */
     float *output;                 /* out_rows x out_width float32, owned */
     size_t out_rows, out_width;
     double queued_ms, infer_ms;
@@ -79,8 +77,16 @@ struct job *job_new(void);
 /* Frees the job and everything it owns. Accepts NULL. */
 void job_free(struct job *j);
 
+/* Frees a list of jobs linked through ->next. Accepts NULL. */
+void job_free_list(struct job *j);
+
 /* Marks the job failed with a code and a printf-style message. */
 void job_fail(struct job *j, enum proto_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Encodes the job's result into j->body (replacing any) in the encoding
+ * the job came in, with total_ms from its record timestamp to now_ms.
+ * Returns 0, or -1 when out of memory (j->body is then NULL). */
+int job_encode(struct job *j, int64_t now_ms);
 
 #endif

@@ -1,0 +1,81 @@
+/* job.c - lifecycle of the pipeline's job record, and the view of it the
+ * codec encodes a result from.
+ *
+ * Threads: any thread, on a job it owns. */
+#include "job.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct job *job_new(void)
+{
+    struct job *j = calloc(1, sizeof(*j));
+    if (!j) return NULL;
+    j->req.priority = -1;
+    j->model_idx = -1;
+    j->priority = -1;
+    return j;
+}
+
+void job_free(struct job *j)
+{
+    if (!j) return;
+    codec_request_fini(&j->req);
+    free(j->output);
+    free(j->body);
+    free(j->raw_key);
+    free(j->raw_value);
+    free(j);
+}
+
+void job_free_list(struct job *j)
+{
+    while (j) {
+        struct job *next = j->next;
+        job_free(j);
+        j = next;
+    }
+}
+
+void job_fail(struct job *j, enum proto_err e, const char *fmt, ...)
+{
+    j->err = e;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(j->errmsg, sizeof(j->errmsg), fmt, ap);
+    va_end(ap);
+}
+
+/* total_ms runs from the record's timestamp to now, never negative, and
+ * is 0 when the record carried none. The old body is freed either way: a
+ * stale body must never be published. */
+int job_encode(struct job *j, int64_t now_ms)
+{
+    double total = j->record_ts_ms > 0 && now_ms > j->record_ts_ms
+                       ? (double)(now_ms - j->record_ts_ms)
+                       : 0.0;
+    struct codec_result r = {
+        .id = j->req.id,
+        .model = j->model_name ? j->model_name : j->req.model,
+        .enc = j->req.enc,
+        .err = j->err,
+        .errmsg = j->errmsg,
+        .output = j->output,
+        .out_rows = j->out_rows,
+        .out_width = j->out_width,
+        .meta = j->req.meta,
+        .meta_len = j->req.meta_len,
+        .queued_ms = j->queued_ms,
+        .infer_ms = j->infer_ms,
+        .total_ms = total,
+        .batch_rows = j->batch_rows,
+        .topic = j->topic,
+        .partition = j->partition,
+        .offset = j->offset,
+    };
+    free(j->body);
+    j->body = NULL;
+    j->body_len = 0;
+    return codec_encode_result(&r, &j->body, &j->body_len);
+}
