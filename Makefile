@@ -71,7 +71,8 @@ GPU_SRCS  += gpu/cuda_stub.c
 endif
 
 LIB_SRCS := $(wildcard codecs/*.c) $(GPU_SRCS) $(wildcard batching/*.c) \
-            $(filter-out worker/main.c,$(wildcard worker/*.c))
+            $(filter-out worker/main.c,$(wildcard worker/*.c)) \
+            $(wildcard telemetry/*.c) $(wildcard tools/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o)
 
 TEST_SRCS := $(wildcard tests/test_*.c)

@@ -48,8 +48,8 @@
 
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
-#include "../worker/metrics.h"
-#include "../worker/stats.h"
+#include "../telemetry/metrics.h"
+#include "../telemetry/stats.h"
 /* harness.h is header-only with static helpers; this program starts its
  * broker its own way (with a control pipe), so h_start_broker is unused. */
 #pragma GCC diagnostic push

@@ -1,4 +1,4 @@
-/* test_stats.c - worker/stats.c and the renderers of worker/metrics.c,
+/* test_stats.c - telemetry/stats.c and the renderers of telemetry/metrics.c,
  * without a socket.
  *
  * Proves: histogram values land in the bucket Prometheus's le means
@@ -29,8 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../worker/metrics.h"
-#include "../worker/stats.h"
+#include "../telemetry/metrics.h"
+#include "../telemetry/stats.h"
 
 /* Reads a whole file (the statistics samples); fails the test if absent. */
 static char *slurp(const char *path, size_t *len)

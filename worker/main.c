@@ -11,14 +11,14 @@
 #include <string.h>
 
 #include "../gpu/model.h"
-#include "bench.h"
-#include "broker.h"
+#include "../tools/bench.h"
+#include "../tools/broker.h"
 #include "config.h"
-#include "heartbeat.h"
-#include "lag.h"
+#include "../telemetry/heartbeat.h"
+#include "../telemetry/lag.h"
 #include "log.h"
 #include "replay.h"
-#include "smoke.h"
+#include "../tools/smoke.h"
 #include "worker.h"
 
 #ifndef KINFER_VERSION

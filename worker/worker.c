@@ -35,9 +35,9 @@
 #include "log.h"
 #include "offtrack.h"
 #include "rsink.h"
-#include "heartbeat.h"
-#include "metrics.h"
-#include "stats.h"
+#include "../telemetry/heartbeat.h"
+#include "../telemetry/metrics.h"
+#include "../telemetry/stats.h"
 
 /* A mutex-protected FIFO of jobs linked through ->next. */
 struct jq {

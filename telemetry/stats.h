@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "job.h"
+#include "../worker/job.h"
 
 struct stats;
 

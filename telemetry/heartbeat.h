@@ -19,7 +19,7 @@
 
 #include <stddef.h>
 
-#include "config.h"
+#include "../worker/config.h"
 #include "stats.h"
 
 struct hb;

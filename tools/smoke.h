@@ -11,7 +11,7 @@
 #include <signal.h>
 #include <stddef.h>
 
-#include "config.h"
+#include "../worker/config.h"
 
 struct smoke_opts {
     size_t jobs;      /* how many jobs to send */

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kq.h"
-#include "log.h"
+#include "../worker/kq.h"
+#include "../worker/log.h"
 
 /* Partition order inside a topic, for a stable table. */
 static int by_partition(const void *a, const void *b)

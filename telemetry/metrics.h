@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#include "config.h"
+#include "../worker/config.h"
 #include "stats.h"
 
 struct metrics;

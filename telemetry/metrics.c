@@ -23,7 +23,7 @@
 #include <sys/socket.h>
 
 #include "../gpu/model.h"
-#include "log.h"
+#include "../worker/log.h"
 
 #ifndef KINFER_VERSION
 #define KINFER_VERSION "dev"

@@ -39,9 +39,9 @@
 
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
-#include "config.h"
-#include "kq.h"
-#include "log.h"
+#include "../worker/config.h"
+#include "../worker/kq.h"
+#include "../worker/log.h"
 
 #define POOL_ROWS 64          /* distinct random input rows jobs are cut from */
 #define FLOOR_POOL 1024       /* distinct bodies the floors cycle through */

@@ -18,7 +18,7 @@
 
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
-#include "kq.h"
+#include "../worker/kq.h"
 
 struct pending {
     char id[64];

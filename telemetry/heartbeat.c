@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "../worker/log.h"
 
 #ifndef KINFER_VERSION
 #define KINFER_VERSION "dev"
