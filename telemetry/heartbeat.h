@@ -1,5 +1,5 @@
-/* heartbeat.h - each worker's heartbeat in Redis, and `kinfer status`,
- * which lists the live workers from them.
+/* heartbeat.h - each worker's heartbeat in Redis, which `kinfer status`
+ * (telemetry/status.c) lists the live workers from.
  *
  * Every metrics.heartbeat_interval_ms a thread of its own, with a Redis
  * connection of its own, writes one hash per worker,
@@ -12,11 +12,12 @@
  * (an empty prefix writes no hash and only PINGs).
  *
  * Threads: hb_start/hb_stop on the main thread; the heartbeat thread only
- * reads the stats and sets STATS_COND_REDIS. status_main is a command of
- * its own (main thread). */
+ * reads the stats and sets STATS_COND_REDIS. The readers' helpers: any
+ * thread. */
 #ifndef KINFER_HEARTBEAT_H
 #define KINFER_HEARTBEAT_H
 
+#include <hiredis/hiredis.h>
 #include <stddef.h>
 
 #include "../worker/config.h"
@@ -39,10 +40,23 @@ void hb_stop(struct hb *h);
  * "<hostname>-<pid>". Writes into buf (cap bytes) and returns buf. */
 const char *hb_worker_id(const struct kcfg *c, char *buf, size_t cap);
 
-/* `kinfer status -c FILE [--set K=V]... [--json]`: lists the live workers
- * of kafka.group from their heartbeats. argv[0] is "status". Returns the
- * exit status: 0 (also when none is live), 1 on a usage, config or Redis
- * error. */
-int status_main(int argc, char **argv);
+/* ---- for readers of the hashes (kinfer status) ---- */
+
+/* How a field of the hash is typed (the hash holds strings). */
+enum hb_type { HB_STR, HB_INT, HB_NUM, HB_BOOL, HB_LIST };
+
+/* The type of the field called name; HB_STR for one this version does
+ * not know, so an older reader still shows a newer worker's hash. */
+enum hb_type hb_field_type(const char *name);
+
+/* The SCAN MATCH pattern of every heartbeat key of group under prefix,
+ * both matched literally. Writes into out (cap bytes). */
+void hb_key_pattern(const char *prefix, const char *group, char *out, size_t cap);
+
+/* Connects to Redis the way the heartbeat does: the timeout applied to
+ * every command, AUTH when a password is given, SELECT db. Returns a new
+ * context (the caller frees it with redisFree) or NULL with err filled. */
+redisContext *hb_redis_open(const char *host, int port, const char *password, int db,
+                            int timeout_ms, char *err, size_t cap);
 
 #endif

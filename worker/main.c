@@ -15,6 +15,7 @@
 #include "../tools/broker.h"
 #include "config.h"
 #include "../telemetry/heartbeat.h"
+#include "../telemetry/status.h"
 #include "../telemetry/lag.h"
 #include "log.h"
 #include "replay.h"
