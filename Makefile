@@ -71,8 +71,8 @@ GPU_SRCS  += gpu/cuda_stub.c
 endif
 
 LIB_SRCS := $(wildcard codecs/*.c) $(GPU_SRCS) $(wildcard batching/*.c) \
-            $(filter-out worker/main.c,$(wildcard worker/*.c)) \
-            $(wildcard telemetry/*.c) $(wildcard tools/*.c)
+            $(wildcard worker/*.c) $(wildcard telemetry/*.c) $(wildcard tools/*.c) \
+            $(filter-out cmd/main.c,$(wildcard cmd/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o)
 
 TEST_SRCS := $(wildcard tests/test_*.c)
@@ -84,7 +84,7 @@ FAULT_TESTS := $(FAULT_SRCS:tests/%.c=$(B)/tests/%)
 .PHONY: all deps test test-faults demo fuzz clean
 all: $(B)/kinfer
 
-$(B)/kinfer: $(B)/worker/main.o $(LIB_OBJS) $(CU_OBJS)
+$(B)/kinfer: $(B)/cmd/main.o $(LIB_OBJS) $(CU_OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/%.o: %.c

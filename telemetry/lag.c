@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cmd/cli.h"
 #include "../worker/kq.h"
 #include "../worker/log.h"
 
@@ -225,36 +226,25 @@ static const char usage_lag[] =
 /* The `kinfer lag` command: config, query, print. */
 int lag_main(int argc, char **argv)
 {
-    static const struct option opts[] = {{"config", required_argument, 0, 'c'},
-                                         {"set", required_argument, 0, 's'},
+    static const struct option opts[] = {CLI_CONFIG_OPTIONS,
                                          {"json", no_argument, 0, 'j'},
                                          {"timeout", required_argument, 0, 'T'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *path = NULL;
-    const char **sets = calloc((size_t)argc + 1, sizeof(char *));
-    size_t n_sets = 0;
-    int as_json = 0, rc = 1, ch, timeout_s = 10;
+    struct cli_config cc;
+    int as_json = 0, rc = 1, ch;
+    long timeout_s = 10;
     struct kcfg *c = NULL;
     struct lag_report r = {0};
-    if (!sets) return 1;
+    if (cli_config_init(&cc, argc) < 0) return 1;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "c:s:jT:h", opts, NULL)) != -1) {
+        if (cli_config_opt(&cc, ch, optarg)) continue;
         switch (ch) {
-        case 'c': path = optarg; break;
-        case 's': sets[n_sets++] = optarg; break;
         case 'j': as_json = 1; break;
-        case 'T': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            if (!*optarg || *end || v < 1 || v > 3600) {
-                fprintf(stderr, "kinfer lag: --timeout: '%s' is not an integer in 1..3600\n",
-                        optarg);
-                goto out;
-            }
-            timeout_s = (int)v;
+        case 'T':
+            if (cli_parse_long("lag", "--timeout", optarg, 1, 3600, &timeout_s) < 0) goto out;
             break;
-        }
         case 'h': fputs(usage_lag, stdout); rc = 0; goto out;
         default: fputs(usage_lag, stderr); goto out;
         }
@@ -263,18 +253,9 @@ int lag_main(int argc, char **argv)
         fprintf(stderr, "kinfer lag: unexpected argument '%s'\n", argv[optind]);
         goto out;
     }
-    if (!path) {
-        fprintf(stderr, "kinfer lag: -c FILE is required\n");
-        goto out;
-    }
+    if (!(c = cli_config_load("lag", &cc))) goto out;
     char err[1024];
-    if (!(c = cfg_load(path, sets, n_sets, err, sizeof(err)))) {
-        fprintf(stderr, "kinfer lag: %s\n", err);
-        goto out;
-    }
-    log_level_parse(c->log.level, &log_threshold);
-    log_fmt = strcmp(c->log.format, "json") == 0 ? LOG_JSON : LOG_TEXT;
-    if (lag_query(c, timeout_s * 1000, &r, err, sizeof(err)) < 0) {
+    if (lag_query(c, (int)timeout_s * 1000, &r, err, sizeof(err)) < 0) {
         fprintf(stderr, "kinfer lag: %s\n", err);
         goto out;
     }
@@ -293,6 +274,6 @@ int lag_main(int argc, char **argv)
 out:
     lag_report_fini(&r);
     cfg_destroy(c);
-    free(sets);
+    cli_config_fini(&cc);
     return rc;
 }

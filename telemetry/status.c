@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../cmd/cli.h"
 #include "../worker/config.h"
-#include "../worker/log.h"
 #include "heartbeat.h"
 
 /* The wall clock in Unix ms, against the hashes' updated_at_ms. */
@@ -143,23 +143,19 @@ static void cell(const json_t *w, const char *name, char *buf, size_t cap)
 /* The `kinfer status` command: config, one SCAN pass, a table or JSON. */
 int status_main(int argc, char **argv)
 {
-    static const struct option opts[] = {{"config", required_argument, 0, 'c'},
-                                         {"set", required_argument, 0, 's'},
+    static const struct option opts[] = {CLI_CONFIG_OPTIONS,
                                          {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *path = NULL;
-    const char **sets = calloc((size_t)argc + 1, sizeof(char *));
-    size_t n_sets = 0;
+    struct cli_config cc;
     int as_json = 0, rc = 1, ch;
     struct kcfg *c = NULL;
     json_t *workers = NULL;
-    if (!sets) return 1;
+    if (cli_config_init(&cc, argc) < 0) return 1;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "c:s:jh", opts, NULL)) != -1) {
+        if (cli_config_opt(&cc, ch, optarg)) continue;
         switch (ch) {
-        case 'c': path = optarg; break;
-        case 's': sets[n_sets++] = optarg; break;
         case 'j': as_json = 1; break;
         case 'h': fputs(usage_status, stdout); rc = 0; goto out;
         default: fputs(usage_status, stderr); goto out;
@@ -169,17 +165,8 @@ int status_main(int argc, char **argv)
         fprintf(stderr, "kinfer status: unexpected argument '%s'\n", argv[optind]);
         goto out;
     }
-    if (!path) {
-        fprintf(stderr, "kinfer status: -c FILE is required\n");
-        goto out;
-    }
+    if (!(c = cli_config_load("status", &cc))) goto out;
     char err[1024];
-    if (!(c = cfg_load(path, sets, n_sets, err, sizeof(err)))) {
-        fprintf(stderr, "kinfer status: %s\n", err);
-        goto out;
-    }
-    log_level_parse(c->log.level, &log_threshold);
-    log_fmt = strcmp(c->log.format, "json") == 0 ? LOG_JSON : LOG_TEXT;
     if (!*c->metrics.heartbeat_prefix) {
         fprintf(stderr, "kinfer status: metrics.heartbeat_prefix is empty: workers write no "
                         "heartbeat\n");
@@ -223,6 +210,6 @@ int status_main(int argc, char **argv)
 out:
     json_decref(workers);
     cfg_destroy(c);
-    free(sets);
+    cli_config_fini(&cc);
     return rc;
 }

@@ -23,7 +23,7 @@
 
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
-#include "../worker/replay.h"
+#include "../cmd/replay.h"
 #include "harness.h"
 #include "refmlp.h"
 #include "testutil.h"

@@ -39,6 +39,7 @@
 
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
+#include "../cmd/cli.h"
 #include "../worker/config.h"
 #include "../worker/kq.h"
 #include "../worker/log.h"
@@ -49,9 +50,7 @@
 
 /* Options of every subcommand; each takes the subset its usage lists. */
 struct bench_opts {
-    const char *config;
-    const char **sets;
-    size_t n_sets;
+    struct cli_config cfg;  /* -c and --set */
     double rate;           /* produce: jobs/s, 0 = as fast as possible */
     size_t jobs;           /* how many jobs / messages */
     size_t rows;           /* rows per job */
@@ -1483,9 +1482,8 @@ static int parse_opts(const struct bench_cmd *cmd, int argc, char **argv,
             return -1;
         }
         int bad = 0;
+        if (cli_config_opt(&o->cfg, ch, optarg)) continue;
         switch (ch) {
-        case 'c': o->config = optarg; break;
-        case 's': o->sets[o->n_sets++] = optarg; break;
         case 'R': bad = opt_num("rate", optarg, 0, 1e7, &o->rate); break;
         case 'n': bad = opt_num("jobs", optarg, 1, 1e8, &v); o->jobs = (size_t)v; break;
         case 'r': bad = opt_num("rows", optarg, 1, 65536, &v); o->rows = (size_t)v; break;
@@ -1505,10 +1503,6 @@ static int parse_opts(const struct bench_cmd *cmd, int argc, char **argv,
     }
     if (optind < argc) {
         fprintf(stderr, "kinfer bench %s: unexpected argument '%s'\n", cmd->name, argv[optind]);
-        return -1;
-    }
-    if (!o->config) {
-        fprintf(stderr, "kinfer bench %s: -c FILE is required\n", cmd->name);
         return -1;
     }
     if (!run_valid(o->run)) {
@@ -1537,26 +1531,21 @@ int bench_main(int argc, char **argv)
     struct bench_opts o = {.rows = 1, .run = "bench", .from = "redis", .timeout_s = 60,
                            .batches = "1,32,128", .seconds = 2, .jobs = 1000,
                            .parallel = 1};
-    o.sets = calloc((size_t)argc, sizeof(char *));
-    if (!o.sets) return 1;
+    if (cli_config_init(&o.cfg, argc) < 0) return 1;
     int rc = parse_opts(cmd, argc - 1, argv + 1, &o);
     if (rc != 0) {
-        free(o.sets);
+        cli_config_fini(&o.cfg);
         return rc < 0 ? 1 : 0;
     }
-    char err[1024];
-    struct kcfg *c = cfg_load(o.config, o.sets, o.n_sets, err, sizeof(err));
+    struct kcfg *c = cli_config_load("bench", &o.cfg);
     if (!c) {
-        fprintf(stderr, "kinfer bench: %s\n", err);
-        free(o.sets);
+        cli_config_fini(&o.cfg);
         return 1;
     }
-    log_level_parse(c->log.level, &log_threshold);
-    log_fmt = strcmp(c->log.format, "json") == 0 ? LOG_JSON : LOG_TEXT;
     /* A server closing a socket must fail a write, not kill the tool. */
     signal(SIGPIPE, SIG_IGN);
     rc = cmd->run(c, &o);
     cfg_destroy(c);
-    free(o.sets);
+    cli_config_fini(&o.cfg);
     return rc;
 }

@@ -22,6 +22,7 @@
     "  error <ApiKey> <count> <errcode> fail the next count requests of ApiKey\n"  \
     "                                   (number or name: Produce, Fetch, ...;\n"   \
     "                                   errcode a number or NOT_LEADER_FOR_PARTITION)\n" \
+    "  clear <ApiKey>                   drop the errors of ApiKey not used up yet\n"   \
     "  coordinator <group> <broker_id>  make broker_id the group's coordinator\n"  \
     "  leader <topic> <partition> <broker_id>  move a partition's leader\n"       \
     "  ping                             answers ok\n"                               \
@@ -38,5 +39,9 @@ struct broker_opts {
  * (BROKER_CONTROL_HELP) on stdin/stdout meanwhile. Returns 0, or 1 with a
  * message on stderr. Borrows o. */
 int broker_run(const struct broker_opts *o, volatile sig_atomic_t *stop);
+
+/* `kinfer broker [--brokers N] [--partitions P] [--topics a,b,c]`; argv[0]
+ * is "broker". Returns the exit status. */
+int broker_main(int argc, char **argv);
 
 #endif

@@ -25,7 +25,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,11 +32,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../worker/job.h"
-#include "config.h"
-#include "kq.h"
-#include "log.h"
-#include "worker.h"
+#include "../worker/config.h"
+#include "../worker/kq.h"
+#include "../worker/log.h"
+#include "../worker/worker.h"
+#include "cli.h"
 
 #define REPLAY_TIMEOUT_MS 10000   /* each metadata, watermark, time or commit query */
 #define REPLAY_SCAN_STALL_MS 30000 /* a timestamp scan that reads nothing this long fails */
@@ -46,7 +45,6 @@
 #define REPLAY_TOPICS_MAX 256
 
 /* The stop flag: set by SIGINT/SIGTERM, read by the scan and worker_run. */
-static volatile sig_atomic_t replay_stop;
 
 /* One end of the range as given on the command line. */
 enum bound_kind { BOUND_EARLIEST, BOUND_NOW, BOUND_TIME, BOUND_OFFSETS };
@@ -89,28 +87,6 @@ struct part {
     int64_t start, end;        /* the range; -1 while unresolved */
     int64_t committed;         /* the replay group's checkpoint; -1 = none */
 };
-
-/* ---- signals ------------------------------------------------------------ */
-
-/* Only sets the flag: everything else happens on the main thread. */
-static void replay_on_signal(int sig)
-{
-    (void)sig;
-    replay_stop = 1;
-}
-
-/* SIGINT and SIGTERM stop the replay cleanly (drain, checkpoint, exit 3);
- * a closed pipe must not kill it mid-checkpoint. */
-static void install_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = replay_on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-}
 
 /* ---- parsing bounds ------------------------------------------------------ */
 
@@ -615,7 +591,7 @@ static int scan(rd_kafka_t *rk, struct scan_item *items, size_t n, char *why, si
     for (;;) {
         size_t left = 0;
         for (size_t i = 0; i < n; i++) left += !items[i].done;
-        if (!left || rc || replay_stop) break;
+        if (!left || rc || cli_stop) break;
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -654,7 +630,7 @@ static int scan(rd_kafka_t *rk, struct scan_item *items, size_t n, char *why, si
         rd_kafka_message_destroy(m);
     }
     rd_kafka_assign(rk, NULL);
-    if (!rc && replay_stop) {
+    if (!rc && cli_stop) {
         snprintf(why, why_size, "interrupted");
         rc = -1;
     }
@@ -1108,14 +1084,10 @@ static struct kcfg *load_config(struct replay_args *a, const char **user_sets, s
         if (has_option(name)) a->sets[a->n_sets++] = mine[i];
     }
     for (size_t i = 0; i < n_user; i++) a->sets[a->n_sets++] = user_sets[i];
-    char err[1024];
-    struct kcfg *c = cfg_load(a->cfg_path, a->sets, a->n_sets, err, sizeof(err));
-    if (!c) {
-        fprintf(stderr, "kinfer replay: %s\n", err);
-        return NULL;
-    }
-    log_level_parse(c->log.level, &log_threshold);
-    log_fmt = strcmp(c->log.format, "json") == 0 ? LOG_JSON : LOG_TEXT;
+    struct cli_config cc = {.path = a->cfg_path, .sets = a->sets, .n_sets = a->n_sets,
+                            .cap = a->n_sets};
+    struct kcfg *c = cli_config_load("replay", &cc);
+    if (!c) return NULL;
     /* The records are history: a deadline counted from their timestamps
      * has passed for all of them. */
     c->batching.default_timeout_ms = 0;
@@ -1205,7 +1177,7 @@ int replay_main(int argc, char **argv)
     if (!(c = load_config(&a, user_sets, n_user))) goto out;
     const char *reply_topic = a.reply_topic ? a.reply_topic : c->replay.reply_topic;
     if (check_against_config(c, &a, reply_topic) < 0) goto out;
-    install_signals();
+    cli_install_signals();
 
     char group[64], why[1024] = "";
     group_id(c, &a, reply_topic, group, sizeof(group));
@@ -1215,7 +1187,7 @@ int replay_main(int argc, char **argv)
     }
     if (plan(rk, &a, &parts, &n_parts, why, sizeof(why)) < 0) {
         fprintf(stderr, "kinfer replay: %s\n", why);
-        if (replay_stop) rc = REPLAY_EXIT_INTERRUPTED;
+        if (cli_stop) rc = REPLAY_EXIT_INTERRUPTED;
         goto out;
     }
     if (a.dry_run) {
@@ -1288,14 +1260,14 @@ int replay_main(int argc, char **argv)
         .progress = on_progress, .progress_ctx = &pr,
         .progress_ms = pr.tty ? REPLAY_PROGRESS_TTY_MS
                               : a.progress_ms ? a.progress_ms : REPLAY_PROGRESS_LINE_MS};
-    enum worker_exit wrc = worker_run(c, &wo, &replay_stop);
+    enum worker_exit wrc = worker_run(c, &wo, &cli_stop);
     log_threshold = saved_threshold;
     if (wrc == WORKER_EXIT_STARTUP) goto out;
 
     /* Done means every range reached its end. A stop request that came
      * after the last job still counts as done: ask the checkpoint. */
-    int complete = wrc == WORKER_EXIT_OK && !replay_stop;
-    if (wrc == WORKER_EXIT_OK && replay_stop && (rk = planner_new(c, group, why, sizeof(why))) &&
+    int complete = wrc == WORKER_EXIT_OK && !cli_stop;
+    if (wrc == WORKER_EXIT_OK && cli_stop && (rk = planner_new(c, group, why, sizeof(why))) &&
         read_checkpoint(rk, parts, n_parts, why, sizeof(why)) == 0)
         complete = checkpoint_complete(parts, n_parts);
     rc = wrc == WORKER_EXIT_FATAL ? REPLAY_EXIT_FATAL
