@@ -265,24 +265,6 @@ void stats_job(struct stats *st, enum stats_status status, enum proto_err code, 
     if (e2e_s >= 0) observe(st, STATS_HIST_E2E_S, e2e_s);
 }
 
-/* Reads the outcome off the job so the sink's call site stays one line.
- * A job that ran has batch_rows set by the executor; the others (early
- * errors, expired while queued) have no queue or inference time. */
-void stats_job_done(struct stats *st, const struct job *j, int64_t now_ms)
-{
-    enum stats_status s = j->kind == JOB_DEAD ? STATS_STATUS_DEAD_LETTER
-                          : j->err == PROTO_OK  ? STATS_STATUS_OK
-                                              : STATS_STATUS_ERROR;
-    int ran = j->batch_rows > 0;
-    double e2e = -1;
-    if (j->record_ts_ms > 0) {
-        e2e = (double)(now_ms - j->record_ts_ms) / 1000.0;
-        if (e2e < 0) e2e = 0; /* the producer's clock is ahead of ours */
-    }
-    stats_job(st, s, j->err, ran ? j->queued_ms / 1000.0 : -1, ran ? j->infer_ms / 1000.0 : -1,
-              e2e);
-}
-
 /* Each failed attempt counts, retried or not: a rising rate is the signal,
  * not the total. */
 void stats_produce_error(struct stats *st)

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../worker/job.h"
+#include "../codecs/protocol.h"
 
 struct stats;
 
@@ -177,10 +177,6 @@ void stats_batch(struct stats *st, enum stats_batch_reason reason, size_t rows);
  * kinfer_dead_letters_total. Every finished job feeds the jobs rate. */
 void stats_job(struct stats *st, enum stats_status status, enum proto_err code, double queue_s,
                double infer_s, double e2e_s);
-/* stats_job for a finished job, read from its fields: kind and err give
- * status and code; queued_ms/infer_ms when it ran (batch_rows > 0);
- * e2e from record_ts_ms to now_ms (Unix ms). Borrows j. */
-void stats_job_done(struct stats *st, const struct job *j, int64_t now_ms);
 /* A produce attempt failed (refused at once, or its delivery failed). */
 void stats_produce_error(struct stats *st);
 

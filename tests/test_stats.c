@@ -31,6 +31,7 @@
 
 #include "../telemetry/metrics.h"
 #include "../telemetry/stats.h"
+#include "../worker/job.h"
 
 /* Reads a whole file (the statistics samples); fails the test if absent. */
 static char *slurp(const char *path, size_t *len)
@@ -294,7 +295,7 @@ static void test_counters_render(void **state)
     stats_destroy(st);
 }
 
-/* stats_job_done reads the outcome off a finished job. */
+/* job_report reads the outcome off a finished job. */
 static void test_job_done(void **state)
 {
     (void)state;
@@ -305,10 +306,10 @@ static void test_job_done(void **state)
     struct job dead = {.kind = JOB_DEAD, .err = PROTO_ERR_INVALID_INPUT, .record_ts_ms = 1000};
     struct job ahead = {.kind = JOB_RESULT, .err = PROTO_OK, .batch_rows = 1,
                         .record_ts_ms = 9000}; /* producer clock ahead */
-    stats_job_done(st, &ok, 1500);
-    stats_job_done(st, &early, 1001);
-    stats_job_done(st, &dead, 1001);
-    stats_job_done(st, &ahead, 1001);
+    job_report(&ok, st, 1500);
+    job_report(&early, st, 1001);
+    job_report(&dead, st, 1001);
+    job_report(&ahead, st, 1001);
     struct stats_snapshot s;
     assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
     assert_int_equal(s.jobs[STATS_STATUS_OK][PROTO_OK], 2);

@@ -1,5 +1,5 @@
 /* job.c - lifecycle of the pipeline's job record, and the view of it the
- * codec encodes a result from.
+ * codec encodes a result from, and its report to the stats.
  *
  * Threads: any thread, on a job it owns. */
 #include "job.h"
@@ -78,4 +78,21 @@ int job_encode(struct job *j, int64_t now_ms)
     j->body = NULL;
     j->body_len = 0;
     return codec_encode_result(&r, &j->body, &j->body_len);
+}
+
+/* A job that ran has batch_rows set by the executor; the others (early
+ * errors, expired while queued) have no queue or inference time. */
+void job_report(const struct job *j, struct stats *st, int64_t now_ms)
+{
+    enum stats_status s = j->kind == JOB_DEAD ? STATS_STATUS_DEAD_LETTER
+                          : j->err == PROTO_OK  ? STATS_STATUS_OK
+                                                : STATS_STATUS_ERROR;
+    int ran = j->batch_rows > 0;
+    double e2e = -1;
+    if (j->record_ts_ms > 0) {
+        e2e = (double)(now_ms - j->record_ts_ms) / 1000.0;
+        if (e2e < 0) e2e = 0; /* the producer's clock is ahead of ours */
+    }
+    stats_job(st, s, j->err, ran ? j->queued_ms / 1000.0 : -1, ran ? j->infer_ms / 1000.0 : -1,
+              e2e);
 }

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "../codecs/codec.h"
+#include "../telemetry/stats.h"
 
 /* What the sink does with the job. */
 enum job_kind {
@@ -88,5 +89,11 @@ void job_fail(struct job *j, enum proto_err e, const char *fmt, ...)
  * the job came in, with total_ms from its record timestamp to now_ms.
  * Returns 0, or -1 when out of memory (j->body is then NULL). */
 int job_encode(struct job *j, int64_t now_ms);
+
+/* Counts a finished job (both acknowledgements in) in st: kind and err
+ * give the status and code; queue and inference times when it ran
+ * (batch_rows > 0); end to end from record_ts_ms to now_ms (Unix ms) unless
+ * dead-lettered. Borrows j and st. */
+void job_report(const struct job *j, struct stats *st, int64_t now_ms);
 
 #endif

@@ -3,7 +3,11 @@
  * operator's properties through unchanged (after config.c refused unsafe
  * ones), kcat-style.
  *
- * Threads: main thread; the log callback runs on librdkafka's threads. */
+ * kq_client_new makes the worker's clients with the callbacks they all
+ * share (errors, statistics, logs).
+ *
+ * Threads: main thread; the callbacks run on whichever thread serves the
+ * client (librdkafka's log callback on its own threads). */
 #include "kq.h"
 
 #include <stdio.h>
@@ -83,4 +87,51 @@ rd_kafka_conf_t *kq_conf_new(const struct kcfg *c, enum kq_role role,
 fail:
     rd_kafka_conf_destroy(conf);
     return NULL;
+}
+
+/* librdkafka's error events: transient ones are logged (the client
+ * retries), a fatal one stops the worker so its supervisor restarts it. */
+static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    struct kq_ctx *ctx = opaque;
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char buf[512];
+        rd_kafka_fatal_error(rk, buf, sizeof(buf));
+        LOG_E("kafka_fatal", "client=%s error=\"%s\"", rd_kafka_name(rk), buf);
+        atomic_store(ctx->fatal, 1);
+        return;
+    }
+    LOG_W("kafka_error", "client=%s error=\"%s\" reason=\"%s\"", rd_kafka_name(rk),
+          rd_kafka_err2str(err), reason);
+}
+
+/* librdkafka's statistics (every statistics.interval.ms), served on the
+ * thread that polls the client: lag, group state, broker connections. */
+static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+    (void)rk;
+    struct kq_ctx *ctx = opaque;
+    stats_rdkafka_json(ctx->stats, json, len);
+    return 0; /* librdkafka frees json */
+}
+
+rd_kafka_t *kq_client_new(const struct kcfg *c, enum kq_role role, const struct kq_hooks *h,
+                          char *errstr, size_t errstr_size)
+{
+    rd_kafka_conf_t *conf = kq_conf_new(c, role, errstr, errstr_size);
+    if (!conf) return NULL;
+    if (role == KQ_CONSUMER && h->group &&
+        kq_set(conf, "group.id", h->group, errstr, errstr_size) < 0) {
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    rd_kafka_conf_set_opaque(conf, h->opaque);
+    rd_kafka_conf_set_error_cb(conf, error_cb);
+    rd_kafka_conf_set_stats_cb(conf, stats_cb);
+    if (h->rebalance_cb) rd_kafka_conf_set_rebalance_cb(conf, h->rebalance_cb);
+    if (h->dr_msg_cb) rd_kafka_conf_set_dr_msg_cb(conf, h->dr_msg_cb);
+    rd_kafka_t *rk = rd_kafka_new(role == KQ_CONSUMER ? RD_KAFKA_CONSUMER : RD_KAFKA_PRODUCER,
+                                  conf, errstr, errstr_size);
+    if (!rk) rd_kafka_conf_destroy(conf); /* taken only on success */
+    return rk;
 }

@@ -8,8 +8,10 @@
 #define KINFER_KQ_H
 
 #include <librdkafka/rdkafka.h>
+#include <stdatomic.h>
 #include <stddef.h>
 
+#include "../telemetry/stats.h"
 #include "config.h"
 
 enum kq_role { KQ_CONSUMER, KQ_PRODUCER };
@@ -19,6 +21,32 @@ enum kq_role { KQ_CONSUMER, KQ_PRODUCER };
  * message>"). Borrows c. */
 rd_kafka_conf_t *kq_conf_new(const struct kcfg *c, enum kq_role role,
                              char *errstr, size_t errstr_size);
+
+/* What every client of the worker reports through: librdkafka's
+ * statistics go to stats, a fatal client error sets *fatal. The opaque of
+ * a client made by kq_client_new must point at a struct whose first member
+ * is a struct kq_ctx (the stage that owns the client), because librdkafka
+ * hands every callback the same opaque. */
+struct kq_ctx {
+    struct stats *stats;
+    atomic_int *fatal;
+};
+
+/* The stage-specific parts of a client. */
+struct kq_hooks {
+    void *opaque;           /* starts with a struct kq_ctx (see above) */
+    const char *group;      /* consumer: group.id instead of kafka.group; NULL = it */
+    /* consumer: the rebalance callback; producer: the delivery report */
+    void (*rebalance_cb)(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque);
+    void (*dr_msg_cb)(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque);
+};
+
+/* A consumer or producer of the worker: kq_conf_new's configuration, the
+ * hooks, and the shared error and statistics callbacks. Returns a new
+ * client, or NULL with errstr filled. Borrows c and h. */
+rd_kafka_t *kq_client_new(const struct kcfg *c, enum kq_role role, const struct kq_hooks *h,
+                          char *errstr, size_t errstr_size);
 
 /* Sets one property; on failure fills errstr and returns -1. */
 int kq_set(rd_kafka_conf_t *conf, const char *name, const char *value,

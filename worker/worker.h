@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "job.h"
+#include "../codecs/protocol.h"
 #include "config.h"
 
 /* Exit statuses of worker_run, for main to return. */

@@ -1,0 +1,570 @@
+/* intake.c - the intake stage (intake.h): the poll loop's round,
+ * decoding and routing, backpressure, the expiry timer, the rate cap, and
+ * the rebalance callback.
+ *
+ * Threads: the poll thread only; the rebalance callback runs inside
+ * rd_kafka_consumer_poll on it, so it sees a consistent view of the
+ * intake's state and of the offsets. Ownership: as intake.h says. */
+#include "intake.h"
+
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../batching/flow.h"
+#include "kq.h"
+#include "log.h"
+
+struct intake {
+    struct kq_ctx kq;          /* first: the consumer's opaque (kq.h) */
+    struct intake_conf c;
+    rd_kafka_t *consumer;
+    struct codec_limits lim;
+    size_t max_job_rows;
+    size_t row_bytes;          /* bytes of one input row of the widest model */
+    size_t inflight_rows;      /* taken from Kafka, not yet finished */
+    int64_t next_deadline_us;  /* the earliest deadline queued (INT64_MAX: none) */
+    double tokens;             /* rate cap: jobs that may be taken now */
+    int64_t tokens_at_us;
+    int paused;
+    int draining;
+    int pipeline_stopped;      /* executors and sink stopped: nothing more completes */
+    int n_assigned;
+};
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+static size_t job_weight(const struct job *j)
+{
+    return j->weight ? j->weight : 1;
+}
+
+/* Frees jobs the intake took back (finished or purged) and takes their
+ * rows off the in-flight count. */
+static void release(struct intake *in, struct job *list, int finished)
+{
+    while (list) {
+        struct job *next = list->next;
+        size_t w = job_weight(list);
+        in->inflight_rows -= w < in->inflight_rows ? w : in->inflight_rows;
+        if (finished && in->c.ranges) ranges_job_done(in->c.ranges, list->topic, list->partition);
+        job_free(list);
+        list = next;
+    }
+}
+
+void intake_collect(struct intake *in)
+{
+    release(in, offsets_collect(in->c.offsets, in->consumer), 1);
+}
+
+/* Finishes a job that will not run: encodes its error result and hands it
+ * to the sink. */
+static void answer_now(struct intake *in, struct job *j)
+{
+    if (!j->weight) j->weight = 1;
+    in->inflight_rows += j->weight;
+    if (job_encode(j, wall_ms()) < 0) {
+        /* Out of memory: stop (the supervisor restarts us; the job is not
+         * committed, so it runs again) rather than publish nothing. */
+        LOG_E("out_of_memory", "where=encode id=%s", j->req.id);
+        atomic_store(in->c.fatal, 1);
+    }
+    jobq_push(in->c.sink, j);
+}
+
+/* Copies what a dead letter needs from the record and queues it. */
+static void dead_letter(struct intake *in, struct job *j, const rd_kafka_message_t *m,
+                        const char *why)
+{
+    j->kind = JOB_DEAD;
+    j->err = PROTO_ERR_INVALID_INPUT;
+    snprintf(j->errmsg, sizeof(j->errmsg), "%s", why);
+    /* The record is copied, up to what the producer can publish: the
+     * original stays in its topic at the offset the headers name. */
+    size_t klen = m->key_len < 16384 ? m->key_len : 16384;
+    size_t vlen = m->len < in->c.max_record_bytes ? m->len : in->c.max_record_bytes;
+    j->truncated_from = vlen < m->len ? m->len : 0;
+    if (klen) {
+        j->raw_key = malloc(klen);
+        if (j->raw_key) memcpy(j->raw_key, m->key, klen);
+        j->raw_key_len = j->raw_key ? klen : 0;
+    }
+    if (vlen) {
+        j->raw_value = malloc(vlen);
+        if (j->raw_value) memcpy(j->raw_value, m->payload, vlen);
+        j->raw_value_len = j->raw_value ? vlen : 0;
+    }
+    /* Held bytes count against the in-flight bound like rows of input. */
+    j->weight = 1 + (klen + vlen) / in->row_bytes;
+    in->inflight_rows += j->weight;
+    LOG_W("dead_letter", "topic=%s partition=%" PRId32 " offset=%" PRId64 " error=\"%s\"",
+          j->topic, j->partition, j->offset, why);
+    jobq_push(in->c.sink, j);
+}
+
+/* The record's content-type header, NUL-terminated into buf, or NULL. */
+static const char *content_type(const rd_kafka_message_t *m, char *buf, size_t cap)
+{
+    rd_kafka_headers_t *hdrs = NULL;
+    const void *val;
+    size_t size;
+    if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR) return NULL;
+    if (rd_kafka_header_get_last(hdrs, "content-type", &val, &size) !=
+            RD_KAFKA_RESP_ERR_NO_ERROR ||
+        !val)
+        return NULL;
+    if (size >= cap) size = cap - 1;
+    memcpy(buf, val, size);
+    buf[size] = '\0';
+    return buf;
+}
+
+/* Takes one consumed record in: decode, route, queue. Every record becomes
+ * exactly one job that is tracked until both its acknowledgements. */
+static void take_record(struct intake *in, const rd_kafka_message_t *m)
+{
+    const struct kcfg *cfg = in->c.cfg;
+    const struct worker_opts *opts = in->c.opts;
+    struct job *j = job_new();
+    if (!j) {
+        LOG_E("out_of_memory", "where=take_record");
+        atomic_store(in->c.fatal, 1);
+        return;
+    }
+    snprintf(j->topic, sizeof(j->topic), "%s", rd_kafka_topic_name(m->rkt));
+    j->partition = m->partition;
+    j->offset = m->offset;
+    rd_kafka_timestamp_type_t tstype;
+    j->record_ts_ms = rd_kafka_message_timestamp(m, &tstype);
+    if (j->record_ts_ms < 0) j->record_ts_ms = wall_ms();
+    j->arrived_us = batcher_now_us();
+    if (offsets_track(in->c.offsets, j->topic, j->partition, j->offset) < 0) {
+        LOG_E("out_of_memory", "where=offtrack");
+        job_free(j);
+        atomic_store(in->c.fatal, 1);
+        return;
+    }
+    stats_consumed(in->c.stats);
+
+    char ctbuf[64], why[256];
+    const char *ct = content_type(m, ctbuf, sizeof(ctbuf));
+    enum codec_rc rc = codec_decode_job(m->payload, m->len, m->key, m->key_len, ct,
+                                        j->record_ts_ms, &in->lim, &j->req, why, sizeof(why));
+    if (rc == CODEC_DEAD) {
+        dead_letter(in, j, m, why);
+        return;
+    }
+    if (j->req.err != PROTO_OK) {
+        job_fail(j, j->req.err, "%s", j->req.errmsg);
+        answer_now(in, j);
+        return;
+    }
+    int idx = in->c.model_override >= 0 ? in->c.model_override
+              : j->req.model[0]          ? -1
+                                         : in->c.default_model;
+    for (size_t i = 0; idx < 0 && i < in->c.n_models; i++)
+        if (strcmp(model_name(in->c.models[i]), j->req.model) == 0) idx = (int)i;
+    if (idx < 0) {
+        job_fail(j, PROTO_ERR_UNKNOWN_MODEL, "no model named '%s' on this worker",
+                 j->req.model);
+        answer_now(in, j);
+        return;
+    }
+    j->model_idx = idx;
+    j->model_name = model_name(in->c.models[idx]);
+    size_t width = model_input_width(in->c.models[idx]);
+    if (j->req.n_input % width != 0) {
+        job_fail(j, PROTO_ERR_INVALID_INPUT,
+                 "field input: %zu values is not a multiple of the model's "
+                 "input width %zu", j->req.n_input, width);
+        answer_now(in, j);
+        return;
+    }
+    size_t rows = j->req.n_input / width;
+    if (rows > in->max_job_rows) {
+        job_fail(j, PROTO_ERR_INVALID_INPUT,
+                 "field input: %zu rows exceeds batching.max_job_rows %zu", rows,
+                 in->max_job_rows);
+        answer_now(in, j);
+        return;
+    }
+    /* The configured default timeout bounds every job; a job's own
+     * deadline may only make it earlier. */
+    int64_t now_ms = wall_ms();
+    j->deadline_ms = opts->ignore_deadlines ? 0 : j->req.deadline_ms;
+    if (cfg->batching.default_timeout_ms > 0 && !opts->ignore_deadlines) {
+        int64_t d = j->record_ts_ms + cfg->batching.default_timeout_ms;
+        if (!j->deadline_ms || d < j->deadline_ms) j->deadline_ms = d;
+    }
+    if (j->deadline_ms && j->deadline_ms <= now_ms) {
+        job_fail(j, PROTO_ERR_DEADLINE_EXCEEDED, "deadline passed before the job was queued");
+        answer_now(in, j);
+        return;
+    }
+    if (j->deadline_ms) j->deadline_us = j->arrived_us + (j->deadline_ms - now_ms) * 1000;
+    j->rows = rows;
+    j->weight = rows;
+    in->inflight_rows += rows;
+    j->priority = opts->priority >= 0 ? opts->priority : j->req.priority;
+    if (j->priority < 0) j->priority = cfg_topic_priority(cfg, j->topic);
+    if (j->deadline_us && j->deadline_us < in->next_deadline_us)
+        in->next_deadline_us = j->deadline_us;
+    batcher_push(in->c.batcher, j);
+}
+
+/* The expiry timer: answers deadline_exceeded for every queued job whose
+ * deadline has passed (they never run) and moves the timer to the
+ * earliest deadline still queued. */
+static void expire(struct intake *in, int64_t now)
+{
+    struct job *j = batcher_expire(in->c.batcher, now, &in->next_deadline_us);
+    while (j) {
+        struct job *following = j->next;
+        j->next = NULL;
+        j->queued_ms = (double)(now - j->arrived_us) / 1000.0;
+        job_fail(j, PROTO_ERR_DEADLINE_EXCEEDED, "deadline passed after %.1f ms in the queue",
+                 j->queued_ms);
+        answer_now(in, j);
+        j = following;
+    }
+}
+
+/* librdkafka 2.0.2 wakes no fetcher when a partition is resumed: it starts
+ * fetching on its broker thread's next wake-up, up to a second later, and
+ * the worker idles meanwhile (docs/batching.md, "The cost of a pause"). A
+ * seek wakes it at once. Each resumed partition is sought to the offset
+ * after the last record taken from it, which is where the resume would
+ * fetch from anyway, so nothing is skipped or read twice.
+ *
+ * Only partitions that delivered a record since they were assigned are
+ * sought: their fetcher has started, and the offset is theirs (the tracker
+ * forgets a partition on revoke). A seek librdkafka refuses would still
+ * have raised the partition's version barrier and left every record it
+ * fetches afterwards discarded as outdated, so a refused or unanswered
+ * seek is followed by a pause and a resume of the same partitions, which
+ * bring the barrier and the fetcher back in step. */
+enum { RESUME_SEEK_TIMEOUT_MS = 1000 };
+
+static void restart_fetch(struct intake *in, const rd_kafka_topic_partition_list_t *a)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(a->cnt);
+    for (int i = 0; i < a->cnt; i++) {
+        int64_t next = offsets_next(in->c.offsets, a->elems[i].topic, a->elems[i].partition);
+        if (next >= 0)
+            rd_kafka_topic_partition_list_add(l, a->elems[i].topic, a->elems[i].partition)
+                ->offset = next;
+    }
+    if (l->cnt > 0) {
+        /* Synchronous: librdkafka's own thread handles the seek, no broker
+         * round trip is involved. */
+        rd_kafka_error_t *e = rd_kafka_seek_partitions(in->consumer, l, RESUME_SEEK_TIMEOUT_MS);
+        rd_kafka_topic_partition_list_t *bad = rd_kafka_topic_partition_list_new(l->cnt);
+        const char *why = e ? rd_kafka_error_string(e) : NULL;
+        for (int i = 0; i < l->cnt; i++) {
+            if (!e && !l->elems[i].err) continue;
+            rd_kafka_topic_partition_list_add(bad, l->elems[i].topic, l->elems[i].partition);
+            if (!why) why = rd_kafka_err2str(l->elems[i].err);
+        }
+        if (bad->cnt > 0) {
+            LOG_W("resume_seek_failed", "partitions=%d first=%s[%d] error=\"%s\" note=\"paused "
+                  "and resumed again\"", bad->cnt, bad->elems[0].topic, bad->elems[0].partition,
+                  why);
+            rd_kafka_pause_partitions(in->consumer, bad);
+            rd_kafka_resume_partitions(in->consumer, bad);
+        }
+        if (e) rd_kafka_error_destroy(e);
+        rd_kafka_topic_partition_list_destroy(bad);
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+/* Pauses or resumes every assigned partition around the high and low
+ * marks, so the backlog stays in Kafka and memory stays bounded. */
+static void backpressure(struct intake *in)
+{
+    /* High marks: the queue holds max_queued_rows, or everything taken in
+     * (queued, running, being written) reaches that plus a full batch per
+     * in-flight slot. */
+    const struct kcfg *c = in->c.cfg;
+    struct flow_marks marks = {
+        .queued_high = (size_t)c->batching.max_queued_rows,
+        .taken_high = (size_t)c->batching.max_queued_rows +
+                      (size_t)c->batching.max_inflight_batches *
+                          (size_t)c->batching.max_batch_rows};
+    size_t queued = batcher_queued_rows(in->c.batcher);
+    int want = in->draining || flow_should_pause(&marks, in->paused, queued, in->inflight_rows);
+    if (want == in->paused) return;
+    rd_kafka_topic_partition_list_t *a = NULL;
+    if (rd_kafka_assignment(in->consumer, &a) != RD_KAFKA_RESP_ERR_NO_ERROR) return;
+    if (in->c.ranges) ranges_keep_unfinished(in->c.ranges, a); /* the others stay paused */
+    if (want) {
+        rd_kafka_pause_partitions(in->consumer, a);
+    } else {
+        rd_kafka_resume_partitions(in->consumer, a);
+        if (c->kafka.resume_seek) restart_fetch(in, a);
+    }
+    LOG_D(want ? "paused" : "resumed", "partitions=%d queued_rows=%zu inflight_rows=%zu",
+          a->cnt, queued, in->inflight_rows);
+    rd_kafka_topic_partition_list_destroy(a);
+    in->paused = want;
+}
+
+/* Partitions are being taken away. Queued jobs of theirs are dropped (the
+ * next owner reads them again from the committed offset); jobs already
+ * running get revoke_timeout_ms to finish; then the offsets are committed
+ * synchronously (docs/reliability.md, rule 5). On a lost assignment
+ * nothing is committed: another member may own the partitions already. */
+static void on_revoke(struct intake *in, rd_kafka_topic_partition_list_t *parts, int lost)
+{
+    size_t *purged = calloc((size_t)parts->cnt + 1, sizeof(size_t));
+    for (int i = 0; i < parts->cnt; i++) {
+        struct job *j = batcher_purge(in->c.batcher, parts->elems[i].topic,
+                                      parts->elems[i].partition);
+        for (struct job *k = j; k && purged; k = k->next) purged[i]++;
+        release(in, j, 0);
+    }
+    if (!lost) {
+        /* Once the executors and sink have stopped (the close at the end of
+         * a drain) nothing more can finish: don't wait for it. */
+        int64_t budget_ms = in->pipeline_stopped ? 0 : in->c.cfg->kafka.revoke_timeout_ms;
+        int64_t give_up = batcher_now_us() + budget_ms * 1000;
+        for (;;) {
+            intake_collect(in);
+            int busy = 0;
+            for (int i = 0; i < parts->cnt && !busy; i++)
+                busy = offsets_pending(in->c.offsets, parts->elems[i].topic,
+                                       parts->elems[i].partition) > (purged ? purged[i] : 0);
+            if (!busy) break;
+            if (batcher_now_us() >= give_up) {
+                if (budget_ms)
+                    LOG_W("revoke_timeout", "partitions=%d timeout_ms=%d", parts->cnt,
+                          in->c.cfg->kafka.revoke_timeout_ms);
+                break;
+            }
+            stats_alive(in->c.stats, STATS_LOOP_POLL);
+            sleep_ms(2);
+        }
+        offsets_commit(in->consumer, "revoke");
+    }
+    for (int i = 0; i < parts->cnt; i++)
+        offsets_drop(in->c.offsets, parts->elems[i].topic, parts->elems[i].partition);
+    free(purged);
+    LOG_I(lost ? "partitions_lost" : "partitions_revoked", "count=%d", parts->cnt);
+}
+
+/* Unassigns what was revoked (or everything, with an eager assignor). */
+static void unassign(rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts, int coop)
+{
+    if (coop) {
+        rd_kafka_error_t *e = rd_kafka_incremental_unassign(rk, parts);
+        if (e) rd_kafka_error_destroy(e);
+    } else {
+        rd_kafka_assign(rk, NULL);
+    }
+}
+
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+    struct intake *in = opaque;
+    int coop = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        rd_kafka_error_t *e = NULL;
+        if (coop) e = rd_kafka_incremental_assign(rk, parts);
+        else rd_kafka_assign(rk, parts);
+        if (e) {
+            LOG_E("assign_failed", "error=\"%s\"", rd_kafka_error_string(e));
+            rd_kafka_error_destroy(e);
+        }
+        /* librdkafka keeps a partition's application pause through revoke
+         * and re-assign: a partition paused by backpressure before a
+         * rebalance would stay paused for good unless resumed here. */
+        if (in->paused) rd_kafka_pause_partitions(rk, parts);
+        else rd_kafka_resume_partitions(rk, parts);
+        LOG_I("partitions_assigned", "count=%d protocol=%s", parts->cnt,
+              coop ? "cooperative" : "eager");
+    } else if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
+        on_revoke(in, parts, rd_kafka_assignment_lost(rk));
+        unassign(rk, parts, coop);
+    } else {
+        /* Treated as a lost assignment: commit nothing, let everything go. */
+        LOG_E("rebalance_error", "error=\"%s\"", rd_kafka_err2str(err));
+        on_revoke(in, parts, 1);
+        unassign(rk, parts, coop);
+    }
+    rd_kafka_topic_partition_list_t *a = NULL;
+    if (rd_kafka_assignment(rk, &a) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        in->n_assigned = a->cnt;
+        rd_kafka_topic_partition_list_destroy(a);
+    }
+}
+
+/* The rate cap (replay's --rate): a token bucket holding at most a
+ * second's worth. Returns 1 if a record may be taken now. */
+static int take_allowed(struct intake *in, int64_t now)
+{
+    double rate = in->c.opts->rate;
+    if (rate <= 0) return 1;
+    in->tokens += (double)(now - in->tokens_at_us) / 1e6 * rate;
+    in->tokens_at_us = now;
+    if (in->tokens > rate) in->tokens = rate;
+    if (in->tokens < -1) in->tokens = -1;
+    return in->tokens >= 1;
+}
+
+void intake_poll(struct intake *in)
+{
+    intake_collect(in);
+    int64_t now = batcher_now_us();
+    if (in->next_deadline_us <= now) expire(in, now);
+    backpressure(in);
+    if (!take_allowed(in, now)) {
+        sleep_ms(1);
+        return;
+    }
+    /* Poll no longer than until the next queued deadline: the expiry
+     * timer of jobs waiting in the queue, executors busy or not. */
+    int64_t wait_us = in->next_deadline_us - now;
+    int wait_ms = wait_us >= 20000 ? 20 : wait_us <= 0 ? 0 : (int)((wait_us + 999) / 1000);
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(in->consumer, wait_ms);
+    if (!m) return;
+    if (m->err) {
+        if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+            LOG_W("consume_error", "error=\"%s\"", rd_kafka_message_errstr(m));
+    } else if (!in->c.ranges || ranges_admit(in->c.ranges, in->consumer, m)) {
+        take_record(in, m);
+        in->tokens -= 1;
+    }
+    rd_kafka_message_destroy(m);
+}
+
+size_t intake_drain(struct intake *in, int timeout_ms)
+{
+    in->draining = 1;
+    backpressure(in);
+    batcher_close(in->c.batcher);
+    int64_t give_up = batcher_now_us() + (int64_t)timeout_ms * 1000;
+    size_t left;
+    while ((left = offsets_pending_total(in->c.offsets)) > 0 && batcher_now_us() < give_up &&
+           !atomic_load(in->c.fatal)) {
+        /* Keep serving the group (and rebalances) while draining; records
+         * still buffered for paused partitions are not taken. */
+        stats_alive(in->c.stats, STATS_LOOP_POLL);
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(in->consumer, 5);
+        if (m) rd_kafka_message_destroy(m);
+        intake_collect(in);
+    }
+    return left;
+}
+
+size_t intake_pending(const struct intake *in)
+{
+    return offsets_pending_total(in->c.offsets);
+}
+
+void intake_pipeline_stopped(struct intake *in)
+{
+    in->pipeline_stopped = 1;
+}
+
+int intake_ranges_done(struct intake *in)
+{
+    return in->c.ranges && ranges_finished(in->c.ranges, in->consumer, in->c.offsets);
+}
+
+/* The widest model's row sets the codec's input bound and what a dead
+ * letter's bytes count for; then the consumer joins the group, or, with
+ * ranges, takes its partitions directly (no live group is joined or
+ * rebalanced). */
+struct intake *intake_new(const struct intake_conf *c, char *errstr, size_t errstr_size)
+{
+    struct intake *in = calloc(1, sizeof(*in));
+    if (!in) {
+        snprintf(errstr, errstr_size, "out of memory");
+        return NULL;
+    }
+    in->c = *c;
+    in->kq.stats = c->stats;
+    in->kq.fatal = c->fatal;
+    in->next_deadline_us = INT64_MAX;
+    in->tokens_at_us = batcher_now_us();
+    in->max_job_rows = (size_t)c->cfg->batching.max_job_rows;
+    size_t max_in = 0;
+    for (size_t i = 0; i < c->n_models; i++)
+        if (model_input_width(c->models[i]) > max_in) max_in = model_input_width(c->models[i]);
+    in->lim.max_payload_bytes = (size_t)c->cfg->worker.max_payload_bytes;
+    in->lim.max_input_floats = in->max_job_rows * max_in;
+    in->lim.max_depth = 32;
+    in->row_bytes = max_in * sizeof(float);
+
+    struct kq_hooks h = {.opaque = in, .group = c->opts->group, .rebalance_cb = rebalance_cb};
+    if (!(in->consumer = kq_client_new(c->cfg, KQ_CONSUMER, &h, errstr, errstr_size))) {
+        free(in);
+        return NULL;
+    }
+    rd_kafka_poll_set_consumer(in->consumer);
+    rd_kafka_resp_err_t err;
+    if (c->ranges) {
+        rd_kafka_topic_partition_list_t *l = ranges_assignment(c->ranges);
+        err = rd_kafka_assign(in->consumer, l);
+        rd_kafka_topic_partition_list_destroy(l);
+    } else {
+        rd_kafka_topic_partition_list_t *topics =
+            rd_kafka_topic_partition_list_new((int)c->cfg->kafka.n_topics);
+        for (size_t i = 0; i < c->cfg->kafka.n_topics; i++)
+            rd_kafka_topic_partition_list_add(topics, c->cfg->kafka.topics[i],
+                                              RD_KAFKA_PARTITION_UA);
+        err = rd_kafka_subscribe(in->consumer, topics);
+        rd_kafka_topic_partition_list_destroy(topics);
+    }
+    if (err) {
+        snprintf(errstr, errstr_size, "%s: %s", c->ranges ? "assign" : "subscribe",
+                 rd_kafka_err2str(err));
+        intake_destroy(in);
+        return NULL;
+    }
+    return in;
+}
+
+void intake_close(struct intake *in)
+{
+    offsets_commit(in->consumer, "shutdown");
+    rd_kafka_consumer_close(in->consumer);
+}
+
+void intake_destroy(struct intake *in)
+{
+    if (!in) return;
+    if (in->consumer) rd_kafka_destroy(in->consumer);
+    free(in);
+}
+
+size_t intake_inflight_rows(const struct intake *in)
+{
+    return in->inflight_rows;
+}
+
+int intake_assigned(const struct intake *in)
+{
+    return in->n_assigned;
+}
+
+int intake_paused(const struct intake *in)
+{
+    return in->paused;
+}

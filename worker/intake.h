@@ -1,0 +1,92 @@
+/* intake.h - the pipeline's first stage: owns the consumer. Each round it
+ * takes finished jobs back (offsets), answers queued jobs whose deadline
+ * passed, pauses or resumes fetching around the queue's high and low
+ * marks, and polls one record: decodes it, routes it to its model and
+ * queues it in the batcher, or answers it at once (invalid input, unknown
+ * model, deadline already passed), or dead-letters it. It also answers
+ * the group's rebalances (docs/reliability.md, rules 4 and 5).
+ *
+ * The intake never waits on the model or on Redis: overload pauses the
+ * assigned partitions while polling goes on, so what it has taken in is
+ * bounded by batching.max_queued_rows.
+ *
+ * Threads: the poll thread (the lifecycle's), which also runs the
+ * rebalance callback inside rd_kafka_consumer_poll. Ownership: a record
+ * becomes a job owned by the batcher (queued) or the sink's queue
+ * (answered); finished jobs come back through the offsets and are freed
+ * here. */
+#ifndef KINFER_INTAKE_H
+#define KINFER_INTAKE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "../batching/batcher.h"
+#include "../gpu/model.h"
+#include "../telemetry/stats.h"
+#include "config.h"
+#include "jobq.h"
+#include "offsets.h"
+#include "ranges.h"
+#include "worker.h"
+
+struct intake_conf {
+    const struct kcfg *cfg;        /* borrowed; outlives the stage */
+    const struct worker_opts *opts;/* group, priority, rate, deadlines */
+    struct model *const *models;   /* by model index, borrowed */
+    size_t n_models;
+    int default_model;             /* for jobs that name none */
+    int model_override;            /* every job runs on this model; -1 = as asked */
+    struct batcher *batcher;       /* where routed jobs queue */
+    struct jobq *sink;             /* where early answers and dead letters go */
+    struct offsets *offsets;       /* every record taken is tracked there */
+    struct ranges *ranges;         /* bounded ranges (assign mode); NULL = the group */
+    struct stats *stats;
+    atomic_int *fatal;             /* set when the process must stop */
+    size_t max_record_bytes;       /* a dead letter's bytes are cut to this */
+};
+
+struct intake;
+
+/* Makes the consumer and subscribes to kafka.topics (or assigns the
+ * ranges). Returns the stage, or NULL with errstr filled. */
+struct intake *intake_new(const struct intake_conf *c, char *errstr, size_t errstr_size);
+
+/* One round of the poll loop (see above); waits in the consumer at most
+ * 20 ms, less when a queued deadline is nearer. */
+void intake_poll(struct intake *in);
+
+/* Takes finished jobs back: their offsets are stored, their rows leave
+ * the in-flight count. */
+void intake_collect(struct intake *in);
+
+/* After a stop request: stops fetching and taking records, closes the
+ * batcher so everything queued runs, and keeps serving the group while
+ * what was taken in finishes, for at most timeout_ms (or until *fatal).
+ * Returns the number of jobs left unfinished (their offsets stay
+ * uncommitted: the next owner runs them). */
+size_t intake_drain(struct intake *in, int timeout_ms);
+
+/* Records taken and not finished. */
+size_t intake_pending(const struct intake *in);
+
+/* The executors and the sink have stopped: nothing more can finish, so a
+ * rebalance from now on commits without waiting. */
+void intake_pipeline_stopped(struct intake *in);
+
+/* Whether the bounded ranges are all done (never, without ranges). */
+int intake_ranges_done(struct intake *in);
+
+/* Commits synchronously and closes the consumer (leaving the group). */
+void intake_close(struct intake *in);
+
+/* Frees in and its consumer. Accepts NULL. */
+void intake_destroy(struct intake *in);
+
+/* For the gauges: rows taken in and not finished, partitions assigned,
+ * and whether fetching is paused. */
+size_t intake_inflight_rows(const struct intake *in);
+int intake_assigned(const struct intake *in);
+int intake_paused(const struct intake *in);
+
+#endif

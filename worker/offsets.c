@@ -1,0 +1,92 @@
+/* offsets.c - the offsets stage (offsets.h): a thin layer over the
+ * watermark tracker that talks to the consumer.
+ *
+ * Threads: the poll thread only. */
+#include "offsets.h"
+
+#include <stdlib.h>
+
+#include "log.h"
+#include "offtrack.h"
+
+struct offsets {
+    struct offtrack *ot;
+    struct jobq *done;
+};
+
+struct offsets *offsets_new(struct jobq *done)
+{
+    struct offsets *o = calloc(1, sizeof(*o));
+    if (!o) return NULL;
+    o->done = done;
+    if (!(o->ot = offtrack_new())) {
+        free(o);
+        return NULL;
+    }
+    return o;
+}
+
+void offsets_destroy(struct offsets *o)
+{
+    if (!o) return;
+    offtrack_destroy(o->ot);
+    free(o);
+}
+
+int offsets_track(struct offsets *o, const char *topic, int32_t partition, int64_t offset)
+{
+    return offtrack_add(o->ot, topic, partition, offset);
+}
+
+/* A partition revoked meanwhile refuses its store with _STATE: nothing to
+ * do about it, the next owner reads from the committed offset. */
+static void store(rd_kafka_t *rk, rd_kafka_topic_partition_list_t *l)
+{
+    if (l->cnt == 0) return;
+    rd_kafka_resp_err_t err = rd_kafka_offsets_store(rk, l);
+    if (err) LOG_D("offsets_store", "error=\"%s\"", rd_kafka_err2str(err));
+}
+
+struct job *offsets_collect(struct offsets *o, rd_kafka_t *rk)
+{
+    struct job *list = jobq_take(o->done, 0);
+    if (!list) return NULL;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
+    for (struct job *j = list; j; j = j->next) {
+        int64_t off;
+        if (offtrack_done(o->ot, j->topic, j->partition, j->offset, &off) != 1) continue;
+        rd_kafka_topic_partition_t *p = rd_kafka_topic_partition_list_find(l, j->topic, j->partition);
+        if (!p) p = rd_kafka_topic_partition_list_add(l, j->topic, j->partition);
+        p->offset = off;
+    }
+    store(rk, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    return list;
+}
+
+size_t offsets_pending(const struct offsets *o, const char *topic, int32_t partition)
+{
+    return offtrack_pending(o->ot, topic, partition);
+}
+
+size_t offsets_pending_total(const struct offsets *o)
+{
+    return offtrack_pending_total(o->ot);
+}
+
+int64_t offsets_next(const struct offsets *o, const char *topic, int32_t partition)
+{
+    return offtrack_next(o->ot, topic, partition);
+}
+
+void offsets_drop(struct offsets *o, const char *topic, int32_t partition)
+{
+    offtrack_drop(o->ot, topic, partition);
+}
+
+void offsets_commit(rd_kafka_t *rk, const char *when)
+{
+    rd_kafka_resp_err_t err = rd_kafka_commit(rk, NULL, 0);
+    if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+        LOG_W("commit_failed", "when=%s error=\"%s\"", when, rd_kafka_err2str(err));
+}

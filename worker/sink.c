@@ -1,0 +1,322 @@
+/* sink.c - the sink stage (sink.h): the sink thread takes what the
+ * executors and the intake finished, produces each job's record (the
+ * result, or the original record as a dead letter) and writes the
+ * batch's results to Redis in one pipelined round trip; the producer's
+ * delivery reports and Redis's answers are the two acknowledgements, and
+ * a job with both goes to the done queue.
+ *
+ * Threads: the sink thread owns the retry and stranded lists and the Redis
+ * writer; the delivery report callback runs on it too (rd_kafka_poll), or
+ * on the lifecycle's thread in sink_flush once the sink thread has
+ * stopped, never on both at once. Ownership: a job in flight is the
+ * producer's opaque until its report; the sink keeps nothing else. */
+#include "sink.h"
+
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../batching/batcher.h"
+#include "kq.h"
+#include "log.h"
+#include "rsink.h"
+
+struct sink {
+    struct kq_ctx kq;            /* first: the producer's opaque (kq.h) */
+    struct sink_conf c;
+    rd_kafka_t *producer;
+    struct rsink *rsink;
+    size_t max_record_bytes;
+    struct job *retry;           /* deliveries to try again */
+    int64_t retry_at_us;
+    struct job *stranded;        /* Redis gave up at stop: freed after the producer,
+                                    which may still hold them */
+    pthread_t thr;
+    int started;
+    atomic_int stop;
+};
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One acknowledgement arrived; the last one makes the job done. */
+static void ack(struct sink *s, struct job *j)
+{
+    if (--j->acks_pending == 0) {
+        j->next = NULL;
+        job_report(j, s->c.stats, wall_ms());
+        jobq_push(s->c.done, j);
+    }
+}
+
+/* Delivery report, served by rd_kafka_poll on the sink thread (or by the
+ * final flush after the sink thread has stopped). */
+static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    struct sink *s = opaque;
+    struct job *j = m->_private;
+    if (j->stranded) return; /* owned by the stranded list now */
+    if (m->err) {
+        stats_produce_error(s->c.stats);
+        LOG_W("produce_failed", "id=%s error=\"%s\" attempt=%d", j->req.id,
+              rd_kafka_err2str(m->err), j->produce_attempts);
+        j->next = s->retry;
+        s->retry = j;
+        return;
+    }
+    ack(s, j);
+}
+
+/* Produces one job's record: the result to the reply topic, or the original
+ * record to the dead-letter topic. The job's bytes stay alive until its
+ * delivery report, so nothing is copied. */
+static rd_kafka_resp_err_t produce(struct sink *s, struct job *j)
+{
+    j->produce_attempts++;
+    if (j->kind == JOB_RESULT) {
+        const char *ct = codec_content_type(j->req.enc);
+        return rd_kafka_producev(
+            s->producer, RD_KAFKA_V_TOPIC(s->c.reply_topic),
+            RD_KAFKA_V_KEY(j->req.id, strlen(j->req.id)),
+            RD_KAFKA_V_VALUE(j->body, j->body_len),
+            RD_KAFKA_V_HEADER("content-type", ct, (ssize_t)strlen(ct)),
+            RD_KAFKA_V_OPAQUE(j), RD_KAFKA_V_END);
+    }
+    char part[16], off[24];
+    snprintf(part, sizeof(part), "%" PRId32, j->partition);
+    snprintf(off, sizeof(off), "%" PRId64, j->offset);
+    rd_kafka_headers_t *h = rd_kafka_headers_new(5);
+    rd_kafka_header_add(h, "x-error-code", -1, proto_err_name(j->err), -1);
+    rd_kafka_header_add(h, "x-error", -1, j->errmsg, -1);
+    rd_kafka_header_add(h, "x-source-topic", -1, j->topic, -1);
+    rd_kafka_header_add(h, "x-source-partition", -1, part, -1);
+    rd_kafka_header_add(h, "x-source-offset", -1, off, -1);
+    if (j->truncated_from) {
+        char orig[24];
+        snprintf(orig, sizeof(orig), "%zu", j->truncated_from);
+        rd_kafka_header_add(h, "x-truncated-from", -1, orig, -1);
+    }
+    rd_kafka_resp_err_t err = rd_kafka_producev(
+        s->producer, RD_KAFKA_V_TOPIC(s->c.cfg->kafka.dlq_topic),
+        RD_KAFKA_V_KEY(j->raw_key, j->raw_key_len),
+        RD_KAFKA_V_VALUE(j->raw_value, j->raw_value_len), RD_KAFKA_V_HEADERS(h),
+        RD_KAFKA_V_OPAQUE(j), RD_KAFKA_V_END);
+    if (err) rd_kafka_headers_destroy(h); /* not taken on failure */
+    return err;
+}
+
+/* Produces until librdkafka takes the record, serving delivery reports
+ * while its queue is full; on a hard error the job goes to the retry list. */
+static void produce_or_retry(struct sink *s, struct job *j)
+{
+    for (;;) {
+        rd_kafka_resp_err_t err = produce(s, j);
+        if (!err) return;
+        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && !atomic_load(&s->stop)) {
+            rd_kafka_poll(s->producer, 10);
+            continue;
+        }
+        stats_produce_error(s->c.stats);
+        LOG_W("produce_failed", "id=%s error=\"%s\"", j->req.id, rd_kafka_err2str(err));
+        j->next = s->retry;
+        s->retry = j;
+        return;
+    }
+}
+
+/* rsink's hook while it retries Redis: the sink thread is waiting on an
+ * outage, not hung (an outage shows on /readyz, not /healthz). */
+static void sink_alive(void *ctx)
+{
+    struct sink *s = ctx;
+    stats_alive(s->c.stats, STATS_LOOP_SINK);
+}
+
+/* One round: take everything queued, produce each record, write the
+ * results to Redis in one round trip, acknowledge, serve delivery reports
+ * and retry failed deliveries after a pause. */
+static void *sink_main(void *arg)
+{
+    struct sink *s = arg;
+    size_t cap = 0;
+    struct job **results = NULL;
+    while (!atomic_load(&s->stop)) {
+        stats_alive(s->c.stats, STATS_LOOP_SINK);
+        struct job *list = jobq_take(s->c.in, 5);
+        size_t n = 0;
+        for (struct job *j = list; j; j = j->next) n++;
+        if (n > cap) {
+            struct job **r = realloc(results, n * sizeof(*r));
+            if (!r) {
+                LOG_E("out_of_memory", "where=sink");
+                atomic_store(s->c.fatal, 1);
+                jobq_push(s->c.in, list);
+                break;
+            }
+            results = r;
+            cap = n;
+        }
+        size_t nr = 0;
+        unsigned batch_ends = 0;
+        for (struct job *j = list, *next; j; j = next) {
+            next = j->next;
+            j->next = NULL;
+            int to_redis = j->kind == JOB_RESULT && s->c.redis != WORKER_REDIS_OFF;
+            j->acks_pending = to_redis ? 2 : 1;
+            if (to_redis) results[nr++] = j;
+            batch_ends += (unsigned)j->batch_last;
+            produce_or_retry(s, j); /* may complete j: not touched after */
+        }
+        /* One pipelined round trip for the whole batch. */
+        int rrc = nr ? rsink_set_batch(s->rsink, results, nr, &s->stop) : 0;
+        if (rrc == -2) {
+            LOG_E("out_of_memory", "where=redis_sink");
+            atomic_store(s->c.fatal, 1);
+        }
+        /* The batches are written out (delivery reports may still be on
+         * their way): their in-flight slots free up. */
+        jobq_written(s->c.in, batch_ends);
+        if (nr && rrc == 0) {
+            for (size_t i = 0; i < nr; i++) ack(s, results[i]);
+        } else if (nr) {
+            /* Stopping with Redis unreachable: these stay uncommitted. The
+             * delivery report may still arrive, so the job stays alive
+             * until the producer is gone and is never counted done. */
+            for (size_t i = 0; i < nr; i++) {
+                results[i]->stranded = 1;
+                results[i]->stranded_next = s->stranded;
+                s->stranded = results[i];
+            }
+        }
+        rd_kafka_poll(s->producer, 0);
+        /* Deliveries that failed (after librdkafka's own retries) go again
+         * after a pause: their offsets stay uncommitted meanwhile. */
+        int64_t now = batcher_now_us();
+        if (s->retry && now >= s->retry_at_us) {
+            struct job *r = s->retry;
+            s->retry = NULL;
+            s->retry_at_us = now + 500000;
+            while (r) {
+                struct job *next = r->next;
+                produce_or_retry(s, r);
+                r = next;
+            }
+        }
+    }
+    stats_loop_stop(s->c.stats, STATS_LOOP_SINK);
+    free(results);
+    return NULL;
+}
+
+/* What the producer refuses can never be published: results and dead
+ * letters are kept below its message.max.bytes, less room for key,
+ * headers and framing. */
+static size_t max_record_bytes(rd_kafka_t *producer)
+{
+    char mmb[32];
+    size_t mmb_len = sizeof(mmb), max = 1000000;
+    if (rd_kafka_conf_get(rd_kafka_conf(producer), "message.max.bytes", mmb, &mmb_len) ==
+        RD_KAFKA_CONF_OK)
+        max = (size_t)strtoull(mmb, NULL, 10);
+    return max > 8192 ? max - 4096 : 4096;
+}
+
+struct sink *sink_new(const struct sink_conf *c, char *errstr, size_t errstr_size)
+{
+    struct sink *s = calloc(1, sizeof(*s));
+    if (!s) {
+        snprintf(errstr, errstr_size, "out of memory");
+        return NULL;
+    }
+    s->c = *c;
+    s->kq.stats = c->stats;
+    s->kq.fatal = c->fatal;
+    const struct kcfg *k = c->cfg;
+    struct rsink_conf rc = {.host = k->redis.host, .port = k->redis.port,
+                            .password = k->redis.password, .db = k->redis.db,
+                            .key_prefix = k->redis.key_prefix, .ttl_ms = k->redis.ttl_ms,
+                            .timeout_ms = k->redis.timeout_ms,
+                            .publish_channel = k->redis.publish_channel,
+                            .if_absent = c->redis == WORKER_REDIS_IF_ABSENT,
+                            .alive = sink_alive, .alive_ctx = s,
+                            .attempt_prefix = k->worker.max_attempts > 0
+                                                  ? k->worker.attempt_prefix : NULL};
+    if (!(s->rsink = rsink_new(&rc))) {
+        snprintf(errstr, errstr_size, "out of memory");
+        goto fail;
+    }
+    struct kq_hooks h = {.opaque = s, .dr_msg_cb = dr_cb};
+    if (!(s->producer = kq_client_new(k, KQ_PRODUCER, &h, errstr, errstr_size))) goto fail;
+    s->max_record_bytes = max_record_bytes(s->producer);
+    return s;
+fail:
+    sink_destroy(s);
+    return NULL;
+}
+
+size_t sink_max_record_bytes(const struct sink *s)
+{
+    return s->max_record_bytes;
+}
+
+int sink_redis_ping(struct sink *s)
+{
+    return rsink_ping(s->rsink);
+}
+
+uint64_t sink_redis_errors(const struct sink *s)
+{
+    return rsink_errors(s->rsink);
+}
+
+int sink_start(struct sink *s)
+{
+    if (pthread_create(&s->thr, NULL, sink_main, s) != 0) return -1;
+    s->started = 1;
+    return 0;
+}
+
+void sink_stop(struct sink *s)
+{
+    atomic_store(&s->stop, 1);
+    if (s->started) pthread_join(s->thr, NULL);
+    s->started = 0;
+    jobq_close(s->c.in);
+}
+
+void sink_flush(struct sink *s, int timeout_ms)
+{
+    rd_kafka_flush(s->producer, timeout_ms);
+}
+
+/* Purged deliveries land on the retry list; a stranded job may be on it
+ * too, so it is freed once, from the stranded list. */
+void sink_destroy(struct sink *s)
+{
+    if (!s) return;
+    if (s->started) sink_stop(s);
+    if (s->producer) {
+        rd_kafka_purge(s->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_poll(s->producer, 0);
+        rd_kafka_destroy(s->producer);
+    }
+    for (struct job *j = s->retry, *next; j; j = next) {
+        next = j->next;
+        if (!j->stranded) job_free(j);
+    }
+    for (struct job *j = s->stranded, *next; j; j = next) {
+        next = j->stranded_next;
+        job_free(j);
+    }
+    rsink_destroy(s->rsink);
+    free(s);
+}
