@@ -63,9 +63,16 @@ ifneq ($(NVCC),)
 GPU_SRCS  += gpu/backend_cuda.c
 CU_SRCS   := $(wildcard gpu/*.cu)
 CU_OBJS   := $(CU_SRCS:%.cu=$(B)/%.cu.o)
-LDLIBS    += $(CUDART_A) -ldl -lrt
-NVFLAGS   := -O2 -std=c++17 -Xcompiler -Wall,-fPIC
-$(B)/gpu/backend_cuda.o: CFLAGS += -I$(CUDA_HOME)/include
+CUDA_LIBDIR := $(firstword $(dir $(CUDART_A)))
+# cuBLASLt is loaded when the CUDA backend opens (dlopen), found through
+# the loader's path or this run path; a CPU-only run never loads it.
+LDLIBS    += -Wl,-rpath,$(CUDA_LIBDIR) $(CUDART_A) -lstdc++ -ldl -lrt
+# Machine code for Ampere (sm_80) and Hopper (sm_90), and PTX the driver
+# can compile for anything from Turing (7.5, the oldest CUDA 13 supports).
+CUDA_ARCHS ?= -gencode arch=compute_75,code=compute_75 -gencode arch=compute_80,code=sm_80 \
+              -gencode arch=compute_90,code=sm_90
+NVFLAGS   := -O2 -std=c++17 $(CUDA_ARCHS) -Xcompiler -Wall,-Wextra,-fPIC
+$(B)/gpu/backend_cuda.o: CFLAGS += -isystem $(CUDA_HOME)/include
 else
 GPU_SRCS  += gpu/cuda_stub.c
 endif
@@ -81,7 +88,7 @@ TESTS     := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 FAULT_SRCS := $(wildcard tests/faults_*.c)
 FAULT_TESTS := $(FAULT_SRCS:tests/%.c=$(B)/tests/%)
 
-.PHONY: all deps test test-faults demo fuzz clean
+.PHONY: all deps test test-faults test-gpu demo fuzz clean
 all: $(B)/kinfer
 
 $(B)/kinfer: $(B)/cmd/main.o $(LIB_OBJS) $(CU_OBJS)
@@ -117,6 +124,12 @@ test: deps
 test-faults: deps
 	$(MAKE) $(B)/kinfer $(FAULT_TESTS)
 	KINFER_BIN=$(B)/kinfer tests/run.sh $(FAULT_TESTS)
+
+# The CUDA backend's tests alone (make test runs them too; without a
+# device they print "skipped: no CUDA device").
+test-gpu: deps
+	$(MAKE) $(B)/kinfer $(B)/tests/test_gpu $(B)/tests/test_gpu_plan
+	KINFER_BIN=$(B)/kinfer tests/run.sh $(B)/tests/test_gpu_plan $(B)/tests/test_gpu
 
 demo: deps
 	$(MAKE) all

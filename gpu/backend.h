@@ -79,6 +79,16 @@ struct backend_ops {
      * for good. */
     int (*forward)(void *ws, const float *in, size_t rows, const float **out, char *errstr,
                    size_t errstr_size);
+    /* Arms ws so its next forward fails as a dead device would. */
+    void (*inject_fault)(void *ws);
+
+    /* What the runtime reports about itself: executors when
+     * batching.executors is 0, the precision, the devices and their
+     * counters (-1 for a device that does not exist). */
+    size_t (*executors)(void *be);
+    const char *(*precision)(void *be);
+    size_t (*devices)(void *be);
+    int (*device_stats)(void *be, size_t dev, struct model_device_stats *out);
 };
 
 /* The backends of this build. backend_cuda is the stub of cuda_stub.c

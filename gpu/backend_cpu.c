@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* One layer with its weights as float32. */
 struct cpu_layer {
@@ -39,6 +40,7 @@ struct cpu_model {
 struct cpu_ws {
     const struct cpu_model *m;
     size_t max_rows;
+    int fault;      /* armed by inject_fault: the next forward fails */
     float *input;   /* max_rows * in_w: where callers may pack a batch */
     float *buf[2];  /* max_rows * max_w each */
 };
@@ -257,9 +259,14 @@ static void cpu_l2norm_row(const float *x, float *y, size_t w)
 static int cpu_forward(void *wsp, const float *in, size_t rows, const float **out,
                        char *errstr, size_t errstr_size)
 {
-    (void)errstr;
-    (void)errstr_size;
     struct cpu_ws *ws = wsp;
+    if (ws->fault) {
+        /* The fault tests' stand-in for a dead device: what the worker
+         * does next (drop the batch, exit 2) is the same. */
+        ws->fault = 0;
+        snprintf(errstr, errstr_size, "injected device fault (debug.device_fault_id)");
+        return MODEL_EFATAL;
+    }
     const struct cpu_model *m = ws->m;
     float *cur = NULL; /* buffer holding the activations; NULL = still `in` */
     size_t w = m->in_w;
@@ -294,6 +301,40 @@ static int cpu_forward(void *wsp, const float *in, size_t rows, const float **ou
     return MODEL_OK;
 }
 
+static void cpu_inject_fault(void *wsp)
+{
+    ((struct cpu_ws *)wsp)->fault = 1;
+}
+
+/* One executor per online CPU: with one OpenBLAS thread each, that keeps
+ * every core busy on compute-bound models. */
+static size_t cpu_executors(void *be)
+{
+    (void)be;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (size_t)n;
+}
+
+static const char *cpu_precision(void *be)
+{
+    (void)be;
+    return "fp32";
+}
+
+static size_t cpu_devices(void *be)
+{
+    (void)be;
+    return 0;
+}
+
+static int cpu_device_stats(void *be, size_t dev, struct model_device_stats *out)
+{
+    (void)be;
+    (void)dev;
+    (void)out;
+    return -1;
+}
+
 const struct backend_ops backend_cpu = {
     .name = "cpu",
     .compiled_in = 1,
@@ -306,4 +347,9 @@ const struct backend_ops backend_cpu = {
     .ws_free = cpu_ws_free,
     .ws_input = cpu_ws_input,
     .forward = cpu_forward,
+    .inject_fault = cpu_inject_fault,
+    .executors = cpu_executors,
+    .precision = cpu_precision,
+    .devices = cpu_devices,
+    .device_stats = cpu_device_stats,
 };

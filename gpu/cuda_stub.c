@@ -80,6 +80,37 @@ static int stub_forward(void *ws, const float *in, size_t rows, const float **ou
     return MODEL_EINVAL;
 }
 
+static void stub_inject_fault(void *ws)
+{
+    (void)ws;
+}
+
+static size_t stub_executors(void *be)
+{
+    (void)be;
+    return 1;
+}
+
+static const char *stub_precision(void *be)
+{
+    (void)be;
+    return "none";
+}
+
+static size_t stub_devices(void *be)
+{
+    (void)be;
+    return 0;
+}
+
+static int stub_device_stats(void *be, size_t dev, struct model_device_stats *out)
+{
+    (void)be;
+    (void)dev;
+    (void)out;
+    return -1;
+}
+
 const struct backend_ops backend_cuda = {
     .name = "cuda",
     .compiled_in = 0,
@@ -92,4 +123,9 @@ const struct backend_ops backend_cuda = {
     .ws_free = stub_ws_free,
     .ws_input = stub_ws_input,
     .forward = stub_forward,
+    .inject_fault = stub_inject_fault,
+    .executors = stub_executors,
+    .precision = stub_precision,
+    .devices = stub_devices,
+    .device_stats = stub_device_stats,
 };

@@ -434,6 +434,20 @@ const char *model_ws_error(const struct model_ws *ws)
     return ws->err;
 }
 
+void model_ws_inject_fault(struct model_ws *ws)
+{
+    ws->m->rt->ops->inject_fault(ws->bws);
+}
+
+double model_flops_per_row(const struct model *m)
+{
+    double f = 0;
+    for (size_t i = 0; i < m->plan.n_layers; i++)
+        if (m->layers[i].op == MODEL_OP_DENSE)
+            f += 2.0 * (double)m->layers[i].in * (double)m->layers[i].out;
+    return f;
+}
+
 /* ---- the runtime -------------------------------------------------------- */
 
 void model_runtime_conf_defaults(struct model_runtime_conf *c)
@@ -441,6 +455,28 @@ void model_runtime_conf_defaults(struct model_runtime_conf *c)
     memset(c, 0, sizeof(*c));
     c->backend = "auto";
     c->cpu_threads = 1;
+    c->precision = MODEL_FP32;
+    c->graphs = 1;
+    c->executors_per_device = 2;
+    c->workspace_mb = 32;
+}
+
+static const char *const precision_names[MODEL_N_PRECISIONS] = {
+    [MODEL_FP32] = "fp32", [MODEL_TF32] = "tf32", [MODEL_FP16] = "fp16", [MODEL_BF16] = "bf16"};
+
+const char *model_precision_name(enum model_precision p)
+{
+    return (unsigned)p < MODEL_N_PRECISIONS ? precision_names[p] : "?";
+}
+
+int model_precision_parse(const char *s, enum model_precision *out)
+{
+    for (int i = 0; i < MODEL_N_PRECISIONS; i++)
+        if (strcmp(s, precision_names[i]) == 0) {
+            *out = (enum model_precision)i;
+            return 0;
+        }
+    return -1;
 }
 
 /* "auto" asks the CUDA backend first and falls back to the CPU with the
@@ -508,6 +544,27 @@ const char *model_runtime_backend(const struct model_runtime *rt)
 const char *model_runtime_describe(const struct model_runtime *rt)
 {
     return rt->desc;
+}
+
+size_t model_runtime_executors(const struct model_runtime *rt)
+{
+    return rt->ops->executors(rt->be);
+}
+
+const char *model_runtime_precision(const struct model_runtime *rt)
+{
+    return rt->ops->precision(rt->be);
+}
+
+size_t model_runtime_devices(const struct model_runtime *rt)
+{
+    return rt->ops->devices(rt->be);
+}
+
+int model_runtime_device_stats(const struct model_runtime *rt, size_t dev,
+                               struct model_device_stats *out)
+{
+    return rt->ops->device_stats(rt->be, dev, out);
 }
 
 int model_cuda_built(void)

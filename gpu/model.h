@@ -85,14 +85,39 @@ struct model_spec {
 
 /* ---- the runtime: which backend runs the models ---------------------- */
 
+/* The number format of a GPU backend's weights and activations. fp32 is
+ * exact float32 throughout (the CPU path's results to about 1e-5); tf32
+ * keeps float32 storage but lets the tensor cores round GEMM inputs to
+ * 10 mantissa bits; fp16 and bf16 store weights and activations in 16 bits
+ * with float32 accumulation (and float32 statistics in normalizations). */
+enum model_precision { MODEL_FP32 = 0, MODEL_TF32, MODEL_FP16, MODEL_BF16, MODEL_N_PRECISIONS };
+
+/* "fp32", "tf32", "fp16", "bf16"; "?" outside the enum. */
+const char *model_precision_name(enum model_precision p);
+/* Parses a precision name into *out; returns 0, or -1 when it is none. */
+int model_precision_parse(const char *s, enum model_precision *out);
+
+#define MODEL_MAX_DEVICES 16
+
 /* How the runtime is chosen and set up (plain data, borrowed). */
 struct model_runtime_conf {
     const char *backend;  /* "auto" (CUDA when a device is usable, else the CPU),
                              "cpu" or "cuda" */
     int cpu_threads;      /* OpenBLAS threads per forward pass; 0 = its default */
+    /* The CUDA backend's (gpu.* in worker.cfg): */
+    enum model_precision precision;
+    int graphs;           /* 1: one captured CUDA graph per batch-size bucket */
+    int devices[MODEL_MAX_DEVICES]; /* device indices to use */
+    size_t n_devices;     /* 0 = every usable device */
+    int executors_per_device; /* executors when batching.executors is 0 */
+    int workspace_mb;     /* cuBLASLt workspace per executor, MiB */
+    const size_t *buckets; /* batch sizes that get a graph (batching.preferred_sizes);
+                              NULL/0 = powers of two up to the workspace's rows */
+    size_t n_buckets;
 };
 
-/* worker.cfg's defaults: backend "auto", one OpenBLAS thread. */
+/* worker.cfg's defaults: backend "auto", one OpenBLAS thread, fp32, graphs
+ * on, every device, two executors per device, a 32 MiB workspace. */
 void model_runtime_conf_defaults(struct model_runtime_conf *c);
 
 struct model_runtime;
@@ -113,6 +138,32 @@ const char *model_runtime_backend(const struct model_runtime *rt);
  * startup log ("cpu: OpenBLAS, 1 thread per pass (auto: no CUDA device:
  * ...)"). Borrowed from rt. */
 const char *model_runtime_describe(const struct model_runtime *rt);
+
+/* How many executors suit this runtime when batching.executors is 0: one
+ * per online CPU on the CPU backend, gpu.executors_per_device per device on
+ * CUDA (each on its own stream, so copies and compute of different batches
+ * overlap). */
+size_t model_runtime_executors(const struct model_runtime *rt);
+
+/* What runs the models, for kinfer_backend_info: the precision ("fp32" on
+ * the CPU) and the number of devices (0 on the CPU). */
+const char *model_runtime_precision(const struct model_runtime *rt);
+size_t model_runtime_devices(const struct model_runtime *rt);
+
+/* One device's counters since the runtime opened (any thread). */
+struct model_device_stats {
+    char name[96];        /* "NVIDIA H100 80GB HBM3" */
+    int index;            /* the CUDA device index */
+    double busy_s;        /* time the device ran kinfer's work (CUDA events) */
+    uint64_t batches;     /* forward passes run on it */
+    uint64_t mem_used;    /* bytes in use on the device (all processes) */
+    uint64_t mem_total;
+};
+
+/* Fills *out for the runtime's device dev (0..devices-1). Returns 0, or
+ * -1 when there is no such device (always, on the CPU). */
+int model_runtime_device_stats(const struct model_runtime *rt, size_t dev,
+                               struct model_device_stats *out);
 
 /* What this build knows of CUDA, for `kinfer --version` and the build
  * info metric: whether the CUDA backend is compiled in, and a line saying
@@ -183,6 +234,16 @@ int model_forward(const struct model *m, struct model_ws *ws, const float *in,
 
 /* The last failure model_forward reported on ws, "" if none. */
 const char *model_ws_error(const struct model_ws *ws);
+
+/* Fault injection for the fault tests (debug.device_fault_id): the next
+ * model_forward on ws fails as a dead device would. On a GPU it launches
+ * a kernel that writes to an illegal address, a sticky error that poisons
+ * the process's CUDA context; on the CPU it answers MODEL_EFATAL. */
+void model_ws_inject_fault(struct model_ws *ws);
+
+/* FLOPs of one row through m (2 x in x out per dense layer; the others
+ * are counted as free), for benchmarks. */
+double model_flops_per_row(const struct model *m);
 
 /* Writes a demo 2-layer MLP to path as a safetensors file (F32): tensors
  * "0.weight" [hidden,in], "0.bias" [hidden], "2.weight" [out,hidden],

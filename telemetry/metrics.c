@@ -169,6 +169,39 @@ static void jobs_family(struct sbuf *b, const struct stats_snapshot *s)
     }
 }
 
+/* The CUDA backend's devices, one series per device label (its CUDA
+ * index), exported only when there are devices. */
+static void gpu_families(struct sbuf *b, const struct stats_snapshot *s)
+{
+    static const struct {
+        const char *name, *type, *help;
+    } fams[] = {
+        {"kinfer_gpu_busy_ratio", "gauge",
+         "Fraction of the last interval the device ran kinfer's work (CUDA events around each "
+         "batch on each stream; overlapping streams count once, capped at 1)."},
+        {"kinfer_gpu_memory_used_bytes", "gauge",
+         "Device memory in use, by every process on the device."},
+        {"kinfer_gpu_memory_total_bytes", "gauge", "Device memory in all."},
+        {"kinfer_gpu_batches_total", "counter", "Forward passes run on the device."},
+        {"kinfer_gpu_busy_seconds_total", "counter",
+         "Device time of kinfer's work (CUDA events around each batch), summed over streams."},
+    };
+    for (size_t f = 0; f < sizeof(fams) / sizeof(fams[0]); f++) {
+        family(b, fams[f].name, fams[f].type, fams[f].help);
+        for (size_t d = 0; d < s->n_devices; d++) {
+            const struct stats_device *dv = &s->devices[d];
+            double v = f == 0   ? dv->busy_ratio
+                       : f == 1 ? (double)dv->mem_used
+                       : f == 2 ? (double)dv->mem_total
+                       : f == 3 ? (double)dv->batches
+                                : dv->busy_s;
+            sb_printf(b, "%s{device=\"%d\"} ", fams[f].name, dv->index);
+            sb_value(b, v);
+            sb_printf(b, "\n");
+        }
+    }
+}
+
 /* The whole exposition, family by family in a fixed order, so scrapes
  * diff cleanly and tests can look for exact lines. */
 int metrics_render(const struct stats_snapshot *s, char **out, size_t *len)
@@ -187,6 +220,13 @@ int metrics_render(const struct stats_snapshot *s, char **out, size_t *len)
     sb_printf(&b, "\",librdkafka=\"");
     sb_label(&b, rd_kafka_version_str());
     sb_printf(&b, "\",cuda=\"%s\"} 1\n", model_cuda_built() ? "built" : "none");
+    family(&b, "kinfer_backend_info", "gauge",
+           "Always 1; what runs the models: backend (cpu, cuda), precision and devices.");
+    sb_printf(&b, "kinfer_backend_info{backend=\"");
+    sb_label(&b, s->backend);
+    sb_printf(&b, "\",precision=\"");
+    sb_label(&b, s->precision);
+    sb_printf(&b, "\",devices=\"%zu\"} 1\n", s->n_devices);
     single(&b, "kinfer_start_time_seconds", "gauge",
            "Unix time the worker started.", floor(s->start_time_s));
     single(&b, "kinfer_ready", "gauge",
@@ -284,10 +324,7 @@ int metrics_render(const struct stats_snapshot *s, char **out, size_t *len)
         sb_value(&b, s->drain_s);
         sb_printf(&b, "\n");
     }
-    if (s->gpu_known)
-        single(&b, "kinfer_gpu_busy_ratio", "gauge",
-               "Fraction of the last interval the GPU was running kinfer's kernels.",
-               s->gpu_busy);
+    if (s->n_devices) gpu_families(&b, s);
     return sb_finish(&b, out, len);
 }
 

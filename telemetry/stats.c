@@ -66,8 +66,6 @@ struct stats {
     atomic_int_fast64_t oldest_us;
     atomic_int assigned, paused;
     atomic_int brokers_up_consumer, brokers_up_producer, group_joined;
-    atomic_int gpu_known;
-    atomic_int_fast64_t gpu_ppm; /* busy fraction in millionths */
     struct hist hist[STATS_N_HIST];
     /* liveness and readiness */
     atomic_int_fast64_t loop_last_us[STATS_N_LOOPS]; /* 0 = not watched */
@@ -77,7 +75,9 @@ struct stats {
     double start_time_s; /* written once by stats_new */
 
     pthread_mutex_t mu; /* guards everything below */
-    char backend[16];
+    char backend[16], precision[16];
+    struct stats_device devices[STATS_MAX_DEVICES];
+    size_t n_devices;
     struct stats_part *parts;
     size_t n_parts;
     int lag_known;
@@ -112,6 +112,7 @@ struct stats *stats_new(void)
     atomic_init(&st->brokers_up_producer, -1);
     atomic_init(&st->watchdog_ms, 60000);
     snprintf(st->backend, sizeof(st->backend), "cpu");
+    snprintf(st->precision, sizeof(st->precision), "fp32");
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     st->start_time_s = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
@@ -311,13 +312,24 @@ void stats_set_draining(struct stats *st)
     atomic_store(&st->draining, 1);
 }
 
-/* Stored in millionths so it stays a lock-free integer. */
-void stats_set_gpu_busy(struct stats *st, double ratio)
+void stats_set_precision(struct stats *st, const char *precision)
 {
-    if (!(ratio >= 0)) ratio = 0;
-    if (ratio > 1) ratio = 1;
-    set64(&st->gpu_ppm, (int64_t)llround(ratio * 1e6));
-    atomic_store(&st->gpu_known, 1);
+    pthread_mutex_lock(&st->mu);
+    snprintf(st->precision, sizeof(st->precision), "%s", precision ? precision : "");
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* A handful of devices at most, written about once a second: the mutex
+ * costs nothing here and keeps a device's fields together. */
+void stats_set_device(struct stats *st, size_t slot, const struct stats_device *d)
+{
+    if (slot >= STATS_MAX_DEVICES) return;
+    pthread_mutex_lock(&st->mu);
+    st->devices[slot] = *d;
+    if (!(d->busy_ratio >= 0)) st->devices[slot].busy_ratio = 0;
+    if (d->busy_ratio > 1) st->devices[slot].busy_ratio = 1;
+    if (slot >= st->n_devices) st->n_devices = slot + 1;
+    pthread_mutex_unlock(&st->mu);
 }
 
 /* ---- librdkafka statistics --------------------------------------------- */
@@ -566,14 +578,15 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
     out->brokers_up_consumer = atomic_load(&st->brokers_up_consumer);
     out->brokers_up_producer = atomic_load(&st->brokers_up_producer);
     out->group_joined = atomic_load(&st->group_joined);
-    out->gpu_known = atomic_load(&st->gpu_known);
-    out->gpu_busy = (double)get64(&st->gpu_ppm) / 1e6;
     for (int c = 0; c < STATS_N_COND; c++) out->cond[c] = atomic_load(&st->cond[c]);
     out->draining = atomic_load(&st->draining);
     out->start_time_s = st->start_time_s;
 
     pthread_mutex_lock(&st->mu);
     snprintf(out->backend, sizeof(out->backend), "%s", st->backend);
+    snprintf(out->precision, sizeof(out->precision), "%s", st->precision);
+    memcpy(out->devices, st->devices, sizeof(out->devices));
+    out->n_devices = st->n_devices;
     update_rates(st, now_us);
     out->rows_per_s = st->rows_ps;
     out->jobs_per_s = st->jobs_ps;

@@ -89,6 +89,17 @@ struct stats_hist_snap {
     uint64_t count; /* the buckets added up, so _count always equals +Inf */
 };
 
+#define STATS_MAX_DEVICES 16
+
+/* One GPU device, as the lifecycle publishes it from the model runtime. */
+struct stats_device {
+    int index;           /* CUDA device index */
+    double busy_ratio;   /* GPU time of kinfer's work / wall time, last interval */
+    double busy_s;       /* GPU time of kinfer's work since start */
+    uint64_t mem_used, mem_total; /* bytes */
+    uint64_t batches;    /* forward passes run on it, since start */
+};
+
 /* Everything at one instant, as plain data for renderers. parts is owned
  * by the snapshot: release it with stats_snapshot_fini. */
 struct stats_snapshot {
@@ -114,9 +125,9 @@ struct stats_snapshot {
     /* Kafka connections, from each client's statistics; -1 = no report yet */
     int brokers_up_consumer, brokers_up_producer;
     int group_joined;
-    /* GPU */
-    int gpu_known;    /* set once stats_set_gpu_busy was called */
-    double gpu_busy;
+    /* GPU devices (the CUDA backend); n_devices 0 on the CPU */
+    struct stats_device devices[STATS_MAX_DEVICES];
+    size_t n_devices;
     /* liveness: seconds since each loop last reported, -1 = not running */
     double loop_silence_s[STATS_N_LOOPS];
     int healthy;      /* 0 once the watchdog tripped (it stays tripped) */
@@ -128,6 +139,7 @@ struct stats_snapshot {
     /* identity */
     double start_time_s; /* Unix time the stats were made */
     char backend[16];    /* "cpu", "cuda" */
+    char precision[16];  /* "fp32", ... */
 };
 
 /* Returns a new, zeroed stats struct (backend "cpu", watchdog 60 s), or
@@ -141,8 +153,11 @@ int64_t stats_now_us(void);
 
 /* ---- configuration (main thread, before the loops start) ---- */
 
-/* Names the backend for kinfer_build_info; borrows name (copied). */
+/* Names the backend for kinfer_build_info, kinfer_backend_info, /readyz
+ * and the heartbeat; borrows name (copied). */
 void stats_set_backend(struct stats *st, const char *name);
+/* The runtime's precision and device count, for kinfer_backend_info. */
+void stats_set_precision(struct stats *st, const char *precision);
 /* Sets the watchdog bound: a registered loop silent longer trips it. */
 void stats_set_watchdog(struct stats *st, int ms);
 
@@ -193,9 +208,10 @@ void stats_set_cond(struct stats *st, enum stats_cond cond, int ok);
 void stats_set_draining(struct stats *st);
 /* A heartbeat write or Redis check failed (heartbeat thread). */
 void stats_heartbeat_error(struct stats *st);
-/* GPU busy fraction 0..1 over the last interval; kinfer_gpu_busy_ratio is
- * exported only once this has been called (CUDA backend). */
-void stats_set_gpu_busy(struct stats *st, double ratio);
+/* Device slot (0..STATS_MAX_DEVICES-1) of the runtime: its gauges and
+ * batch count. The kinfer_gpu_* families are exported only for slots set
+ * (CUDA backend). One writer (the poll thread). */
+void stats_set_device(struct stats *st, size_t slot, const struct stats_device *d);
 
 /* Reads one librdkafka statistics JSON document (the stats_cb argument;
  * borrowed, not freed here). From a consumer's: the lag of each assigned

@@ -86,6 +86,23 @@ static const struct bad_case bad_cases[] = {
     {"parse_duplicate", M "default_model = \"demo\";\ndefault_model = \"demo\";\n", NULL, 3,
      "duplicate setting name"},
     {"parse_unterminated_string", M "log = { level = \"info; };\n", NULL, 0, "syntax error"},
+    /* the gpu section */
+    {"gpu_precision_unknown", M "gpu = {\n  precision = \"fp8\";\n};\n", NULL, 3,
+     "gpu.precision: 'fp8' is not one of fp32, tf32, fp16, bf16"},
+    {"gpu_graphs_not_bool", M "gpu = {\n  graphs = 1;\n};\n", NULL, 3,
+     "gpu.graphs: expected true or false, got an integer"},
+    {"gpu_graphs_set_word", M, "gpu.graphs=maybe", 0, "--set gpu.graphs=maybe: expected true or false"},
+    {"gpu_devices_dup", M "gpu = {\n  devices = [ 0, 1, 0 ];\n};\n", NULL, 3,
+     "gpu.devices: device 0 is listed twice"},
+    {"gpu_devices_negative", M "gpu = {\n  devices = [ -1 ];\n};\n", NULL, 3,
+     "gpu.devices[0]: -1 is out of range 0..1023"},
+    {"gpu_devices_not_array", M "gpu = {\n  devices = 0;\n};\n", NULL, 3,
+     "gpu.devices: expected an array of device indices"},
+    {"gpu_devices_set", M, "gpu.devices=0", 0, "gpu.devices is an array of device indices"},
+    {"gpu_executors_zero", M "gpu = {\n  executors_per_device = 0;\n};\n", NULL, 3,
+     "0 is out of range 1..16"},
+    {"worker_backend_unknown", M "worker = {\n  backend = \"tpu\";\n};\n", NULL, 3,
+     "worker.backend: 'tpu' is not one of auto, cpu, cuda"},
     /* unknown keys, everywhere */
     {"unknown_top_level", M "kafkaa = { };\n", NULL, 2, "unknown setting 'kafkaa'"},
     {"unknown_top_level_scalar", M "\nthreads = 4;\n", NULL, 3, "unknown setting 'threads'"},
@@ -366,6 +383,7 @@ static void test_table_sane(void **state)
         if (o[i].type == CFG_INT) {
             assert_true(o[i].min >= INT_MIN && o[i].max <= INT_MAX);
         }
+        if (o[i].type == CFG_BOOL) assert_true(o[i].min == 0 && o[i].max == 1);
         if (o[i].type != CFG_STRING) {
             assert_true(o[i].def_int >= o[i].min && o[i].def_int <= o[i].max);
         } else if (o[i].def_str) {
@@ -388,7 +406,7 @@ static void test_table_sane(void **state)
 static void option_value(const struct kcfg *c, const struct cfg_option *o, char *buf, size_t cap)
 {
     const char *base = (const char *)c + o->offset;
-    if (o->type == CFG_INT) snprintf(buf, cap, "%d", *(const int *)base);
+    if (o->type == CFG_INT || o->type == CFG_BOOL) snprintf(buf, cap, "%d", *(const int *)base);
     else if (o->type == CFG_INT64) snprintf(buf, cap, "%lld", (long long)*(const int64_t *)base);
     else snprintf(buf, cap, "%s", *(char *const *)base ? *(char *const *)base : "(null)");
 }
@@ -456,7 +474,9 @@ static const char full_cfg[] =
     "default_model = \"enc-v2.1:small/x_y\";\n"
     "metrics = { listen = \"[::1]:9100\"; };\n"
     "worker = { drain_timeout_ms = 1000; max_payload_bytes = 4096; blas_threads = 2; };\n"
-    "log = { level = \"debug\"; format = \"json\"; };\n";
+    "log = { level = \"debug\"; format = \"json\"; };\n"
+    "gpu = { precision = \"bf16\"; graphs = false; devices = [ 1, 0 ];\n"
+    "  executors_per_device = 3; workspace_mb = 64; };\n";
 
 /* Every value in a full file lands in its field; int and int64 literals
  * are taken for either kind of field; guarded properties given their safe
@@ -521,6 +541,23 @@ static void test_all_values(void **state)
     assert_int_equal(c->worker.drain_timeout_ms, 1000);
     assert_int_equal(c->worker.max_payload_bytes, 4096);
     assert_int_equal(c->worker.blas_threads, 2);
+    assert_string_equal(c->gpu.precision, "bf16");
+    assert_int_equal(c->gpu.graphs, 0);
+    assert_int_equal(c->gpu.n_devices, 2);
+    assert_int_equal(c->gpu.devices[0], 1);
+    assert_int_equal(c->gpu.devices[1], 0);
+    assert_int_equal(c->gpu.executors_per_device, 3);
+    assert_int_equal(c->gpu.workspace_mb, 64);
+    /* ... and reach the model runtime's settings as they are. */
+    struct model_runtime_conf rc;
+    cfg_model_runtime(c, &rc);
+    assert_int_equal(rc.precision, MODEL_BF16);
+    assert_int_equal(rc.graphs, 0);
+    assert_int_equal(rc.n_devices, 2);
+    assert_int_equal(rc.devices[0], 1);
+    assert_int_equal(rc.executors_per_device, 3);
+    assert_int_equal(rc.workspace_mb, 64);
+    assert_int_equal(rc.cpu_threads, 2);
     assert_string_equal(c->log.level, "debug");
     assert_string_equal(c->log.format, "json");
     assert_int_equal(cfg_model_index(c, "mlp"), 0);
@@ -548,6 +585,8 @@ static void test_set_overrides(void **state)
         "kafka.properties.compression.type=lz4",
         "kafka.properties.acks=all",
         "batching.max_batch_rows=+48",
+        "gpu.graphs=false",
+        "gpu.precision=fp16",
     };
     struct kcfg *c = load_good(
         "redis = { password = \"secret\"; };\n"
@@ -564,6 +603,8 @@ static void test_set_overrides(void **state)
     assert_string_equal(c->log.level, "error");
     assert_string_equal(c->metrics.listen, "0.0.0.0:9000");
     assert_int_equal(c->batching.max_batch_rows, 48);
+    assert_int_equal(c->gpu.graphs, 0);
+    assert_string_equal(c->gpu.precision, "fp16");
     assert_int_equal(c->kafka.n_properties, 3);
     assert_string_equal(c->kafka.properties[0].key, "linger.ms");
     assert_string_equal(c->kafka.properties[0].value, "20");

@@ -36,6 +36,14 @@ static const char *kinfer_bin(void)
 }
 #define KINFER kinfer_bin()
 
+/* The backend the workers run: $KINFER_TEST_BACKEND ("cuda" on a GPU
+ * machine runs this whole suite on the CUDA backend), else the CPU. */
+static const char *test_backend(void)
+{
+    const char *b = getenv("KINFER_TEST_BACKEND");
+    return b && *b ? b : "cpu";
+}
+
 static char brokers[512];
 static int redis_port;
 static char model_path[300];
@@ -61,8 +69,10 @@ static const char *write_config(const char *name, const char *topic, const char 
             "             { op = \"relu\"; },\n"
             "             { op = \"dense\"; weight = \"2.weight\"; bias = \"2.bias\"; } ); } );\n"
             "log = { level = \"info\"; };\n"
+            "worker = { backend = \"%s\"; };\n"
             "metrics = { listen = \"\"; heartbeat_prefix = \"\"; };\n%s\n",
-            brokers, group, topic, reply, dlq, redis_port, name, model_path, extra ? extra : "");
+            brokers, group, topic, reply, dlq, redis_port, name, model_path, test_backend(),
+            extra ? extra : "");
     fclose(f);
     return path;
 }
@@ -556,6 +566,11 @@ static void test_backlog_through_pauses(void **state)
                     "--set", "batching.max_queued_rows=128",
                     "--set", "batching.max_job_rows=16",
                     "--set", "batching.max_inflight_batches=2",
+                    /* Executors a little slower than the intake, so the
+                     * queue fills and pauses fetching whatever the
+                     * machine's speed (under ASan on two loaded cores the
+                     * intake alone was the slower one: 5 to 9 resumes). */
+                    "--set", "debug.batch_sleep_ms=2",
                     "--set", "log.level=debug", NULL};
     pid_t w = h_spawn(argv, NULL, log);
     static char *bodies[N_BACKLOG];
@@ -586,6 +601,73 @@ static void test_backlog_through_pauses(void **state)
     assert_int_equal(count_lines(log, "event=resume_seek_failed"), 0);
 }
 
+/* ---- a dead device: exit 2, nothing committed past the failed batch ---- */
+
+#define N_FAULT 40
+#define FAULT_AT 20
+
+/* debug.device_fault_id fails the device when the job of that id runs (a
+ * sticky CUDA error on a GPU; the same MODEL_EFATAL on the CPU). The worker
+ * must stop serving and exit 2, commit nothing at or past the failed job,
+ * and a restarted worker must answer every job correctly. All jobs share a
+ * key, so they sit in one partition in order (offset i is job i). */
+static void test_device_fault_exits_2(void **state)
+{
+    (void)state;
+    char extra[128];
+    snprintf(extra, sizeof(extra), "debug = { device_fault_id = \"fault-%d\"; };", FAULT_AT);
+    const char *cfg = write_config("fault", "fault.jobs", "fault.results", "fault.dlq", "g-fault",
+                                   extra);
+    rd_kafka_t *p = h_producer(brokers);
+    static char ids[N_FAULT][64];
+    static float inputs[N_FAULT][IN_W];
+    for (size_t i = 0; i < N_FAULT; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "fault-%zu", i);
+        for (int k = 0; k < IN_W; k++) inputs[i][k] = tu_randf(-2, 2);
+        struct wire_job j = {.id = ids[i], .input = inputs[i], .n_input = IN_W,
+                             .timeout_ms = -1, .priority = -1};
+        unsigned char *body;
+        size_t len;
+        assert_int_equal(wire_encode_job(&j, PROTO_ENC_MSGPACK, &body, &len), 0);
+        assert_int_equal(h_produce(p, "fault.jobs", "k", 1, body, len, NULL), 0);
+        free(body);
+    }
+    assert_int_equal(rd_kafka_flush(p, 10000), 0);
+    rd_kafka_destroy(p);
+
+    pid_t w = start_worker(cfg, "fault");
+    int status = -1;
+    double until = h_now() + 60;
+    while (!h_exited(w, &status) && h_now() < until) h_sleep_ms(50);
+    if (status < 0) h_stop(w, SIGKILL, 5);
+    fprintf(stderr, "test_integration: device fault: worker exited %d\n", status);
+    assert_int_equal(status, 2);
+    char log[300];
+    snprintf(log, sizeof(log), "%s/fault.worker.log", h_dir());
+    assert_true(count_lines(log, "event=debug_device_fault") >= 1);
+    assert_true(count_lines(log, "event=model_failed") >= 1);
+    long long committed = h_committed_sum(brokers, "g-fault", "fault.jobs", PARTS);
+    fprintf(stderr, "test_integration: device fault: committed %lld of %d\n", committed, N_FAULT);
+    assert_true(committed <= FAULT_AT);
+    redisContext *rc = redisConnect("127.0.0.1", redis_port);
+    assert_true(rc && !rc->err);
+    redisReply *r = redisCommand(rc, "EXISTS fault:%s", ids[FAULT_AT]);
+    assert_non_null(r);
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    redisFree(rc);
+
+    /* The restarted worker (no fault this time) answers every job. */
+    cfg = write_config("fault", "fault.jobs", "fault.results", "fault.dlq", "g-fault", NULL);
+    w = start_worker(cfg, "fault-restart");
+    static char *bodies[N_FAULT];
+    static size_t lens[N_FAULT];
+    assert_int_equal(wait_results("fault", ids, N_FAULT, bodies, lens, 120), N_FAULT);
+    check_single_row_results(bodies, lens, inputs, N_FAULT);
+    assert_int_equal(h_stop(w, SIGTERM, 30), 0);
+    assert_int_equal(h_committed_sum(brokers, "g-fault", "fault.jobs", PARTS), N_FAULT);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -598,7 +680,8 @@ static int setup(void **state)
     ref_mlp_load(&reference_model, model_path);
     if (h_start_broker(KINFER, "good.jobs,good.results,good.dlq,bad.jobs,bad.results,bad.dlq,"
                                "term.jobs,term.results,term.dlq,batch.jobs,batch.results,batch.dlq,"
-                               "pause.jobs,pause.results,pause.dlq", PARTS, brokers,
+                               "pause.jobs,pause.results,pause.dlq,"
+                               "fault.jobs,fault.results,fault.dlq", PARTS, brokers,
                        sizeof(brokers)) < 0)
         return -1;
     if (h_start_redis(&redis_port) < 0) return -1;
@@ -624,6 +707,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sigterm_restart_loses_nothing),
         cmocka_unit_test(test_burst_and_trickle),
         cmocka_unit_test(test_backlog_through_pauses),
+        cmocka_unit_test(test_device_fault_exits_2),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -428,7 +428,9 @@ static char *catalogue(void)
     const char *p = "{\"type\":\"producer\",\"brokers\":{}}";
     stats_rdkafka_json(st, c, strlen(c));
     stats_rdkafka_json(st, p, strlen(p));
-    stats_set_gpu_busy(st, 0.5);
+    struct stats_device d = {.index = 0, .busy_ratio = 0.5, .mem_used = 1, .mem_total = 2,
+                             .batches = 3};
+    stats_set_device(st, 0, &d);
     stats_alive(st, STATS_LOOP_POLL);
     struct stats_snapshot s;
     assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);

@@ -287,10 +287,24 @@ static void test_counters_render(void **state)
     assert_non_null(strstr(text, "kinfer_build_info{version=\""));
     free(text);
 
-    stats_set_gpu_busy(st, 0.25);
+    /* The CUDA backend's devices: one series each, labelled by index. */
+    struct stats_device d0 = {.index = 0, .busy_ratio = 0.25, .mem_used = 1 << 20,
+                              .mem_total = 80ull << 30, .batches = 7, .busy_s = 1.5};
+    struct stats_device d1 = {.index = 3, .busy_ratio = 1.5, .batches = 9}; /* capped */
+    stats_set_device(st, 0, &d0);
+    stats_set_device(st, 1, &d1);
+    stats_set_backend(st, "cuda");
+    stats_set_precision(st, "bf16");
     text = render(st, stats_now_us());
     ASSERT_LINE(text, "# TYPE kinfer_gpu_busy_ratio gauge");
-    ASSERT_LINE(text, "kinfer_gpu_busy_ratio 0.25");
+    ASSERT_LINE(text, "kinfer_gpu_busy_ratio{device=\"0\"} 0.25");
+    ASSERT_LINE(text, "kinfer_gpu_busy_ratio{device=\"3\"} 1");
+    ASSERT_LINE(text, "kinfer_gpu_memory_used_bytes{device=\"0\"} 1048576");
+    ASSERT_LINE(text, "kinfer_gpu_memory_total_bytes{device=\"0\"} 85899345920");
+    ASSERT_LINE(text, "# TYPE kinfer_gpu_batches_total counter");
+    ASSERT_LINE(text, "kinfer_gpu_batches_total{device=\"3\"} 9");
+    ASSERT_LINE(text, "kinfer_gpu_busy_seconds_total{device=\"0\"} 1.5");
+    ASSERT_LINE(text, "kinfer_backend_info{backend=\"cuda\",precision=\"bf16\",devices=\"2\"} 1");
     free(text);
     stats_destroy(st);
 }

@@ -37,6 +37,7 @@
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const backends[] = {"auto", "cpu", "cuda", NULL};
+static const char *const precisions[] = {"fp32", "tf32", "fp16", "bf16", NULL};
 
 static int check_listen(const char *value, char *why, size_t why_size);
 
@@ -47,6 +48,7 @@ static int check_listen(const char *value, char *why, size_t why_size);
     {n, CFG_INT64, lo, hi, def, NULL, NULL, NULL, F(field), d}
 #define STR_OPT(n, lo, hi, def, choices, check, field, d) \
     {n, CFG_STRING, lo, hi, 0, def, choices, check, F(field), d}
+#define BOOL_OPT(n, def, field, d) {n, CFG_BOOL, 0, 1, def, NULL, NULL, NULL, F(field), d}
 
 /* The table. Keep worker.cfg in step: tests/test_config.c fails when a
  * row is missing there or shows another default. */
@@ -121,12 +123,22 @@ static const struct cfg_option options[] = {
             "a job running when the worker died this many times is answered, not run; 0 = off"),
     STR_OPT("worker.attempt_prefix", 1, 1024, "kinfer:attempt:", NULL, NULL,
             worker.attempt_prefix, "Redis key prefix of the per-job attempt counters"),
+    STR_OPT("gpu.precision", 4, 4, "fp32", precisions, NULL, gpu.precision,
+            "CUDA backend number format: fp32, tf32, fp16 or bf16 (16-bit: float32 accumulation)"),
+    BOOL_OPT("gpu.graphs", 1, gpu.graphs,
+             "true = replay one captured CUDA graph per batch-size bucket; false = eager launches"),
+    INT_OPT("gpu.executors_per_device", 1, 16, 2, gpu.executors_per_device,
+            "executors per device when batching.executors is 0, each with its own stream"),
+    INT_OPT("gpu.workspace_mb", 1, 4096, 32, gpu.workspace_mb,
+            "cuBLASLt workspace per executor, MiB"),
     STR_OPT("debug.crash_id", 0, 200, "", NULL, NULL, debug.crash_id,
             "fault tests only: abort the process when about to run the job with this id"),
     STR_OPT("debug.hang_id", 0, 200, "", NULL, NULL, debug.hang_id,
             "fault tests only: hang the executor when about to run the job with this id"),
     INT_OPT("debug.batch_sleep_ms", 0, 3600000, 0, debug.batch_sleep_ms,
             "fault tests only: sleep this long before every batch (a slow executor)"),
+    STR_OPT("debug.device_fault_id", 0, 200, "", NULL, NULL, debug.device_fault_id,
+            "fault tests only: fail the device (a sticky error) when running the job with this id"),
     STR_OPT("replay.reply_topic", 1, 249, "results.replay", NULL, NULL, replay.reply_topic,
             "topic kinfer replay publishes results to without --reply-topic; not in kafka.topics"),
     STR_OPT("log.level", 1, 5, "info", log_levels, NULL, log.level,
@@ -140,6 +152,7 @@ static const struct cfg_option options[] = {
 #undef INT_OPT
 #undef I64_OPT
 #undef STR_OPT
+#undef BOOL_OPT
 
 /* Where a setting's value came from, so an error found after reading (a
  * cross-field check) can still point at the line or the --set that set it.
@@ -163,6 +176,7 @@ static int read_properties(struct loader *ld, const config_setting_t *s);
 static int read_models(struct loader *ld, const config_setting_t *s);
 static int read_preferred_sizes(struct loader *ld, const config_setting_t *s);
 static int read_topic_priorities(struct loader *ld, const config_setting_t *s);
+static int read_devices(struct loader *ld, const config_setting_t *s);
 
 /* Settings that hold more than one value: the walker hands them to their
  * readers; --set refuses them by name rather than calling them unknown. */
@@ -176,6 +190,7 @@ static const struct aggregate {
     {"models", "a list of groups", read_models},
     {"batching.preferred_sizes", "an array of integers [ 8, 16, 32 ]", read_preferred_sizes},
     {"batching.topic_priorities", "a list of ( \"topic\", priority ) pairs", read_topic_priorities},
+    {"gpu.devices", "an array of device indices [ 0, 1 ]", read_devices},
 };
 #define N_AGGREGATES (sizeof(aggregates) / sizeof(aggregates[0]))
 
@@ -353,7 +368,7 @@ static int option_set_int(struct loader *ld, const struct cfg_option *o,
     if (v < o->min || v > o->max)
         return fail_origin(ld, org, o->name, "%lld is out of range %lld..%lld", v, o->min,
                            o->max);
-    if (o->type == CFG_INT)
+    if (o->type == CFG_INT || o->type == CFG_BOOL)
         *(int *)field_at(ld->c, o) = (int)v;
     else
         *(int64_t *)field_at(ld->c, o) = (int64_t)v;
@@ -419,6 +434,10 @@ static int read_option(struct loader *ld, const struct cfg_option *o, const conf
         if (t != CONFIG_TYPE_STRING)
             return fail_at(ld, s, "%s: expected a string, got %s", o->name, type_words(t));
         return option_set_str(ld, o, &org, config_setting_get_string(s));
+    case CFG_BOOL:
+        if (t != CONFIG_TYPE_BOOL)
+            return fail_at(ld, s, "%s: expected true or false, got %s", o->name, type_words(t));
+        return option_set_int(ld, o, &org, config_setting_get_bool(s));
     }
     return fail_at(ld, s, "%s: bad table row", o->name);
 }
@@ -682,6 +701,37 @@ static int read_topic_priorities(struct loader *ld, const config_setting_t *s)
     return 0;
 }
 
+/* gpu.devices = [ 0, 1 ]: CUDA device indices, distinct, at most 16; empty
+ * means every usable device. Whether they exist is the CUDA backend's to
+ * say at start-up (the machine decides, not the file). */
+static int read_devices(struct loader *ld, const config_setting_t *s)
+{
+    struct kcfg *c = ld->c;
+    if (!config_setting_is_array(s) && !config_setting_is_list(s))
+        return fail_at(ld, s, "gpu.devices: expected an array of device indices [ 0, 1 ], got %s",
+                       type_words(config_setting_type(s)));
+    int n = config_setting_length(s);
+    size_t cap = sizeof(c->gpu.devices) / sizeof(c->gpu.devices[0]);
+    if ((size_t)n > cap)
+        return fail_at(ld, s, "gpu.devices: at most %zu devices, got %d", cap, n);
+    c->gpu.n_devices = 0;
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+        int t = config_setting_type(e);
+        if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64)
+            return fail_at(ld, e, "gpu.devices[%d]: expected an integer, got %s", i,
+                           type_words(t));
+        long long v = config_setting_get_int64(e);
+        if (v < 0 || v > 1023)
+            return fail_at(ld, e, "gpu.devices[%d]: %lld is out of range 0..1023", i, v);
+        for (size_t k = 0; k < c->gpu.n_devices; k++)
+            if (c->gpu.devices[k] == v)
+                return fail_at(ld, e, "gpu.devices: device %lld is listed twice", v);
+        c->gpu.devices[c->gpu.n_devices++] = (int)v;
+    }
+    return 0;
+}
+
 /* Copies a tensor name into a layer spec's fixed buffer, refusing what
  * does not fit rather than truncating it into another tensor's name. */
 static int read_tensor_name(struct loader *ld, const config_setting_t *s, const char *what,
@@ -939,6 +989,13 @@ static int apply_set(struct loader *ld, const char *arg)
         return fail_origin(ld, &org, NULL, "unknown setting");
     }
     if (o->type == CFG_STRING) return option_set_str(ld, o, &org, value);
+    if (o->type == CFG_BOOL) {
+        /* libconfig's own spelling, and 1/0 as the other settings write it. */
+        int is_true = !strcasecmp(value, "true") || !strcmp(value, "1");
+        if (!is_true && strcasecmp(value, "false") != 0 && strcmp(value, "0") != 0)
+            return fail_origin(ld, &org, NULL, "expected true or false");
+        return option_set_int(ld, o, &org, is_true);
+    }
     char *end;
     errno = 0;
     long long v = strtoll(value, &end, 10);
@@ -1022,7 +1079,7 @@ static int set_defaults(struct loader *ld)
     struct kcfg *c = ld->c;
     for (size_t i = 0; i < N_OPTIONS; i++) {
         const struct cfg_option *o = &options[i];
-        if (o->type == CFG_INT) {
+        if (o->type == CFG_INT || o->type == CFG_BOOL) {
             *(int *)field_at(c, o) = (int)o->def_int;
         } else if (o->type == CFG_INT64) {
             *(int64_t *)field_at(c, o) = o->def_int;
@@ -1139,6 +1196,24 @@ int cfg_topic_priority(const struct kcfg *c, const char *topic)
         if (strcmp(c->batching.topic_priorities[i].topic, topic) == 0)
             return c->batching.topic_priorities[i].priority;
     return c->batching.default_priority;
+}
+
+/* One place turns the settings into the runtime's, so the worker, the
+ * benchmarks and the tools run models the same way. */
+void cfg_model_runtime(const struct kcfg *c, struct model_runtime_conf *rc)
+{
+    model_runtime_conf_defaults(rc);
+    rc->backend = c->worker.backend;
+    rc->cpu_threads = c->worker.blas_threads;
+    model_precision_parse(c->gpu.precision, &rc->precision); /* validated: one of them */
+    rc->graphs = c->gpu.graphs;
+    rc->n_devices = c->gpu.n_devices;
+    for (size_t i = 0; i < c->gpu.n_devices && i < MODEL_MAX_DEVICES; i++)
+        rc->devices[i] = c->gpu.devices[i];
+    rc->executors_per_device = c->gpu.executors_per_device;
+    rc->workspace_mb = c->gpu.workspace_mb;
+    rc->buckets = c->batching.preferred_sizes;
+    rc->n_buckets = c->batching.n_preferred_sizes;
 }
 
 /* Linear: a worker serves a handful of models, and this runs per job only

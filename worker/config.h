@@ -78,10 +78,19 @@ struct kcfg {
                                    times is answered inference_failed, not run again */
         char *attempt_prefix;   /* "kinfer:attempt:": Redis keys of those counters */
     } worker;
+    struct {
+        char *precision;        /* "fp32" | "tf32" | "fp16" | "bf16" */
+        int graphs;             /* 1: a captured CUDA graph per batch-size bucket */
+        int devices[16];        /* device indices; empty = every usable one */
+        size_t n_devices;
+        int executors_per_device; /* 2: executors when batching.executors is 0 */
+        int workspace_mb;       /* 32: cuBLASLt workspace per executor */
+    } gpu;
     struct {                    /* fault injection for the fault tests; empty = off */
         char *crash_id;         /* abort() when about to run the job with this id */
         char *hang_id;          /* block forever when about to run this job */
         int batch_sleep_ms;     /* sleep this long before every batch */
+        char *device_fault_id;  /* fail the device (a sticky error) running this job */
     } debug;
     struct {
         char *reply_topic;      /* "results.replay": `kinfer replay` results */
@@ -96,7 +105,7 @@ struct kcfg {
  * holds a single value. It drives defaults, reading the file, --set,
  * validation; worker.cfg documents the same rows and
  * tests/test_config.c checks that the two agree. Plain data. */
-enum cfg_type { CFG_INT, CFG_INT64, CFG_STRING };
+enum cfg_type { CFG_INT, CFG_INT64, CFG_STRING, CFG_BOOL /* an int field, 0 or 1 */ };
 
 struct cfg_option {
     const char *name;           /* "batching.max_wait_ms", or "default_model" */
@@ -130,6 +139,11 @@ void cfg_destroy(struct kcfg *c);
 /* The default priority of jobs from topic: its batching.topic_priorities
  * entry, else batching.default_priority. */
 int cfg_topic_priority(const struct kcfg *c, const char *topic);
+
+/* The model runtime's settings from c: worker.backend, worker.blas_threads
+ * and gpu.*, with batching.preferred_sizes as the graph buckets. rc
+ * borrows from c. */
+void cfg_model_runtime(const struct kcfg *c, struct model_runtime_conf *rc);
 
 /* Index of the model named name in c->models, or -1. */
 int cfg_model_index(const struct kcfg *c, const char *name);

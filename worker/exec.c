@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "log.h"
 #include "rsink.h"
@@ -116,10 +115,19 @@ static int run_group(struct exec *ex, int model_idx, struct model_ws *ws, struct
 }
 
 /* The fault-injection points of the debug section, just before job j
- * runs: a crash (abort) or a hang (forever). Empty settings never match. */
-static void failpoints(const struct exec *ex, const struct job *j)
+ * runs: a crash (abort), a hang (forever), or a dead device (the next
+ * forward pass on j's workspace fails as a sticky CUDA error would).
+ * Empty settings never match. */
+static void failpoints(const struct exec_thread *t, const struct job *j)
 {
+    const struct exec *ex = t->ex;
     const char *crash = ex->c.cfg->debug.crash_id, *hang = ex->c.cfg->debug.hang_id;
+    const char *dev = ex->c.cfg->debug.device_fault_id;
+    if (dev[0] && strcmp(j->req.id, dev) == 0) {
+        LOG_E("debug_device_fault", "id=%s note=\"debug.device_fault_id: failing the device on "
+              "purpose\"", j->req.id);
+        model_ws_inject_fault(t->ws[j->model_idx]);
+    }
     if (crash[0] && strcmp(j->req.id, crash) == 0) {
         LOG_E("debug_crash", "id=%s note=\"debug.crash_id: aborting on purpose\"", j->req.id);
         abort();
@@ -225,7 +233,7 @@ static int run_with_suspects(struct exec_thread *t, struct job *batch, size_t n,
             alone_tail = &j->next;
         } else {
             if (j->err == PROTO_OK) {
-                failpoints(ex, j);
+                failpoints(t, j);
                 t->group[g++] = j;
             }
             *rest_tail = j;
@@ -248,7 +256,7 @@ static int run_with_suspects(struct exec_thread *t, struct job *batch, size_t n,
         j->next = NULL;
         atomic_fetch_add(&ex->running, 1);
         if (solo_allowed(t, j)) {
-            failpoints(ex, j);
+            failpoints(t, j);
             if (run_group(ex, j->model_idx, t->ws[j->model_idx], &j, 1) == MODEL_EFATAL) {
                 j->next = next;
                 job_free_list(j); /* unanswered: they run again after the restart */
@@ -301,7 +309,7 @@ static void exec_loop(struct exec_thread *t)
         size_t g = 0;
         for (size_t i = 0; i < n; i++)
             if (t->jobs[i]->err == PROTO_OK) {
-                failpoints(ex, t->jobs[i]);
+                failpoints(t, t->jobs[i]);
                 t->group[g++] = t->jobs[i];
             }
         if (run_group(ex, batch->model_idx, t->ws[batch->model_idx], t->group, g) ==
@@ -359,21 +367,10 @@ done:
     return NULL;
 }
 
-/* batching.executors, with 0 resolved to one per online CPU (within the
- * watchdog's slots). */
-static size_t executor_count(const struct kcfg *c)
-{
-    long n = c->batching.executors;
-    if (n == 0) n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n < 1) n = 1;
-    if (n > STATS_MAX_EXECUTORS) n = STATS_MAX_EXECUTORS;
-    return (size_t)n;
-}
-
 struct exec *exec_start(const struct exec_conf *c, char *errstr, size_t errstr_size)
 {
     struct exec *ex = calloc(1, sizeof(*ex));
-    size_t n = executor_count(c->cfg);
+    size_t n = c->n_threads ? c->n_threads : 1;
     if (!ex || !(ex->thr = calloc(n, sizeof(*ex->thr)))) {
         snprintf(errstr, errstr_size, "out of memory");
         free(ex);

@@ -28,6 +28,7 @@
 
 struct exec_conf {
     const struct kcfg *cfg;       /* borrowed; outlives the stage */
+    size_t n_threads;             /* executors to start, >= 1 */
     struct model *const *models;  /* by model index, borrowed */
     size_t n_models;
     struct batcher *batcher;      /* where closed batches come from */
@@ -40,8 +41,8 @@ struct exec_conf {
 
 struct exec;
 
-/* Starts batching.executors threads (0: one per online CPU), each with
- * its own workspaces made on its own slot. Returns the stage, or NULL
+/* Starts c->n_threads executors, each with its own workspaces made on
+ * its own slot (which picks its device on a GPU). Returns the stage, or NULL
  * with errstr filled when a thread cannot start. */
 struct exec *exec_start(const struct exec_conf *c, char *errstr, size_t errstr_size);
 

@@ -50,9 +50,7 @@ static int models_load(const struct kcfg *c, struct models *ms)
 {
     char err[512];
     struct model_runtime_conf rc;
-    model_runtime_conf_defaults(&rc);
-    rc.backend = c->worker.backend;
-    rc.cpu_threads = c->worker.blas_threads;
+    cfg_model_runtime(c, &rc);
     if (!(ms->rt = model_runtime_new(&rc, err, sizeof(err)))) {
         LOG_E("backend_failed", "backend=%s error=\"%s\"", c->worker.backend, err);
         return -1;
@@ -191,11 +189,38 @@ static void report_progress(struct worker *w, int finished)
     w->opts.progress(w->opts.progress_ctx, &p);
 }
 
+/* The devices' gauges, once a second: busy time is a counter in the
+ * runtime, so the ratio is its growth over the wall time since the last
+ * call (several streams on one device can add up past the wall time; the
+ * stats cap the ratio at 1). */
+struct device_marks {
+    int64_t at_us;
+    double busy_s[STATS_MAX_DEVICES];
+};
+
+static void publish_devices(struct worker *w, struct device_marks *dm, int64_t now)
+{
+    size_t n = model_runtime_devices(w->models.rt);
+    double wall_s = (double)(now - dm->at_us) / 1e6;
+    for (size_t d = 0; d < n && d < STATS_MAX_DEVICES; d++) {
+        struct model_device_stats ds;
+        if (model_runtime_device_stats(w->models.rt, d, &ds) < 0) continue;
+        struct stats_device sd = {.index = ds.index, .mem_used = ds.mem_used,
+                                  .mem_total = ds.mem_total, .batches = ds.batches,
+                                  .busy_s = ds.busy_s};
+        sd.busy_ratio = dm->at_us && wall_s > 0 ? (ds.busy_s - dm->busy_s[d]) / wall_s : 0;
+        dm->busy_s[d] = ds.busy_s;
+        stats_set_device(w->stats, d, &sd);
+    }
+    dm->at_us = now;
+}
+
 /* What the poll thread does besides polling, each on its own period:
- * gauges (10 a second), the watchdog (every second), the log line (every
- * 10 s) and a bounded run's progress. */
+ * gauges (10 a second), the watchdog and the devices (every second), the
+ * log line (every 10 s) and a bounded run's progress. */
 struct ticks {
     int64_t gauges, watchdog, log, progress;
+    struct device_marks devices;
 };
 
 static void tick(struct worker *w, struct ticks *t)
@@ -208,6 +233,7 @@ static void tick(struct worker *w, struct ticks *t)
     }
     if (now >= t->watchdog) {
         watchdog_check(w);
+        publish_devices(w, &t->devices, now);
         t->watchdog = now + 1000000;
     }
     if (now >= t->log) {
@@ -235,6 +261,7 @@ static int setup(struct worker *w)
     }
     if (models_load(c, &w->models) < 0) return -1;
     stats_set_backend(w->stats, model_runtime_backend(w->models.rt));
+    stats_set_precision(w->stats, model_runtime_precision(w->models.rt));
     stats_set_cond(w->stats, STATS_COND_MODEL, 1);
     int override = -1;
     if (w->opts.model && (override = cfg_model_index(c, w->opts.model)) < 0) {
@@ -281,7 +308,11 @@ static int setup(struct worker *w)
         LOG_E("thread_failed", "thread=sink");
         return -1;
     }
+    size_t n_exec = c->batching.executors > 0 ? (size_t)c->batching.executors
+                                              : model_runtime_executors(w->models.rt);
     struct exec_conf ec = {.cfg = c, .models = w->models.m, .n_models = w->models.n,
+                           .n_threads = n_exec < STATS_MAX_EXECUTORS ? n_exec
+                                                                    : STATS_MAX_EXECUTORS,
                            .batcher = w->batcher, .out = &w->sinkq, .stats = w->stats,
                            .fatal = &w->fatal,
                            .max_record_bytes = sink_max_record_bytes(w->sink),

@@ -1,0 +1,119 @@
+/* plan.c - host-side decisions of a GPU backend (plan.h).
+ *
+ * Threads: any; no state. */
+#include "plan.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int plan_devices(const int *want, size_t n_want, int count, int *out, char *why,
+                 size_t why_size)
+{
+    if (count <= 0) {
+        snprintf(why, why_size, "no usable CUDA device");
+        return -1;
+    }
+    if (n_want == 0) {
+        int n = count < PLAN_MAX_DEVICES ? count : PLAN_MAX_DEVICES;
+        for (int i = 0; i < n; i++) out[i] = i;
+        return n;
+    }
+    if (n_want > PLAN_MAX_DEVICES) {
+        snprintf(why, why_size, "gpu.devices: at most %d devices, got %zu", PLAN_MAX_DEVICES,
+                 n_want);
+        return -1;
+    }
+    for (size_t i = 0; i < n_want; i++) {
+        if (want[i] < 0 || want[i] >= count) {
+            snprintf(why, why_size, "gpu.devices: device %d does not exist (%d usable: 0..%d)",
+                     want[i], count, count - 1);
+            return -1;
+        }
+        for (size_t k = 0; k < i; k++)
+            if (want[k] == want[i]) {
+                snprintf(why, why_size, "gpu.devices: device %d is listed twice", want[i]);
+                return -1;
+            }
+        out[i] = want[i];
+    }
+    return (int)n_want;
+}
+
+/* Round robin: executor slots 0, 1, 2, ... take devices 0, 1, ..., 0, ...
+ * so each device gets the same number of executors, give or take one. */
+size_t plan_slot_device(unsigned slot, size_t n_devices)
+{
+    return n_devices ? (size_t)slot % n_devices : 0;
+}
+
+size_t plan_buckets(size_t max_rows, const size_t *preferred, size_t n_preferred,
+                    size_t *out, size_t cap)
+{
+    size_t n = 0;
+    if (cap == 0 || max_rows == 0) return 0;
+    if (n_preferred) {
+        for (size_t i = 0; i < n_preferred && n + 1 < cap; i++)
+            if (preferred[i] > 0 && preferred[i] < max_rows && (n == 0 || preferred[i] > out[n - 1]))
+                out[n++] = preferred[i];
+    } else {
+        for (size_t b = 1; b < max_rows && n + 1 < cap; b *= 2) out[n++] = b;
+    }
+    out[n++] = max_rows;
+    return n;
+}
+
+size_t plan_bucket_for(const size_t *buckets, size_t n, size_t rows)
+{
+    for (size_t i = 0; i < n; i++)
+        if (buckets[i] >= rows) return i;
+    return n;
+}
+
+size_t plan_elem_size(enum model_precision p)
+{
+    return p == MODEL_FP16 || p == MODEL_BF16 ? 2 : 4;
+}
+
+/* Raw element i of t as 16 bits, from its little-endian bytes (the data
+ * may be unaligned). */
+static uint16_t raw16(const struct st_tensor *t, size_t i)
+{
+    const unsigned char *p = t->data + 2 * i;
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+/* Element i of an F32 tensor, from its little-endian bytes. */
+static float raw32f(const struct st_tensor *t, size_t i)
+{
+    const unsigned char *b = t->data + 4 * i;
+    uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                 (uint32_t)b[3] << 24;
+    float v;
+    memcpy(&v, &u, sizeof(v));
+    return v;
+}
+
+int plan_convert_f32(const struct st_tensor *t, float *dst)
+{
+    return st_to_f32(t, dst);
+}
+
+int plan_convert(const struct st_tensor *t, enum model_precision p, void *dst)
+{
+    if (!st_dtype_loadable(t->dtype)) return -1;
+    size_t n = (size_t)t->numel;
+    if (p == MODEL_FP32 || p == MODEL_TF32) return st_to_f32(t, dst);
+    uint16_t *h = dst;
+    enum st_dtype same = p == MODEL_FP16 ? ST_F16 : ST_BF16;
+    if (t->dtype == same) {
+        for (size_t i = 0; i < n; i++) h[i] = raw16(t, i);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        float f = t->dtype == ST_F32   ? raw32f(t, i)
+                  : t->dtype == ST_F16 ? st_f16_to_f32(raw16(t, i))
+                                       : st_bf16_to_f32(raw16(t, i));
+        h[i] = p == MODEL_FP16 ? st_f32_to_f16(f) : st_f32_to_bf16(f);
+    }
+    return 0;
+}

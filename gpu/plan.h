@@ -1,0 +1,57 @@
+/* plan.h - the host-side decisions of a GPU backend, in plain C so they
+ * are tested on any machine: which devices gpu.devices names, which batch
+ * sizes get a captured graph (buckets) and which bucket a batch pads up
+ * to, which device an executor's workspace lives on, and each weight's
+ * bytes in the chosen precision (F16/BF16 weights are taken as they are
+ * when the precision matches, never round-tripped through float32).
+ *
+ * Threads: any; no state. */
+#ifndef KINFER_PLAN_H
+#define KINFER_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "safetensors.h"
+
+#define PLAN_MAX_DEVICES 16  /* devices one worker may use */
+#define PLAN_MAX_BUCKETS 32  /* graph buckets per workspace */
+
+/* The devices to use: want (n_want of them; 0 = every one of the count
+ * the machine has), checked for range and repeats, into out in the order
+ * given. Returns how many, or -1 with why filled ("gpu.devices: device 3
+ * does not exist (2 usable: 0..1)"). */
+int plan_devices(const int *want, size_t n_want, int count, int *out, char *why,
+                 size_t why_size);
+
+/* The device index (into the plan_devices list) of executor slot. */
+size_t plan_slot_device(unsigned slot, size_t n_devices);
+
+/* The bucket sizes for workspaces of max_rows rows, ascending, into out
+ * (cap entries): the preferred sizes up to max_rows, or, with none, the
+ * powers of two below max_rows; max_rows itself is always the last.
+ * Returns how many. */
+size_t plan_buckets(size_t max_rows, const size_t *preferred, size_t n_preferred,
+                    size_t *out, size_t cap);
+
+/* The index of the smallest bucket that holds rows (rows <= the largest
+ * bucket); n when none does. */
+size_t plan_bucket_for(const size_t *buckets, size_t n, size_t rows);
+
+/* Bytes per element of weights and activations in precision p: 4 for
+ * fp32 and tf32, 2 for fp16 and bf16. */
+size_t plan_elem_size(enum model_precision p);
+
+/* Writes t's numel elements into dst (numel * plan_elem_size(p) bytes,
+ * native byte order) in p's format: float32 for fp32/tf32, IEEE half for
+ * fp16, bfloat16 for bf16. A tensor already in that format is copied bit
+ * for bit; others are widened exactly and then rounded to nearest even.
+ * Returns 0, or -1 when t's dtype is not loadable. */
+int plan_convert(const struct st_tensor *t, enum model_precision p, void *dst);
+
+/* Writes t as float32 (layernorm's parameters stay float32 in every
+ * precision). Returns 0, or -1 when t's dtype is not loadable. */
+int plan_convert_f32(const struct st_tensor *t, float *dst);
+
+#endif

@@ -1,0 +1,238 @@
+/* test_gpu_plan.c - gpu/plan.c, the host-side decisions of the CUDA
+ * backend, which run on any machine: device selection from gpu.devices,
+ * executor slots spread over devices, graph buckets and the bucket a batch
+ * pads up to, and weight conversion into each precision (bit for bit where
+ * the file already holds that format, round to nearest even otherwise,
+ * checked against a rounding written here on fresh random values).
+ *
+ * Single-threaded. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../gpu/plan.h"
+#include "testutil.h"
+
+/* gpu.devices: empty is every device; indices are checked against the
+ * machine's count and for repeats, and keep their order. */
+static void test_devices(void **state)
+{
+    (void)state;
+    int out[PLAN_MAX_DEVICES];
+    char why[256];
+    assert_int_equal(plan_devices(NULL, 0, 3, out, why, sizeof(why)), 3);
+    assert_int_equal(out[0], 0);
+    assert_int_equal(out[2], 2);
+    const int two[] = {2, 0};
+    assert_int_equal(plan_devices(two, 2, 4, out, why, sizeof(why)), 2);
+    assert_int_equal(out[0], 2);
+    assert_int_equal(out[1], 0);
+    const int bad[] = {0, 4};
+    assert_int_equal(plan_devices(bad, 2, 4, out, why, sizeof(why)), -1);
+    assert_string_equal(why, "gpu.devices: device 4 does not exist (4 usable: 0..3)");
+    const int dup[] = {1, 1};
+    assert_int_equal(plan_devices(dup, 2, 4, out, why, sizeof(why)), -1);
+    assert_string_equal(why, "gpu.devices: device 1 is listed twice");
+    assert_int_equal(plan_devices(NULL, 0, 0, out, why, sizeof(why)), -1);
+    assert_string_equal(why, "no usable CUDA device");
+    /* More devices than a worker takes: the first PLAN_MAX_DEVICES. */
+    assert_int_equal(plan_devices(NULL, 0, 40, out, why, sizeof(why)), PLAN_MAX_DEVICES);
+}
+
+/* Executor slots go round robin, so each device gets its share. */
+static void test_slots(void **state)
+{
+    (void)state;
+    size_t nd = 1 + tu_rand64() % 8, per[PLAN_MAX_DEVICES] = {0};
+    unsigned slots = (unsigned)(nd * (1 + tu_rand64() % 4));
+    for (unsigned s = 0; s < slots; s++) {
+        size_t d = plan_slot_device(s, nd);
+        assert_true(d < nd);
+        per[d]++;
+    }
+    for (size_t d = 0; d < nd; d++) assert_int_equal(per[d], slots / nd);
+    assert_int_equal(plan_slot_device(5, 0), 0);
+}
+
+/* Buckets: powers of two below max_rows then max_rows; or the preferred
+ * sizes below max_rows then max_rows. Every row count 1..max_rows pads to
+ * the smallest bucket holding it. */
+static void test_buckets(void **state)
+{
+    (void)state;
+    size_t b[PLAN_MAX_BUCKETS];
+    size_t n = plan_buckets(32, NULL, 0, b, PLAN_MAX_BUCKETS);
+    size_t want[] = {1, 2, 4, 8, 16, 32};
+    assert_int_equal(n, 6);
+    assert_memory_equal(b, want, sizeof(want));
+    n = plan_buckets(100, NULL, 0, b, PLAN_MAX_BUCKETS);
+    size_t want2[] = {1, 2, 4, 8, 16, 32, 64, 100};
+    assert_int_equal(n, 8);
+    assert_memory_equal(b, want2, sizeof(want2));
+    const size_t pref[] = {8, 16, 48, 64};
+    n = plan_buckets(48, pref, 4, b, PLAN_MAX_BUCKETS);
+    size_t want3[] = {8, 16, 48};
+    assert_int_equal(n, 3);
+    assert_memory_equal(b, want3, sizeof(want3));
+    n = plan_buckets(1, NULL, 0, b, PLAN_MAX_BUCKETS);
+    assert_int_equal(n, 1);
+    assert_int_equal(b[0], 1);
+    assert_int_equal(plan_buckets(0, NULL, 0, b, PLAN_MAX_BUCKETS), 0);
+    /* A small cap keeps max_rows, the one bucket every batch fits. */
+    n = plan_buckets(1000, NULL, 0, b, 3);
+    assert_int_equal(n, 3);
+    assert_int_equal(b[2], 1000);
+
+    size_t max_rows = 1 + tu_rand64() % 700;
+    n = plan_buckets(max_rows, NULL, 0, b, PLAN_MAX_BUCKETS);
+    for (size_t rows = 1; rows <= max_rows; rows++) {
+        size_t i = plan_bucket_for(b, n, rows);
+        assert_true(i < n);
+        assert_true(b[i] >= rows);
+        if (i > 0) assert_true(b[i - 1] < rows);
+        assert_true(b[i] < 2 * rows || b[i] == max_rows || rows == 1);
+    }
+    assert_int_equal(plan_bucket_for(b, n, max_rows + 1), n);
+}
+
+/* An independent float32 -> bfloat16 rounding: nearest, ties to even, on
+ * the value (not the bits), NaN kept a NaN. */
+static uint16_t ref_bf16(float f)
+{
+    if (isnan(f)) return 0x7fc0;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+    float a, b;
+    memcpy(&a, &lo, 4);
+    memcpy(&b, &hi, 4);
+    double da = fabs((double)f - a), db = fabs((double)f - b);
+    if (isinf(b) && !isinf(f)) { /* the next bf16 up is infinity: compare to 2^128 */
+        db = fabs((double)f - ldexp(1.0, 128) * (f < 0 ? -1 : 1));
+    }
+    if (da < db || (da == db && !((lo >> 16) & 1))) return (uint16_t)(lo >> 16);
+    return (uint16_t)(hi >> 16);
+}
+
+/* Tensors of each loadable dtype, converted to each precision: same
+ * format copies bits; float32 targets widen exactly; 16-bit targets round
+ * to nearest even (bf16 checked against ref_bf16, fp16 against the
+ * nearest of the two halves around the value). */
+static void test_convert(void **state)
+{
+    (void)state;
+    enum { N = 4096 };
+    float vals[N];
+    for (size_t i = 0; i < N; i++) {
+        int e = (int)(tu_rand64() % 40) - 20;
+        vals[i] = ldexpf(tu_randf(-1, 1), e);
+    }
+    vals[0] = 0.0f;
+    vals[1] = -0.0f;
+    vals[2] = 65504.0f;     /* largest half */
+    vals[3] = 1e-8f;        /* below half's subnormals */
+    unsigned char f32[N * 4], f16[N * 2], b16[N * 2];
+    for (size_t i = 0; i < N; i++) {
+        uint32_t u;
+        memcpy(&u, &vals[i], 4);
+        for (int k = 0; k < 4; k++) f32[4 * i + k] = (unsigned char)(u >> (8 * k));
+        uint16_t h = st_f32_to_f16(vals[i]), b = st_f32_to_bf16(vals[i]);
+        f16[2 * i] = (unsigned char)h;
+        f16[2 * i + 1] = (unsigned char)(h >> 8);
+        b16[2 * i] = (unsigned char)b;
+        b16[2 * i + 1] = (unsigned char)(b >> 8);
+    }
+    struct st_tensor t32 = {.name = "a", .dtype = ST_F32, .ndim = 1, .shape = {N}, .numel = N,
+                            .data = f32, .nbytes = sizeof(f32)};
+    struct st_tensor t16 = t32, tb16 = t32;
+    t16.dtype = ST_F16;
+    t16.data = f16;
+    tb16.dtype = ST_BF16;
+    tb16.data = b16;
+    static float out32[N];
+    static uint16_t out16[N];
+    /* F32 into each precision. */
+    assert_int_equal(plan_convert(&t32, MODEL_FP32, out32), 0);
+    assert_memory_equal(out32, vals, sizeof(vals));
+    assert_int_equal(plan_convert(&t32, MODEL_TF32, out32), 0);
+    assert_memory_equal(out32, vals, sizeof(vals));
+    assert_int_equal(plan_convert(&t32, MODEL_BF16, out16), 0);
+    for (size_t i = 0; i < N; i++)
+        if (out16[i] != ref_bf16(vals[i]))
+            fail_msg("bf16 of %a: got %04x, want %04x", (double)vals[i], out16[i],
+                     ref_bf16(vals[i]));
+    assert_int_equal(plan_convert(&t32, MODEL_FP16, out16), 0);
+    for (size_t i = 0; i < N; i++) {
+        double v = vals[i], got = st_f16_to_f32(out16[i]);
+        /* Past the midpoint between the largest half and 2^16, IEEE
+         * rounding overflows to infinity. */
+        if (fabs(v) >= 65520.0) {
+            if (!isinf(got)) fail_msg("fp16 of %a: got %a, want infinity", v, got);
+            continue;
+        }
+        if (isinf(got)) fail_msg("fp16 of %a: got infinity", v);
+        /* No half lies strictly between the value and the one chosen. */
+        uint16_t up = (uint16_t)(out16[i] + 1), down = (uint16_t)(out16[i] - 1);
+        double nb[2] = {st_f16_to_f32(up), st_f16_to_f32(down)};
+        for (int k = 0; k < 2; k++)
+            if (isfinite(nb[k]) && fabs(nb[k] - v) < fabs(got - v))
+                fail_msg("fp16 of %a: %a is nearer than %a", v, nb[k], got);
+    }
+    assert_int_equal(out16[2], 0x7bff);
+    assert_int_equal(out16[3], 0x0000);
+    /* Same format: the bits as they are. */
+    assert_int_equal(plan_convert(&t16, MODEL_FP16, out16), 0);
+    assert_memory_equal(out16, f16, sizeof(f16));
+    assert_int_equal(plan_convert(&tb16, MODEL_BF16, out16), 0);
+    assert_memory_equal(out16, b16, sizeof(b16));
+    /* Across 16-bit formats: through float32, exactly widened. */
+    assert_int_equal(plan_convert(&t16, MODEL_BF16, out16), 0);
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(out16[i], st_f32_to_bf16(st_f16_to_f32(st_f32_to_f16(vals[i]))));
+    assert_int_equal(plan_convert(&tb16, MODEL_FP32, out32), 0);
+    for (size_t i = 0; i < N; i++) assert_true(out32[i] == st_bf16_to_f32(st_f32_to_bf16(vals[i])));
+    assert_int_equal(plan_convert_f32(&t16, out32), 0);
+    for (size_t i = 0; i < N; i++) assert_true(out32[i] == st_f16_to_f32(st_f32_to_f16(vals[i])));
+    /* Element sizes, and a dtype that is not a weight. */
+    assert_int_equal(plan_elem_size(MODEL_FP32), 4);
+    assert_int_equal(plan_elem_size(MODEL_TF32), 4);
+    assert_int_equal(plan_elem_size(MODEL_FP16), 2);
+    assert_int_equal(plan_elem_size(MODEL_BF16), 2);
+    struct st_tensor ti = t32;
+    ti.dtype = ST_I32;
+    assert_int_equal(plan_convert(&ti, MODEL_FP16, out16), -1);
+}
+
+/* Precision names round-trip and unknown ones are refused. */
+static void test_precision_names(void **state)
+{
+    (void)state;
+    for (int p = 0; p < MODEL_N_PRECISIONS; p++) {
+        enum model_precision q;
+        assert_int_equal(model_precision_parse(model_precision_name((enum model_precision)p), &q),
+                         0);
+        assert_int_equal(q, p);
+    }
+    enum model_precision q;
+    assert_int_equal(model_precision_parse("fp8", &q), -1);
+    assert_string_equal(model_precision_name(MODEL_N_PRECISIONS), "?");
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    tu_seed(argv[0]);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_devices),  cmocka_unit_test(test_slots),
+        cmocka_unit_test(test_buckets),  cmocka_unit_test(test_convert),
+        cmocka_unit_test(test_precision_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
