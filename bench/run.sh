@@ -15,6 +15,11 @@
 #      forward pass alone at the batch size kinfer reached;
 #   4. latency from record timestamp to result in Redis at fractions of the
 #      MLP's saturation rate, for two batching.max_wait_ms settings;
+#   5. on a machine with a usable CUDA device (or BENCH_GPU=1): the MLP's
+#      forward pass alone on the GPU per precision and batch size (rows/s,
+#      TFLOP/s, % of the device's dense peak), and kinfer's saturation on
+#      the GPU for the tiny model and the MLP as ratios to the passthrough
+#      floor, with the device's busy ratio;
 # then prints the table, draws docs/bench-latency.png with gnuplot and
 # writes the results into docs/benchmarks.md (between its bench markers).
 #
@@ -46,6 +51,14 @@ WORKER_SETS=${WORKER_SETS:-}       # extra "--set K=V ..." for every worker (A/B
 # as data arrives, so a short wait stands in for that; linger.ms=1 is what
 # a latency-minded producer sets.
 LAT_PROPS=${LAT_PROPS:-'( "fetch.wait.max.ms", "2" ), ( "linger.ms", "1" )'}
+# GPU rows (section 5): auto = when `kinfer --version` reports a usable
+# device; 1 = always (BENCH_GPU_BACKEND=cpu then runs the rows' logic on the
+# CPU, to check the script); 0 = never.
+BENCH_GPU=${BENCH_GPU:-auto}
+BENCH_GPU_BACKEND=${BENCH_GPU_BACKEND:-cuda}
+GPU_PRECISIONS=${GPU_PRECISIONS:-"fp32 tf32 fp16 bf16"}
+GPU_BATCHES=${GPU_BATCHES:-1,32,128,1024,4096}
+N_GPU=${N_GPU:-$N_MLP}             # backlog for kinfer on the GPU
 
 started=$(date +%s)
 mkdir -p "$OUT"
@@ -86,6 +99,11 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 rcli() { redis-cli -p "$rport" "$@" >/dev/null; }
 
 [ -x "$K" ] || die "$K not built (make bench builds it)"
+case "$BENCH_GPU" in
+  auto) if $K --version | grep -q 'usable device' && ! $K --version | grep -q ' 0 usable'; then
+          GPU=1; else GPU=0; fi ;;
+  *) GPU=$BENCH_GPU ;;
+esac
 $K bench --help >/dev/null 2>&1 || die "$K has no 'bench' command"
 command -v gnuplot >/dev/null || die "gnuplot missing (make bench installs it)"
 
@@ -99,8 +117,10 @@ start_broker() {
   BROKERS=$(head -n1 "$work/$1.out")
   [ -n "$BROKERS" ] || die "broker $1 did not start: $(tail -n3 "$work/$1.log")"
 }
+gpu_topics=""
+[ "$GPU" = 1 ] && gpu_topics="gpu-tiny,gpu-mlp,"
 start_broker broker "$PARTITIONS" \
-  "floor,$(for r in $(seq "$ROUNDS"); do printf 'pass-%s,tiny-%s,mlp-%s,' "$r" "$r" "$r"; done)results,jobs.dlq"
+  "floor,$(for r in $(seq "$ROUNDS"); do printf 'pass-%s,tiny-%s,mlp-%s,' "$r" "$r" "$r"; done)${gpu_topics}results,jobs.dlq"
 brokers=$BROKERS
 # A second broker for the latency runs, with few partitions. The mock finds
 # the message set a fetch asks for by walking the partition's list of them
@@ -357,11 +377,64 @@ for w in $WAITS; do
 done
 rcli config set notify-keyspace-events ''
 
-# ---- the table ----------------------------------------------------------------------------
+# ---- 5. the GPU ------------------------------------------------------------------------------
 pct() { P=0 calc "100 * $1 / $2"; }
 k() { P=1 calc "$1 / 1000"; }
+PASS_R=$(kv per_s "$PASS")
+# Dense peak TFLOP/s by precision for the devices kinfer is measured on
+# (NVIDIA's H100 SXM datasheet, dense; the H200 has the same compute);
+# "-" for another device: the rows still print rows/s and TFLOP/s.
+peak_tflops() {
+  case "$1:$2" in
+    *H100*:fp32|*H200*:fp32) echo 67 ;;
+    *H100*:tf32|*H200*:tf32) echo 495 ;;
+    *H100*:fp16|*H200*:fp16|*H100*:bf16|*H200*:bf16) echo 989 ;;
+    *) echo - ;;
+  esac
+}
+# metric NAME PORT: the sum of a metric's samples on a worker's /metrics.
+metric() { curl -s "http://127.0.0.1:$2/metrics" | awk -v n="$1" '$1 ~ "^"n"({|$)" { s += $2 } END { print s + 0 }'; }
+GPU_ROWS=""
+if [ "$GPU" = 1 ]; then
+  GPU_DEV=$($K --version | sed -n 's/.*usable devices\{0,1\} (\(.*\))$/\1/p')
+  say "GPU ($BENCH_GPU_BACKEND): ${GPU_DEV:-unknown device}"
+  for p in $GPU_PRECISIONS; do
+    say "  MLP forward pass alone, $p, batch $GPU_BATCHES"
+    G=$($K bench gemm -c "$work/mlp-1.cfg" --set "worker.backend=$BENCH_GPU_BACKEND" \
+          --set "gpu.precision=$p" --batch "$GPU_BATCHES" --seconds 2) || die "gemm on the GPU ($p)"
+    echo "$G" >>"$OUT/raw.log"
+    peak=$(peak_tflops "$GPU_DEV" "$p")
+    for b in ${GPU_BATCHES//,/ }; do
+      line=$(grep " batch=$b " <<<"$G")
+      tf=$(kv tflops "$line")
+      GPU_ROWS+="| GPU forward pass alone, MLP, $p, batch $b | $(k "$(kv rows_per_s "$line")")k rows/s, $tf TFLOP/s | $( [ "$peak" = - ] && echo "device peak unknown" || echo "$(P=1 calc "100 * $tf / $peak")% of $peak dense") |"$'\n'
+    done
+  done
+  for m in tiny mlp; do
+    write_cfg "gpu-$m" "gpu-$m" "$m"
+    mport=$(free_port)
+    say "kinfer on the GPU, $m model: draining a backlog of $N_GPU jobs"
+    produce "gpu-$m" "$work/gpu-$m.cfg" --rate 0 --jobs "$N_GPU"
+    collect_bg "gpu-$m" "$work/gpu-$m.cfg" --from dbsize --jobs "$N_GPU" --timeout 600
+    t0=$(date +%s.%N)
+    start_worker "gpu-$m" "$work/gpu-$m.cfg" --set "worker.backend=$BENCH_GPU_BACKEND" \
+      --set "metrics.listen=127.0.0.1:$mport"
+    collect_wait "gpu-$m"
+    busy=$(metric kinfer_gpu_busy_seconds_total "$mport")
+    wall=$(calc "$(date +%s.%N) - $t0")
+    cpu=$(awk '{ printf "%.1f", ($14 + $15) / 100 }' "/proc/$WPID/stat" 2>/dev/null || echo -)
+    stop_worker "gpu-$m"
+    rcli flushall
+    rate=$(kv per_s "$COLL")
+    floor=$PASS_R
+    GPU_ROWS+="| **kinfer on the GPU, $m model, saturation** | **$(k "$rate")k jobs/s** | **$(pct "$rate" "$floor")% of passthrough**; device busy $(P=2 calc "$busy / $wall"), worker CPU ${cpu} s in ${wall%.*} s, mean batch rows $(kv mean_batch_rows "$COLL") |"$'\n'
+    say "  $(k "$rate")k jobs/s, device busy $(P=2 calc "$busy / $wall")"
+  done
+fi
+
+# ---- the table ----------------------------------------------------------------------------
 FKP=$(kv produce_per_s "$FK"); FKC=$(kv consume_per_s "$FK")
-PASS_R=$(kv per_s "$PASS"); TINY_R=$(kv per_s "$TINY")
+TINY_R=$(kv per_s "$TINY")
 GB=$(gemm_at "$B")
 hwm_lat=$(for w in $WAITS; do eval "printf '%s ' \"\$HWM_LAT_$w\""; done)
 {
@@ -380,6 +453,7 @@ hwm_lat=$(for w in $WAITS; do eval "printf '%s ' \"\$HWM_LAT_$w\""; done)
   echo "| batches closed by size / by time, from batch_rows (one-row jobs) | tiny $(kv full_batch_pct "$TINY")% / $(P=1 calc "100 - $(kv full_batch_pct "$TINY")")%, MLP $(kv full_batch_pct "$MLP")% / $(P=1 calc "100 - $(kv full_batch_pct "$MLP")")% | |"
   echo "| close reasons, the worker's counters at exit | tiny: ${REASONS_TINY:-n/a (pending)} | MLP: ${REASONS_MLP:-n/a (pending)} |"
   echo "| worker peak RSS (VmHWM) | tiny $HWM_TINY MiB, MLP $HWM_MLP MiB | latency runs: ${hwm_lat% } MiB |"
+  printf '%s' "$GPU_ROWS"
   echo
   echo "Latency from record timestamp to result in Redis (MLP; load = offered jobs/s as a fraction of the MLP's saturation rate above):"
   echo

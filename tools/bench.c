@@ -1316,8 +1316,7 @@ static int cmd_gemm(const struct kcfg *c, const struct bench_opts *o)
     }
     char err[512];
     struct model_runtime_conf rconf;
-    model_runtime_conf_defaults(&rconf);
-    rconf.backend = c->worker.backend;
+    cfg_model_runtime(c, &rconf);
     rconf.cpu_threads = o->threads;
     struct model_runtime *rt = model_runtime_new(&rconf, err, sizeof(err));
     struct model *m =
@@ -1357,9 +1356,10 @@ static int cmd_gemm(const struct kcfg *c, const struct bench_opts *o)
         }
         pthread_barrier_destroy(&start);
         if (rc == 0)
-            printf("gemm: model=%s backend=%s threads=%d parallel=%zu batch=%zu "
-                   "rows_per_s=%.0f batch_ms=%.3f\n", model_name(m), model_runtime_backend(rt),
-                   o->threads, par, sizes[i], rows_per_s, ms);
+            printf("gemm: model=%s backend=%s precision=%s threads=%d parallel=%zu batch=%zu "
+                   "rows_per_s=%.0f batch_ms=%.3f tflops=%.4f\n", model_name(m),
+                   model_runtime_backend(rt), model_runtime_precision(rt), o->threads, par,
+                   sizes[i], rows_per_s, ms, rows_per_s * model_flops_per_row(m) / 1e12);
     }
     if (rc) fprintf(stderr, "kinfer bench gemm: forward pass failed\n");
     free(runs);
@@ -1415,9 +1415,12 @@ static const struct bench_cmd bench_cmds[] = {
     {"gemm", "btSe", cmd_gemm,
      "usage: kinfer bench gemm -c FILE [--set K=V]... [--batch 1,32,128] [--threads T]\n"
      "                         [--parallel E] [--seconds S]\n"
-     "The default model's forward pass alone: rows/s at each batch size, with T\n"
-     "OpenBLAS threads (0 = its default) and E passes at once, one per thread\n"
-     "(as E executors run them; default 1); batch_ms is the mean time of one pass.\n"},
+     "The default model's forward pass alone on the configured backend\n"
+     "(worker.backend, gpu.*: --set gpu.precision=bf16): rows/s at each batch size,\n"
+     "with T OpenBLAS threads (0 = its default) and E passes at once, one per\n"
+     "thread (as E executors run them, each on its own slot and, on a GPU, its own\n"
+     "stream; default 1); batch_ms is the mean time of one pass, tflops the\n"
+     "dense layers' arithmetic rate (2 x in x out per row and layer).\n"},
 };
 
 static const char bench_usage[] =
