@@ -6,7 +6,10 @@
 # prints the summary, then stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-K=build/kinfer
+K=${KINFER_BIN:-build/kinfer}
+# DEMO_SETS: more --set arguments for the worker, e.g. on a GPU machine
+# DEMO_SETS="--set worker.backend=cuda --set gpu.precision=bf16".
+read -ra demo_sets <<<"${DEMO_SETS:-}"
 JOBS=${JOBS:-400}
 work=$(mktemp -d /tmp/kinfer-demo-XXXXXX)
 pids=()
@@ -41,7 +44,7 @@ mport=$(free_port)
 set_args=(--set "kafka.brokers=$brokers" --set "redis.port=$rport" --set kafka.properties.fetch.wait.max.ms=10
           --set "metrics.listen=127.0.0.1:$mport")
 echo "== kinfer worker -c worker.cfg ${set_args[*]}"
-$K worker -c worker.cfg "${set_args[@]}" 2>"$work/worker.log" &
+$K worker -c worker.cfg "${set_args[@]}" "${demo_sets[@]}" 2>"$work/worker.log" &
 wpid=$!
 pids+=($wpid)
 

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# tools/device-run.sh - the GPU checks, run on the GPU machine from the
+# repository root after tools/device-bundle.sh prepared .device/ here and
+# the device tool carried it there:
+#
+#   run: tools/device-run.sh     (carry: .device/bin, .device/debs)
+#
+# It unpacks the Debian packages into a scratch root (dpkg -x, never into
+# /), puts their libraries and redis-server on the paths, and runs, each
+# step's output in $OUT/<step>.log and one line per step in
+# $OUT/summary.txt:
+#   - nvidia-smi, kinfer --version;
+#   - the CUDA backend's tests (test_gpu_plan, test_gpu), and the CPU
+#     model tests for comparison;
+#   - the integration suite with every worker on the CUDA backend
+#     (KINFER_TEST_BACKEND=cuda), the injected device fault included;
+#   - test_gpu under compute-sanitizer (memcheck, racecheck), without its
+#     deliberate illegal-address test;
+#   - make demo's script with worker.backend=cuda;
+#   - kinfer bench gemm on the 768->3072->768 MLP in every precision and
+#     at batch sizes up to 4096 (rows/s and TFLOP/s).
+# STEPS="test_gpu demo" runs only the named steps. It stops nothing and
+# fails nothing: read the summary.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/kinfer-device-out}
+mkdir -p "$OUT"
+B=.device/bin
+K=$B/kinfer
+root=/tmp/kinfer-root
+rm -rf "$root"
+mkdir -p "$root"
+for d in .device/debs/*.deb; do dpkg -x "$d" "$root"; done
+arch=x86_64-linux-gnu
+export LD_LIBRARY_PATH="$root/usr/lib/$arch:$root/lib/$arch:$root/usr/lib/$arch/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$root/usr/bin:$PATH"
+: >"$OUT/summary.txt"
+
+want() { [ -z "${STEPS:-}" ] || [[ " $STEPS " == *" $1 "* ]]; }
+# step NAME CMD...: runs CMD, its output in NAME.log, and its exit status
+# and duration on a line of the summary.
+step() {
+  local name=$1 t0 rc
+  shift
+  want "$name" || return 0
+  echo "== $name"
+  t0=$(date +%s)
+  ("$@") >"$OUT/$name.log" 2>&1
+  rc=$?
+  echo "$name rc=$rc ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/summary.txt"
+  tail -n 3 "$OUT/$name.log" | sed 's/^/   /'
+}
+
+step machine sh -c "nvidia-smi; $K --version; nvcc --version | tail -n1; uname -a"
+step test_gpu_plan "$B/tests/test_gpu_plan"
+step test_gpu "$B/tests/test_gpu"
+step test_model "$B/tests/test_model"
+step integration_cuda env KINFER_TEST_BACKEND=cuda KINFER_BIN="$K" "$B/tests/test_integration"
+if command -v compute-sanitizer >/dev/null; then
+  step memcheck env KINFER_TEST_NO_FAULT=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$B/tests/test_gpu"
+  step racecheck env KINFER_TEST_NO_FAULT=1 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$B/tests/test_gpu"
+fi
+step demo_cuda env KINFER_BIN="$K" DEMO_SETS="--set worker.backend=cuda" tests/demo.sh
+
+gemm() {
+  local work
+  work=$(mktemp -d)
+  "$K" model demo -o "$work/mlp.safetensors" --in 768 --hidden 3072 --out 768 --seed 2 >/dev/null
+  cat >"$work/mlp.cfg" <<CFG
+models = ( { name = "mlp"; path = "mlp.safetensors";
+  layers = ( { op = "dense"; weight = "0.weight"; bias = "0.bias"; }, { op = "relu"; },
+             { op = "dense"; weight = "2.weight"; bias = "2.bias"; } ); } );
+worker = { backend = "cuda"; };
+CFG
+  for p in fp32 tf32 fp16 bf16; do
+    for g in true false; do
+      "$K" bench gemm -c "$work/mlp.cfg" --set gpu.precision="$p" --set gpu.graphs="$g" \
+        --batch 1,8,32,128,1024,4096 --seconds 1 | sed "s/^gemm:/gemm: graphs=$g/"
+    done
+    "$K" bench gemm -c "$work/mlp.cfg" --set gpu.precision="$p" --batch 32,1024 --seconds 1 \
+      --parallel 2 | sed 's/^gemm:/gemm: graphs=true/'
+  done
+}
+step bench_gemm gemm
+echo "device-run: summary in $OUT/summary.txt"
+cat "$OUT/summary.txt"
