@@ -50,7 +50,11 @@ pids+=($wpid)
 
 # Wait until the worker has joined the group and owns the partitions, so
 # the latency printed below is the worker's, not the group join's.
-for _ in $(seq 600); do grep -q 'event=partitions_assigned' "$work/worker.log" && break; sleep 0.05; done
+for _ in $(seq 600); do
+  grep -q 'event=partitions_assigned' "$work/worker.log" && break
+  kill -0 "$wpid" 2>/dev/null || break   # it could not start: say why at once
+  sleep 0.05
+done
 grep -q 'event=partitions_assigned' "$work/worker.log" || { echo "worker did not join the group:"; tail "$work/worker.log"; exit 1; }
 
 RATE=${RATE:-400}
