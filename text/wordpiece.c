@@ -570,7 +570,10 @@ static int wp_set_specials(struct wp_tokenizer *t, const int32_t *ids, size_t n,
                            char *errstr, size_t errstr_size)
 {
     int32_t *sorted = malloc((n ? n : 1) * sizeof(*sorted));
-    if (!sorted) goto nomem;
+    if (!sorted) {
+        wp_seterr(errstr, errstr_size, "%s: out of memory", path);
+        return -1;
+    }
     size_t m = 0, bytes = 0;
     for (size_t i = 0; i < n; i++) {
         size_t len = t->tok_len[ids[i]];
@@ -578,8 +581,7 @@ static int wp_set_specials(struct wp_tokenizer *t, const int32_t *ids, size_t n,
         if (len > WP_SPECIAL_MAX_BYTES) {
             wp_seterr(errstr, errstr_size, "%s: special token of %zu bytes, at most %d supported",
                       path, len, WP_SPECIAL_MAX_BYTES);
-            free(sorted);
-            return -1;
+            goto fail;
         }
         sorted[m++] = ids[i];
     }
@@ -587,27 +589,25 @@ static int wp_set_specials(struct wp_tokenizer *t, const int32_t *ids, size_t n,
     size_t u = 0;
     for (size_t i = 0; i < m; i++)
         if (u == 0 || sorted[u - 1] != sorted[i]) sorted[u++] = sorted[i];
-    if (u == 0) {
-        free(sorted);
-        return 0;
+    if (u > 0) {
+        for (size_t i = 0; i < u; i++) {
+            unsigned char b0 = (unsigned char)t->pool[t->tok_off[sorted[i]]];
+            bytes += t->tok_len[sorted[i]];
+            t->first[b0 >> 3] |= (unsigned char)(1u << (b0 & 7));
+        }
+        t->tn = malloc((bytes + 1) * sizeof(*t->tn));
+        t->te = malloc((bytes + 1) * sizeof(*t->te));
+        if (!t->tn || !t->te) {
+            wp_seterr(errstr, errstr_size, "%s: out of memory", path);
+            goto fail;
+        }
+        uint32_t n_nodes = 0, n_edges = 0;
+        wp_trie_build(t, sorted, 0, u, 0, &n_nodes, &n_edges);
     }
-    for (size_t i = 0; i < u; i++) {
-        bytes += t->tok_len[sorted[i]];
-        t->first[(unsigned char)t->pool[t->tok_off[sorted[i]]] >> 3] |=
-            (unsigned char)(1u << ((unsigned char)t->pool[t->tok_off[sorted[i]]] & 7));
-    }
-    t->tn = malloc((bytes + 1) * sizeof(*t->tn));
-    t->te = malloc((bytes + 1) * sizeof(*t->te));
-    if (!t->tn || !t->te) {
-        free(sorted);
-        goto nomem;
-    }
-    uint32_t n_nodes = 0, n_edges = 0;
-    wp_trie_build(t, sorted, 0, u, 0, &n_nodes, &n_edges);
     free(sorted);
     return 0;
-nomem:
-    wp_seterr(errstr, errstr_size, "%s: out of memory", path);
+fail:
+    free(sorted);
     return -1;
 }
 
@@ -621,6 +621,7 @@ static int wp_show_len(size_t n)
  * is not a regular file or is over WP_MAX_FILE_BYTES. */
 static char *wp_read_file(const char *path, size_t *len, char *errstr, size_t errstr_size)
 {
+    char *buf = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         wp_seterr(errstr, errstr_size, "%s: %s", path, strerror(errno));
@@ -629,36 +630,30 @@ static char *wp_read_file(const char *path, size_t *len, char *errstr, size_t er
     struct stat st;
     if (fstat(fd, &st) != 0) {
         wp_seterr(errstr, errstr_size, "%s: %s", path, strerror(errno));
-        close(fd);
-        return NULL;
+        goto fail;
     }
     if (!S_ISREG(st.st_mode)) {
         wp_seterr(errstr, errstr_size, "%s: not a regular file", path);
-        close(fd);
-        return NULL;
+        goto fail;
     }
     if ((unsigned long long)st.st_size > WP_MAX_FILE_BYTES) {
         wp_seterr(errstr, errstr_size, "%s: file is %lld bytes, over the %zu-byte limit", path,
                   (long long)st.st_size, WP_MAX_FILE_BYTES);
-        close(fd);
-        return NULL;
+        goto fail;
     }
-    size_t size = (size_t)st.st_size;
-    char *buf = malloc(size + 1);
+    size_t size = (size_t)st.st_size, got = 0;
+    buf = malloc(size + 1);
     if (!buf) {
         wp_seterr(errstr, errstr_size, "%s: out of memory", path);
-        close(fd);
-        return NULL;
+        goto fail;
     }
-    size_t got = 0;
     while (got < size) {
         ssize_t r = read(fd, buf + got, size - got);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
-            wp_seterr(errstr, errstr_size, "%s: %s", path, r < 0 ? strerror(errno) : "file shrank while read");
-            free(buf);
-            close(fd);
-            return NULL;
+            wp_seterr(errstr, errstr_size, "%s: %s", path,
+                      r < 0 ? strerror(errno) : "file shrank while being read");
+            goto fail;
         }
         got += (size_t)r;
     }
@@ -666,6 +661,10 @@ static char *wp_read_file(const char *path, size_t *len, char *errstr, size_t er
     buf[size] = '\0';
     *len = size;
     return buf;
+fail:
+    free(buf);
+    close(fd);
+    return NULL;
 }
 
 /* Looks up a NUL-terminated token. */
@@ -1803,7 +1802,12 @@ int wp_encode(const struct wp_tokenizer *t, struct wp_scratch *s, const char *te
         else na = max_len - nspec;
     }
     size_t need = na + nb + nspec;
-    if (need > cap || need > INT_MAX) {
+    if (need > INT_MAX) {
+        wp_seterr(errstr, errstr_size, "the encoding needs %zu entries, more than an int counts",
+                  need);
+        return WP_ERR_CAP;
+    }
+    if (need > cap) {
         wp_seterr(errstr, errstr_size, "the encoding needs %zu entries, the buffer holds %zu", need,
                   cap);
         return WP_ERR_CAP;

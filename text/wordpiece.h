@@ -35,7 +35,13 @@
  * Threads: a loaded wp_tokenizer is never modified and may be used from
  * any number of threads at once; each thread brings its own wp_scratch,
  * where encoding keeps everything it needs between calls, so a warm
- * scratch makes wp_encode allocation-free. */
+ * scratch makes wp_encode allocation-free.
+ *
+ * Ownership, for every function below: a tokenizer passed as const is
+ * borrowed for the call; paths, settings and input text are borrowed for
+ * the call; (errstr, errstr_size) is the caller's buffer for a message on
+ * failure (NULL or 0: no message); what a function returns is either new
+ * (the caller frees it with the matching _destroy) or borrowed, as said. */
 #ifndef KINFER_WORDPIECE_H
 #define KINFER_WORDPIECE_H
 
