@@ -13,7 +13,9 @@
  *
  * Output (all under tests/data/wordpiece/, overwritten):
  *   vocab.txt               one token per line, id = line number
- *   tokenizer_<setting>.json  what the library saves for each setting
+ *   tokenizer.json          what the library saves for the uncased setting
+ *                           (bert-base-uncased's), tokenizer_<setting>.json
+ *                           for each other setting
  *   golden.json             {"reference", "settings", "cases": [...]}, each
  *                           case {setting, text, pair|null, max_len (0 = no
  *                           truncation), ids, type_ids, tokens}
@@ -146,9 +148,10 @@ function tokenizerJson(s) {
   };
 }
 
+const jsonName = name => name === 'uncased' ? 'tokenizer.json' : 'tokenizer_' + name + '.json';
 const toks = {};
 for (const [name, s] of Object.entries(settings)) {
-  const file = path.join(OUT, 'tokenizer_' + name + '.json');
+  const file = path.join(OUT, jsonName(name));
   tk.Tokenizer.fromString(JSON.stringify(tokenizerJson(s))).save(file, true);
   /* encode with what was saved, so the file and the goldens agree */
   toks[name] = tk.Tokenizer.fromFile(file);
@@ -271,7 +274,7 @@ async function run() {
   for (const [name, s] of Object.entries(settings))
     settingsOut[name] = { clean_text: s.clean_text, handle_chinese_chars: s.handle_chinese_chars,
                           strip_accents: s.strip_accents, lowercase: s.lowercase,
-                          json: 'tokenizer_' + name + '.json' };
+                          json: jsonName(name) };
   const body = cases.map(c => '  ' + JSON.stringify(c)).join(',\n');
   fs.writeFileSync(path.join(OUT, 'golden.json'),
     '{"reference": ' + JSON.stringify(REF) + ',\n "settings": ' + JSON.stringify(settingsOut) +
