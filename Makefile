@@ -11,13 +11,14 @@ NVCC    ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc
 CUDART_A := $(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart_static.a \
               $(CUDA_HOME)/lib/libcudart_static.a \
               $(CUDA_HOME)/targets/*-linux/lib/libcudart_static.a))
-PKGS    := rdkafka hiredis msgpack libconfig jansson openblas libmicrohttpd
+PKGS    := rdkafka hiredis msgpack libconfig jansson openblas libmicrohttpd libutf8proc
 VERSION := 0.1.0
 
 # Debian 12 packages the build, tests and demo need (make deps installs them).
 DEB_PKGS := gcc make pkg-config librdkafka-dev libhiredis-dev libmsgpack-dev \
             libconfig-dev libopenblas-dev libjansson-dev libcmocka-dev \
-            redis-server kafkacat libmicrohttpd-dev curl prometheus python3-yaml
+            redis-server kafkacat libmicrohttpd-dev curl prometheus python3-yaml \
+            libutf8proc-dev
 
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2
 ifeq ($(WERROR),1)
@@ -77,7 +78,7 @@ else
 GPU_SRCS  += gpu/cuda_stub.c
 endif
 
-LIB_SRCS := $(wildcard codecs/*.c) $(GPU_SRCS) $(wildcard batching/*.c) \
+LIB_SRCS := $(wildcard codecs/*.c) $(GPU_SRCS) $(wildcard batching/*.c) $(wildcard text/*.c) \
             $(wildcard worker/*.c) $(wildcard telemetry/*.c) $(wildcard tools/*.c) \
             $(filter-out cmd/main.c,$(wildcard cmd/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o)
