@@ -18,7 +18,7 @@ VERSION := 0.1.0
 DEB_PKGS := gcc make pkg-config librdkafka-dev libhiredis-dev libmsgpack-dev \
             libconfig-dev libopenblas-dev libjansson-dev libcmocka-dev \
             redis-server kafkacat libmicrohttpd-dev curl prometheus python3-yaml \
-            libutf8proc-dev
+            libutf8proc-dev python3-torch
 
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2
 ifeq ($(WERROR),1)

@@ -1,6 +1,7 @@
 /* model.c (cmd/) - `kinfer model`: model tools. `kinfer model demo`
  * writes the demo MLP that worker.cfg names (gpu/model.h's
- * model_write_demo).
+ * model_write_demo), or with --kind bert a small random BERT folder
+ * (model_write_demo_bert) for text jobs.
  *
  * Threads: the main thread. */
 #include <getopt.h>
@@ -12,16 +13,27 @@
 #include "commands.h"
 
 static const char usage[] =
-    "usage: kinfer model demo -o PATH [--in N] [--hidden N] [--out N] [--seed S]\n"
+    "usage: kinfer model demo -o PATH [--kind mlp|bert] [options]\n"
     "\n"
-    "Writes a small random MLP as safetensors (tensors 0.weight, 0.bias,\n"
-    "2.weight, 2.bias: dense -> relu -> dense), the model worker.cfg names.\n"
+    "--kind mlp (default) writes a small random MLP as safetensors (tensors\n"
+    "0.weight, 0.bias, 2.weight, 2.bias: dense -> relu -> dense), the model\n"
+    "worker.cfg names. --kind bert writes a small random BERT folder as\n"
+    "Hugging Face and sentence-transformers lay it out (config.json,\n"
+    "model.safetensors, vocab.txt, mean pooling, normalized), or with\n"
+    "--labels N a sequence classifier; point a model's path at it.\n"
     "\n"
-    "  -o, --output PATH   file to write\n"
+    "  -o, --output PATH   file (mlp) or folder (bert) to write\n"
+    "  --seed S            random seed (default 1)\n"
+    "mlp:\n"
     "  --in N              input width (default 64)\n"
     "  --hidden N          hidden width (default 128)\n"
     "  --out N             output width (default 16)\n"
-    "  --seed S            random seed (default 1)\n";
+    "bert:\n"
+    "  --layers N          encoder layers (default 2)\n"
+    "  --hidden N          hidden size (default 64)\n"
+    "  --heads N           attention heads (default 4)\n"
+    "  --intermediate N    feed-forward size (default 4 x hidden)\n"
+    "  --labels N          a classifier with N labels (default 0: embeddings)\n";
 
 int cmd_model(int argc, char **argv)
 {
@@ -37,9 +49,12 @@ int cmd_model(int argc, char **argv)
         {"output", required_argument, 0, 'o'}, {"in", required_argument, 0, 'i'},
         {"hidden", required_argument, 0, 'H'}, {"out", required_argument, 0, 'O'},
         {"seed", required_argument, 0, 'S'},   {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    const char *path = NULL;
-    long in = 64, hidden = 128, out = 16, seed = 1;
+        {"kind", required_argument, 0, 'k'},   {"layers", required_argument, 0, 'L'},
+        {"heads", required_argument, 0, 'A'},  {"intermediate", required_argument, 0, 'I'},
+        {"labels", required_argument, 0, 'C'}, {0, 0, 0, 0}};
+    const char *path = NULL, *kind = "mlp";
+    long in = 64, hidden = -1, out = 16, seed = 1;
+    long layers = 2, heads = 4, inter = 0, labels = 0;
     int ch;
     argc--, argv++;
     optind = 1;
@@ -50,6 +65,11 @@ int cmd_model(int argc, char **argv)
         case 'H': if (cli_parse_long("model", "--hidden", optarg, 1, 1 << 20, &hidden) < 0) return 1; break;
         case 'O': if (cli_parse_long("model", "--out", optarg, 1, 1 << 20, &out) < 0) return 1; break;
         case 'S': if (cli_parse_long("model", "--seed", optarg, 0, 1L << 40, &seed) < 0) return 1; break;
+        case 'k': kind = optarg; break;
+        case 'L': if (cli_parse_long("model", "--layers", optarg, 1, 64, &layers) < 0) return 1; break;
+        case 'A': if (cli_parse_long("model", "--heads", optarg, 1, 256, &heads) < 0) return 1; break;
+        case 'I': if (cli_parse_long("model", "--intermediate", optarg, 1, 16384, &inter) < 0) return 1; break;
+        case 'C': if (cli_parse_long("model", "--labels", optarg, 0, 64, &labels) < 0) return 1; break;
         case 'h': fputs(usage, stdout); return 0;
         default: fputs(usage, stderr); return 1;
         }
@@ -59,6 +79,25 @@ int cmd_model(int argc, char **argv)
         return 1;
     }
     char err[512];
+    if (strcmp(kind, "bert") == 0) {
+        if (hidden < 0) hidden = 64;
+        if (!inter) inter = 4 * hidden;
+        if (model_write_demo_bert(path, (size_t)layers, (size_t)hidden, (size_t)heads,
+                                  (size_t)inter, (size_t)labels, (uint64_t)seed, err,
+                                  sizeof(err)) < 0) {
+            fprintf(stderr, "kinfer model demo: %s\n", err);
+            return 1;
+        }
+        printf("wrote %s/: BERT, %ld layers, hidden %ld, %ld heads, intermediate %ld, %s\n",
+               path, layers, hidden, heads, inter,
+               labels ? "sequence classifier" : "mean-pooled normalized embeddings");
+        return 0;
+    }
+    if (strcmp(kind, "mlp") != 0) {
+        fprintf(stderr, "kinfer model demo: --kind %s is not mlp or bert\n", kind);
+        return 1;
+    }
+    if (hidden < 0) hidden = 128;
     if (model_write_demo(path, (size_t)in, (size_t)hidden, (size_t)out, (uint64_t)seed,
                          err, sizeof(err)) < 0) {
         fprintf(stderr, "kinfer model demo: %s\n", err);

@@ -32,19 +32,53 @@ struct backend_layer {
     float eps;                   /* layernorm */
 };
 
+/* One BERT layer's tensors (the file's names in the comments). Linear
+ * weights are [out,in] as nn.Linear stores them. */
+struct backend_bert_layer {
+    const struct st_tensor *q_w, *q_b;    /* attention.self.query [H,H], [H] */
+    const struct st_tensor *k_w, *k_b;    /* attention.self.key */
+    const struct st_tensor *v_w, *v_b;    /* attention.self.value */
+    const struct st_tensor *ao_w, *ao_b;  /* attention.output.dense [H,H], [H] */
+    const struct st_tensor *ln1_w, *ln1_b;/* attention.output.LayerNorm [H] */
+    const struct st_tensor *i_w, *i_b;    /* intermediate.dense [I,H], [I] */
+    const struct st_tensor *o_w, *o_b;    /* output.dense [H,I], [H] */
+    const struct st_tensor *ln2_w, *ln2_b;/* output.LayerNorm [H] */
+};
+
+/* A validated BERT encoder (gpu/bert.c reads it from a folder): shapes
+ * checked, every tensor present, the head and pooling decided. */
+struct backend_bert {
+    size_t vocab, hidden, heads, intermediate, max_pos, type_vocab, n_layers;
+    float ln_eps;
+    int gelu_tanh;                        /* hidden_act: tanh approximation, else erf */
+    const struct st_tensor *word, *pos, *type; /* embeddings [V,H], [P,H], [T,H] */
+    const struct st_tensor *emb_ln_w, *emb_ln_b;
+    const struct backend_bert_layer *layers;
+    enum model_pooling pooling;
+    int normalize;
+    enum model_head head;
+    int sigmoid;
+    size_t n_labels;
+    const struct st_tensor *pool_w, *pool_b; /* pooler.dense [H,H], [H]: classifier */
+    const struct st_tensor *cls_w, *cls_b;   /* classifier [labels,H], [labels] */
+};
+
 /* A validated model, as a backend builds from it (plain data, borrowed
- * for the duration of model_new). */
+ * for the duration of model_new). An encoder has bert set and no layers;
+ * its in_w is 0 and out_w its output width per row. */
 struct backend_plan {
     const char *name;
     const struct backend_layer *layers;
     size_t n_layers;
     size_t in_w, out_w;
     size_t max_w;                /* widest activation of any layer, input included */
+    const struct backend_bert *bert;
 };
 
 struct backend_ops {
     const char *name;            /* "cpu", "cuda" */
     int compiled_in;             /* 0 for the stub of a build without it */
+    int encoder_pads;            /* encode pads each sequence to the batch's longest */
 
     /* How many devices this backend could use now (the CPU counts as
      * one), with a line saying what they are or why there are none
@@ -65,10 +99,11 @@ struct backend_ops {
                        size_t errstr_size);
     void (*model_free)(void *be, void *bm);
 
-    /* A workspace for up to max_rows rows of the model bm; slot is the
+    /* A workspace for up to max_rows rows of the model bm (an encoder's:
+     * max_rows sequences of max_tokens tokens in all); slot is the
      * executor's number. Everything forward needs is allocated here. */
     void *(*ws_new)(void *be, void *bm, const struct backend_plan *p, unsigned slot,
-                    size_t max_rows, char *errstr, size_t errstr_size);
+                    size_t max_rows, size_t max_tokens, char *errstr, size_t errstr_size);
     void (*ws_free)(void *ws);
     /* The workspace's input buffer (max_rows x in_w floats). */
     float *(*ws_input)(void *ws);
@@ -79,6 +114,12 @@ struct backend_ops {
      * for good. */
     int (*forward)(void *ws, const float *in, size_t rows, const float **out, char *errstr,
                    size_t errstr_size);
+    /* An encoder's forward pass over packed sequences (checked by the
+     * caller: counts within the workspace, ids and type ids in range,
+     * every sequence 1..max_pos tokens); *out as model_encode says. NULL
+     * for a backend without encoders. */
+    int (*encode)(void *ws, const struct model_seqs *s, const float **out, char *errstr,
+                  size_t errstr_size);
     /* Arms ws so its next forward fails as a dead device would. */
     void (*inject_fault)(void *ws);
 

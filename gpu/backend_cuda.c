@@ -659,8 +659,10 @@ static int ws_build(struct cuda_ws *ws, char *errstr, size_t errstr_size)
  * max_rows rows, per-bucket GEMM descriptors and, with graphs on, one
  * captured graph per bucket. Nothing is allocated per batch after this. */
 static void *cuda_ws_new(void *bep, void *bmp, const struct backend_plan *p, unsigned slot,
-                         size_t max_rows, char *errstr, size_t errstr_size)
+                         size_t max_rows, size_t max_tokens, char *errstr,
+                         size_t errstr_size)
 {
+    (void)max_tokens;
     struct cuda_be *be = bep;
     struct cuda_model *m = bmp;
     struct cuda_ws *ws = calloc(1, sizeof(*ws));

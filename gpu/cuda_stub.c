@@ -48,8 +48,10 @@ static void stub_model_free(void *be, void *bm)
 }
 
 static void *stub_ws_new(void *be, void *bm, const struct backend_plan *p, unsigned slot,
-                         size_t max_rows, char *errstr, size_t errstr_size)
+                         size_t max_rows, size_t max_tokens, char *errstr,
+                         size_t errstr_size)
 {
+    (void)max_tokens;
     (void)be;
     (void)bm;
     (void)slot;

@@ -23,8 +23,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "../text/wordpiece.h"
 #include "backend.h"
+#include "bert.h"
 #include "safetensors.h"
 
 struct model_runtime {
@@ -40,11 +43,17 @@ struct model {
     struct backend_plan plan;     /* what the backend built from; layers above */
     size_t n_params;
     void *bm;                     /* the backend's copy of the weights */
+    /* An encoder's (plan.bert is NULL once loaded: the file is closed): */
+    int is_encoder;
+    struct model_encoder_info enc;
+    struct wp_tokenizer *tok;     /* enc.tokenizer */
+    char **labels;                /* enc.labels */
 };
 
 struct model_ws {
     const struct model *m; /* the model the workspace was made for */
     size_t max_rows;
+    size_t max_tokens;     /* an encoder's: rows x longest per call */
     void *bws;             /* the backend's workspace */
     char err[256];         /* model_ws_error */
 };
@@ -249,6 +258,66 @@ static int model_load_layernorm(const struct model_ctx *c, struct backend_layer 
     return 0;
 }
 
+/* A Hugging Face BERT folder: gpu/bert.c reads and checks it, the backend
+ * copies the weights while the file is mapped, and the model keeps the
+ * tokenizer, the labels and what the worker needs to know. */
+static struct model *model_load_encoder(struct model_runtime *rt, const struct model_spec *spec,
+                                        char *errstr, size_t errstr_size)
+{
+    if (!rt->ops->encode) {
+        model_seterr(errstr, errstr_size, "model %s: the %s backend does not run encoders",
+                     spec->name, rt->ops->name);
+        return NULL;
+    }
+    struct bert_folder bf;
+    if (bert_folder_read(spec, &bf, errstr, errstr_size) < 0) return NULL;
+    struct model *m = calloc(1, sizeof(*m));
+    if (!m) {
+        model_seterr(errstr, errstr_size, "model %s: out of memory", spec->name);
+        bert_folder_fini(&bf);
+        return NULL;
+    }
+    snprintf(m->name, sizeof(m->name), "%s", spec->name);
+    m->rt = rt;
+    m->is_encoder = 1;
+    const struct backend_bert *b = &bf.plan;
+    m->plan.name = m->name;
+    m->plan.bert = b;
+    m->plan.out_w = b->head == MODEL_HEAD_CLASSIFIER ? b->n_labels : b->hidden;
+    m->plan.max_w = b->intermediate > 3 * b->hidden ? b->intermediate : 3 * b->hidden;
+    m->n_params = bf.n_params;
+    m->bm = rt->ops->model_new(rt->be, &m->plan, errstr, errstr_size);
+    m->plan.bert = NULL; /* it points into bf, which goes below */
+    if (!m->bm) {
+        bert_folder_fini(&bf);
+        free(m);
+        return NULL;
+    }
+    m->tok = bf.tok;
+    m->labels = bf.labels;
+    bf.tok = NULL;
+    bf.labels = NULL;
+    m->enc = (struct model_encoder_info){
+        .tokenizer = m->tok,
+        .hidden = b->hidden,
+        .layers = b->n_layers,
+        .heads = b->heads,
+        .intermediate = b->intermediate,
+        .max_tokens = bf.max_tokens,
+        .type_vocab = b->type_vocab,
+        .vocab = b->vocab,
+        .pooling = b->pooling,
+        .normalize = b->normalize,
+        .head = b->head,
+        .sigmoid = b->sigmoid,
+        .n_labels = b->head == MODEL_HEAD_CLASSIFIER ? b->n_labels : 0,
+        .labels = (const char *const *)m->labels,
+        .padded = rt->ops->encoder_pads,
+    };
+    bert_folder_fini(&bf);
+    return m;
+}
+
 /* Walks the layers once, each op's checks by its row of the op table
  * against the running width, so the first inconsistency is the one
  * reported; then the backend builds its copy from the validated plan
@@ -260,6 +329,16 @@ struct model *model_load(struct model_runtime *rt, const struct model_spec *spec
     if (!rt) {
         model_seterr(errstr, errstr_size, "model %s: no runtime", spec->name);
         return NULL;
+    }
+    struct stat st;
+    if (stat(spec->path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (spec->n_layers) {
+            model_seterr(errstr, errstr_size,
+                         "model %s: %s is a model folder: it takes no layers", spec->name,
+                         spec->path);
+            return NULL;
+        }
+        return model_load_encoder(rt, spec, errstr, errstr_size);
     }
     if (spec->n_layers == 0) {
         model_seterr(errstr, errstr_size, "model %s: no layers", spec->name);
@@ -352,6 +431,9 @@ void model_destroy(struct model *m)
     if (!m) return;
     if (m->bm) m->rt->ops->model_free(m->rt->be, m->bm);
     free(m->layers);
+    wp_destroy(m->tok);
+    for (size_t i = 0; m->labels && i < m->enc.n_labels; i++) free(m->labels[i]);
+    free(m->labels);
     free(m);
 }
 
@@ -381,8 +463,41 @@ size_t model_param_count(const struct model *m)
 
 /* The backend sizes its buffers; the limits on max_rows keep every
  * rows x width product it computes inside size_t and int. */
+static struct model_ws *model_ws_make(const struct model *m, unsigned slot, size_t max_rows,
+                                      size_t max_tokens, char *errstr, size_t errstr_size);
+
 struct model_ws *model_ws_new(const struct model *m, unsigned slot, size_t max_rows,
                               char *errstr, size_t errstr_size)
+{
+    if (m && m->is_encoder) {
+        model_seterr(errstr, errstr_size,
+                     "model %s is an encoder: its workspace is sized in tokens", m->name);
+        return NULL;
+    }
+    return model_ws_make(m, slot, max_rows, 0, errstr, errstr_size);
+}
+
+/* An encoder's workspace: every token of the largest batch through the
+ * widest activation must stay inside size_t and int. */
+struct model_ws *model_ws_new_tokens(const struct model *m, unsigned slot, size_t max_rows,
+                                     size_t max_tokens, char *errstr, size_t errstr_size)
+{
+    if (m && !m->is_encoder) {
+        model_seterr(errstr, errstr_size, "model %s is not an encoder", m->name);
+        return NULL;
+    }
+    if (!m || max_tokens < max_rows || max_tokens > INT_MAX / 4 ||
+        max_tokens > SIZE_MAX / sizeof(float) / (m->plan.max_w + 2 * m->enc.hidden)) {
+        model_seterr(errstr, errstr_size,
+                     "model %s: a workspace of %zu rows and %zu tokens is not possible",
+                     m ? m->name : "?", max_rows, max_tokens);
+        return NULL;
+    }
+    return model_ws_make(m, slot, max_rows, max_tokens, errstr, errstr_size);
+}
+
+static struct model_ws *model_ws_make(const struct model *m, unsigned slot, size_t max_rows,
+                                      size_t max_tokens, char *errstr, size_t errstr_size)
 {
     if (!m || max_rows == 0 || max_rows > INT_MAX ||
         max_rows > SIZE_MAX / sizeof(float) / m->plan.max_w) {
@@ -397,8 +512,9 @@ struct model_ws *model_ws_new(const struct model *m, unsigned slot, size_t max_r
     }
     ws->m = m;
     ws->max_rows = max_rows;
-    ws->bws = m->rt->ops->ws_new(m->rt->be, m->bm, &m->plan, slot, max_rows, errstr,
-                                 errstr_size);
+    ws->max_tokens = max_tokens;
+    ws->bws = m->rt->ops->ws_new(m->rt->be, m->bm, &m->plan, slot, max_rows, max_tokens,
+                                 errstr, errstr_size);
     if (!ws->bws) {
         free(ws);
         return NULL;
@@ -424,9 +540,40 @@ float *model_ws_input(struct model_ws *ws)
 int model_forward(const struct model *m, struct model_ws *ws, const float *in,
                   size_t rows, const float **out)
 {
-    if (!m || !ws || ws->m != m || !in || !out || rows == 0 || rows > ws->max_rows)
+    if (!m || m->is_encoder || !ws || ws->m != m || !in || !out || rows == 0 ||
+        rows > ws->max_rows)
         return MODEL_EINVAL;
     return m->rt->ops->forward(ws->bws, in, rows, out, ws->err, sizeof(ws->err));
+}
+
+const struct model_encoder_info *model_encoder(const struct model *m)
+{
+    return m && m->is_encoder ? &m->enc : NULL;
+}
+
+/* Checks everything a backend indexes with (counts, offsets, ids, type
+ * ids), so no hostile token array reaches a kernel or a table lookup. */
+int model_encode(const struct model *m, struct model_ws *ws, const struct model_seqs *s,
+                 const float **out)
+{
+    if (!m || !m->is_encoder || !ws || ws->m != m || !s || !out || !s->ids || !s->offsets ||
+        s->n == 0 || s->n > ws->max_rows || s->offsets[0] != 0)
+        return MODEL_EINVAL;
+    size_t longest = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->offsets[i + 1] <= s->offsets[i]) return MODEL_EINVAL;
+        size_t len = s->offsets[i + 1] - s->offsets[i];
+        if (len > m->enc.max_tokens) return MODEL_EINVAL;
+        if (len > longest) longest = len;
+    }
+    if (longest > ws->max_tokens / s->n) return MODEL_EINVAL;
+    size_t total = s->offsets[s->n];
+    for (size_t t = 0; t < total; t++) {
+        if (s->ids[t] < 0 || (size_t)s->ids[t] >= m->enc.vocab) return MODEL_EINVAL;
+        if (s->type_ids && (s->type_ids[t] < 0 || (size_t)s->type_ids[t] >= m->enc.type_vocab))
+            return MODEL_EINVAL;
+    }
+    return m->rt->ops->encode(ws->bws, s, out, ws->err, sizeof(ws->err));
 }
 
 const char *model_ws_error(const struct model_ws *ws)
@@ -441,11 +588,43 @@ void model_ws_inject_fault(struct model_ws *ws)
 
 double model_flops_per_row(const struct model *m)
 {
+    if (m->is_encoder) {
+        /* Per token: Q, K, V and the attention output (4 H x H) and the
+         * feed-forward (2 H x I) per layer; attention's own T x T work
+         * depends on the length and is left out. */
+        double h = (double)m->enc.hidden, im = (double)m->enc.intermediate;
+        return 2.0 * (double)m->enc.layers * (4.0 * h * h + 2.0 * h * im);
+    }
     double f = 0;
     for (size_t i = 0; i < m->plan.n_layers; i++)
         if (m->layers[i].op == MODEL_OP_DENSE)
             f += 2.0 * (double)m->layers[i].in * (double)m->layers[i].out;
     return f;
+}
+
+void model_encoder_spec_defaults(struct model_encoder_spec *e)
+{
+    e->pooling = e->normalize = e->head = e->sigmoid = e->lowercase = -1;
+    e->max_tokens = 0;
+}
+
+static const char *const pooling_names[] = {
+    [MODEL_POOL_CLS] = "cls", [MODEL_POOL_MEAN] = "mean", [MODEL_POOL_MAX] = "max",
+    [MODEL_POOL_NONE] = "none"};
+
+const char *model_pooling_name(enum model_pooling p)
+{
+    return (unsigned)p <= MODEL_POOL_NONE ? pooling_names[p] : "?";
+}
+
+int model_pooling_parse(const char *s, enum model_pooling *out)
+{
+    for (int i = 0; i <= MODEL_POOL_NONE; i++)
+        if (strcmp(s, pooling_names[i]) == 0) {
+            *out = (enum model_pooling)i;
+            return 0;
+        }
+    return -1;
 }
 
 /* ---- the runtime -------------------------------------------------------- */

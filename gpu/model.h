@@ -75,13 +75,49 @@ struct model_layer_spec {
 };
 
 /* One model as the config describes it (plain data, owned by the config). */
+/* How a text encoder's rows become its output. */
+enum model_pooling {
+    MODEL_POOL_CLS = 0, /* the [CLS] token's vector */
+    MODEL_POOL_MEAN,    /* the mean over the row's tokens (padding never counts) */
+    MODEL_POOL_MAX,     /* the elementwise max over the row's tokens */
+    MODEL_POOL_NONE,    /* every token's vector */
+};
+
+/* What an encoder's output is. */
+enum model_head {
+    MODEL_HEAD_EMBEDDING = 0, /* pooled hidden states (optionally L2-normalized) */
+    MODEL_HEAD_CLASSIFIER,    /* BertForSequenceClassification: pooler + classifier,
+                                 softmax or sigmoid scores over the labels */
+};
+
+/* A model entry's overrides of what a Hugging Face folder says; each
+ * field's "unset" value keeps the folder's (plain data). */
+struct model_encoder_spec {
+    int pooling;    /* enum model_pooling, or -1 */
+    int normalize;  /* 1/0: L2-normalize the embeddings, or -1 */
+    int head;       /* enum model_head, or -1 */
+    int sigmoid;    /* classifier scores: 1 sigmoid, 0 softmax, or -1 */
+    int lowercase;  /* tokenizer: 1/0, or -1 */
+    size_t max_tokens; /* tokens per row, specials included; 0 = the folder's */
+};
+
+/* One model as the config describes it (plain data, owned by the config):
+ * a safetensors file with a layer list, or a Hugging Face BERT folder
+ * (path names a directory; no layers) with optional overrides. */
 struct model_spec {
     char name[MODEL_NAME_MAX];
     char path[4096];
     struct model_layer_spec *layers;
     size_t n_layers;
     size_t input_width;                 /* 0 = infer from the first shaped layer */
+    struct model_encoder_spec enc;      /* folders only */
 };
+
+/* Fills e with "the folder says" everywhere. */
+void model_encoder_spec_defaults(struct model_encoder_spec *e);
+/* "cls", "mean", "max", "none"; parse returns 0, or -1 for another name. */
+const char *model_pooling_name(enum model_pooling p);
+int model_pooling_parse(const char *s, enum model_pooling *out);
 
 /* ---- the runtime: which backend runs the models ---------------------- */
 
@@ -203,9 +239,61 @@ struct model *model_load(struct model_runtime *rt, const struct model_spec *spec
 void model_destroy(struct model *m);
 
 const char *model_name(const struct model *m);
+/* Layer models: floats per input and output row. Encoders: 0 and the
+ * output width per row (hidden size, or the number of labels). */
 size_t model_input_width(const struct model *m);
 size_t model_output_width(const struct model *m);
 size_t model_param_count(const struct model *m);
+
+/* ---- text encoders -------------------------------------------------- */
+
+struct wp_tokenizer;
+
+/* What the worker needs to know of an encoder (borrowed from the model). */
+struct model_encoder_info {
+    const struct wp_tokenizer *tokenizer;
+    size_t hidden, layers, heads, intermediate;
+    size_t max_tokens;          /* per row, [CLS]/[SEP] included */
+    size_t type_vocab;          /* segment ids 0..type_vocab-1 (2: pairs work) */
+    size_t vocab;               /* token ids 0..vocab-1 */
+    enum model_pooling pooling;
+    int normalize;
+    enum model_head head;
+    int sigmoid;                /* classifier: sigmoid (multi-label) or softmax */
+    size_t n_labels;
+    const char *const *labels;  /* n_labels names (id2label, else "LABEL_i") */
+    int padded;                 /* 1: the backend pads every sequence of a batch to
+                                   its longest (cost rows x longest); 0: it packs
+                                   them (cost = the tokens) */
+};
+
+/* The encoder's description, or NULL for a layer model. */
+const struct model_encoder_info *model_encoder(const struct model *m);
+
+/* A batch of token sequences, packed: sequence i is ids[offsets[i] ..
+ * offsets[i+1]), each with its [CLS] ... [SEP]; type_ids alike (may be
+ * NULL: all 0). Nothing is padded; each sequence attends to itself only.
+ * Borrowed for the call. */
+struct model_seqs {
+    const int32_t *ids;
+    const int32_t *type_ids;
+    const uint32_t *offsets;    /* n + 1 entries, offsets[0] = 0 */
+    size_t n;
+};
+
+/* A workspace for up to max_rows sequences of max_tokens tokens in all
+ * (an encoder's; model_ws_new sizes a layer model's). */
+struct model_ws *model_ws_new_tokens(const struct model *m, unsigned slot, size_t max_rows,
+                                     size_t max_tokens, char *errstr, size_t errstr_size);
+
+/* Runs the sequences through the encoder. On MODEL_OK *out points, in ws,
+ * at n x output_width floats (pooled embeddings, or classifier scores), or
+ * for MODEL_POOL_NONE at (total tokens) x hidden floats in the packed
+ * order. MODEL_EINVAL for more rows or tokens than the workspace holds, a
+ * token id or type id out of range, an empty or too long sequence, or a
+ * layer model; MODEL_EFATAL as model_forward. */
+int model_encode(const struct model *m, struct model_ws *ws, const struct model_seqs *s,
+                 const float **out);
 
 /* Workspace for up to max_rows rows through m: every buffer the forward
  * pass needs, allocated once here so model_forward allocates nothing.
@@ -253,5 +341,17 @@ double model_flops_per_row(const struct model *m);
  * relu, dense(2.weight, 2.bias). Returns 0, or -1 with errstr filled. */
 int model_write_demo(const char *path, size_t in, size_t hidden, size_t out,
                      uint64_t seed, char *errstr, size_t errstr_size);
+
+/* Writes a small random BERT folder to dir (created if missing): a
+ * vocabulary of a few hundred English word pieces (uncased), config.json,
+ * model.safetensors (F32, drawn from seed: the same seed gives the same
+ * folder), tokenizer_config.json; for an embedder (n_labels 0) the
+ * sentence-transformers files that make it mean-pooled and normalized
+ * (modules.json, 1_Pooling/config.json, 2_Normalize/); with n_labels > 0
+ * a BertForSequenceClassification with labels label_0... instead.
+ * Returns 0, or -1 with errstr filled. */
+int model_write_demo_bert(const char *dir, size_t layers, size_t hidden, size_t heads,
+                          size_t intermediate, size_t n_labels, uint64_t seed, char *errstr,
+                          size_t errstr_size);
 
 #endif

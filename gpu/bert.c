@@ -1,0 +1,726 @@
+/* bert.c - reads Hugging Face BERT folders (bert.h), and writes the demo
+ * one.
+ *
+ * What is read, and where from:
+ *   config.json           the architecture (model_type "bert", absolute
+ *                         positions), sizes, hidden_act, layer_norm_eps,
+ *                         architectures (BertForSequenceClassification
+ *                         means a classifier head), id2label, problem_type
+ *   model.safetensors     every tensor, BertModel names with or without
+ *                         the "bert." prefix, LayerNorm's old gamma/beta
+ *                         names too; classifier.* for the head
+ *   tokenizer.json        the tokenizer (text/wordpiece), else vocab.txt
+ *                         with tokenizer_config.json
+ *   modules.json          sentence-transformers: its Pooling module's
+ *                         config.json (one mode of cls, mean, max) and a
+ *                         Normalize module
+ *   sentence_bert_config.json  max_seq_length
+ * The model entry's encoder = { ... } settings override each of these.
+ *
+ * Threads: the main thread at start-up. Ownership: as bert.h says. */
+#include "bert.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../text/wordpiece.h"
+
+/* One read's context, so every message starts "model NAME: ". */
+struct rd {
+    const struct model_spec *spec;
+    struct bert_folder *bf;
+    char *err;
+    size_t err_size;
+};
+
+__attribute__((format(printf, 2, 3)))
+static int fail(struct rd *r, const char *fmt, ...)
+{
+    if (!r->err || !r->err_size) return -1;
+    int n = snprintf(r->err, r->err_size, "model %s: ", r->spec->name);
+    if (n >= 0 && (size_t)n < r->err_size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->err + n, r->err_size - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* dir/name into buf; 0, or -1 when it does not fit. */
+static int path_in(char *buf, size_t cap, const char *dir, const char *name)
+{
+    int n = snprintf(buf, cap, "%s/%s", dir, name);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* A JSON file of the folder; NULL with the error set (absent: *absent = 1
+ * and no error when absent is not NULL). */
+static json_t *load_json(struct rd *r, const char *name, int *absent)
+{
+    char path[4200];
+    if (path_in(path, sizeof(path), r->spec->path, name) < 0) {
+        fail(r, "%s/%s: path too long", r->spec->path, name);
+        return NULL;
+    }
+    if (!exists(path)) {
+        if (absent) {
+            *absent = 1;
+            return NULL;
+        }
+        fail(r, "%s: no such file", path);
+        return NULL;
+    }
+    json_error_t je;
+    json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!j) fail(r, "%s:%d: %s", path, je.line, je.text);
+    else if (!json_is_object(j)) {
+        fail(r, "%s: not a JSON object", path);
+        json_decref(j);
+        j = NULL;
+    }
+    if (absent) *absent = 0;
+    return j;
+}
+
+/* A positive integer field of config.json (def when absent, 0 = required). */
+static int cfg_size(struct rd *r, const json_t *cfg, const char *key, size_t def, size_t max,
+                    size_t *out)
+{
+    const json_t *v = json_object_get(cfg, key);
+    if (!v) {
+        if (!def) return fail(r, "config.json: %s is missing", key);
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || (size_t)json_integer_value(v) > max)
+        return fail(r, "config.json: %s must be an integer in 1..%zu", key, max);
+    *out = (size_t)json_integer_value(v);
+    return 0;
+}
+
+/* ---- tensors ------------------------------------------------------------ */
+
+/* "[384,385]" for messages. */
+static void shape_str(const struct st_tensor *t, char *buf, size_t n)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < t->ndim && off < n; i++) {
+        int w = snprintf(buf + off, n - off, "%s%llu", i ? "," : "[",
+                         (unsigned long long)t->shape[i]);
+        if (w < 0) return;
+        off += (size_t)w;
+    }
+    if (off < n) snprintf(buf + off, n - off, "%s", t->ndim ? "]" : "[]");
+}
+
+/* The tensor called name, with or without the "bert." prefix; a
+ * LayerNorm's weight/bias also by its old name gamma/beta. Checks its
+ * dtype and shape ([d0] when d1 == 0, else [d0,d1]). */
+static const struct st_tensor *tensor(struct rd *r, const char *name, size_t d0, size_t d1)
+{
+    const struct st_file *f = r->bf->file;
+    char alt[320], old[300];
+    const struct st_tensor *t = st_find(f, name);
+    snprintf(alt, sizeof(alt), "bert.%s", name);
+    if (!t) t = st_find(f, alt);
+    if (!t) {
+        size_t n = strlen(name);
+        const char *rep = n > 7 && !strcmp(name + n - 7, ".weight") ? "gamma"
+                          : n > 5 && !strcmp(name + n - 5, ".bias")  ? "beta"
+                                                                     : NULL;
+        if (rep && strstr(name, "LayerNorm")) {
+            snprintf(old, sizeof(old), "%.*s.%s", (int)(n - (rep[0] == 'g' ? 7 : 5)), name, rep);
+            t = st_find(f, old);
+            snprintf(alt, sizeof(alt), "bert.%s", old);
+            if (!t) t = st_find(f, alt);
+        }
+    }
+    if (!t) {
+        fail(r, "tensor %s not found in model.safetensors (nor bert.%s)", name, name);
+        return NULL;
+    }
+    if (!st_dtype_loadable(t->dtype)) {
+        fail(r, "tensor %s has dtype %s, expected F32, F16 or BF16", t->name,
+             st_dtype_name(t->dtype));
+        return NULL;
+    }
+    int ok = d1 ? t->ndim == 2 && t->shape[0] == d0 && t->shape[1] == d1
+                : t->ndim == 1 && t->shape[0] == d0;
+    if (!ok) {
+        char got[128];
+        shape_str(t, got, sizeof(got));
+        if (d1) fail(r, "tensor %s has shape %s, expected [%zu,%zu]", t->name, got, d0, d1);
+        else fail(r, "tensor %s has shape %s, expected [%zu]", t->name, got, d0);
+        return NULL;
+    }
+    r->bf->n_params += (size_t)t->numel;
+    return t;
+}
+
+/* Layer i's tensors under encoder.layer.i. */
+static int read_layer(struct rd *r, size_t i, struct backend_bert_layer *L)
+{
+    const struct backend_bert *p = &r->bf->plan;
+    size_t H = p->hidden, I = p->intermediate;
+    char n[160];
+#define T(field, suffix, d0, d1)                                                   \
+    do {                                                                           \
+        snprintf(n, sizeof(n), "encoder.layer.%zu.%s", i, suffix);                 \
+        if (!(L->field = tensor(r, n, d0, d1))) return -1;                          \
+    } while (0)
+    T(q_w, "attention.self.query.weight", H, H);
+    T(q_b, "attention.self.query.bias", H, 0);
+    T(k_w, "attention.self.key.weight", H, H);
+    T(k_b, "attention.self.key.bias", H, 0);
+    T(v_w, "attention.self.value.weight", H, H);
+    T(v_b, "attention.self.value.bias", H, 0);
+    T(ao_w, "attention.output.dense.weight", H, H);
+    T(ao_b, "attention.output.dense.bias", H, 0);
+    T(ln1_w, "attention.output.LayerNorm.weight", H, 0);
+    T(ln1_b, "attention.output.LayerNorm.bias", H, 0);
+    T(i_w, "intermediate.dense.weight", I, H);
+    T(i_b, "intermediate.dense.bias", I, 0);
+    T(o_w, "output.dense.weight", H, I);
+    T(o_b, "output.dense.bias", H, 0);
+    T(ln2_w, "output.LayerNorm.weight", H, 0);
+    T(ln2_b, "output.LayerNorm.bias", H, 0);
+#undef T
+    return 0;
+}
+
+/* ---- config.json ----------------------------------------------------------- */
+
+/* Architecture and sizes; the head from architectures. */
+static int read_config(struct rd *r, const json_t *cfg)
+{
+    struct backend_bert *p = &r->bf->plan;
+    const char *mt = json_string_value(json_object_get(cfg, "model_type"));
+    if (mt && strcmp(mt, "bert") != 0)
+        return fail(r, "config.json: model_type \"%s\" is not bert (BERT-family encoders only)",
+                    mt);
+    const char *pe = json_string_value(json_object_get(cfg, "position_embedding_type"));
+    if (pe && strcmp(pe, "absolute") != 0)
+        return fail(r, "config.json: position_embedding_type \"%s\": only absolute positions", pe);
+    if (cfg_size(r, cfg, "vocab_size", 0, 1 << 24, &p->vocab) < 0 ||
+        cfg_size(r, cfg, "hidden_size", 0, 1 << 16, &p->hidden) < 0 ||
+        cfg_size(r, cfg, "num_hidden_layers", 0, 256, &p->n_layers) < 0 ||
+        cfg_size(r, cfg, "num_attention_heads", 0, 1024, &p->heads) < 0 ||
+        cfg_size(r, cfg, "intermediate_size", 0, 1 << 18, &p->intermediate) < 0 ||
+        cfg_size(r, cfg, "max_position_embeddings", 512, 1 << 16, &p->max_pos) < 0 ||
+        cfg_size(r, cfg, "type_vocab_size", 2, 1024, &p->type_vocab) < 0)
+        return -1;
+    if (p->hidden % p->heads)
+        return fail(r, "config.json: hidden_size %zu is not a multiple of num_attention_heads %zu",
+                    p->hidden, p->heads);
+    const json_t *eps = json_object_get(cfg, "layer_norm_eps");
+    double e = eps ? json_number_value(eps) : 1e-12;
+    if (!(e > 0 && e < 1)) return fail(r, "config.json: layer_norm_eps must be > 0 and < 1");
+    p->ln_eps = (float)e;
+    const char *act = json_string_value(json_object_get(cfg, "hidden_act"));
+    if (!act || !strcmp(act, "gelu")) p->gelu_tanh = 0;
+    else if (!strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh") ||
+             !strcmp(act, "gelu_fast"))
+        p->gelu_tanh = 1;
+    else
+        return fail(r, "config.json: hidden_act \"%s\" is not supported (gelu, gelu_new)", act);
+    p->head = MODEL_HEAD_EMBEDDING;
+    const json_t *arch = json_object_get(cfg, "architectures");
+    size_t i;
+    json_t *a;
+    json_array_foreach(arch, i, a) {
+        const char *s = json_string_value(a);
+        if (s && !strcmp(s, "BertForSequenceClassification")) p->head = MODEL_HEAD_CLASSIFIER;
+    }
+    const char *pt = json_string_value(json_object_get(cfg, "problem_type"));
+    p->sigmoid = pt && !strcmp(pt, "multi_label_classification");
+    return 0;
+}
+
+/* id2label ({"0": "NEGATIVE", ...}) into the labels; n from num_labels,
+ * id2label or the classifier's rows. */
+static int read_labels(struct rd *r, const json_t *cfg, size_t rows)
+{
+    struct bert_folder *bf = r->bf;
+    const json_t *map = json_object_get(cfg, "id2label");
+    size_t n = rows;
+    if (map && json_object_size(map) != n)
+        return fail(r, "config.json: id2label has %zu labels, the classifier %zu",
+                    json_object_size(map), n);
+    if (!(bf->labels = calloc(n, sizeof(char *)))) return fail(r, "out of memory");
+    bf->plan.n_labels = n;
+    for (size_t i = 0; i < n; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "%zu", i);
+        const char *v = map ? json_string_value(json_object_get(map, key)) : NULL;
+        if (map && !v) return fail(r, "config.json: id2label has no label %zu", i);
+        char dflt[32];
+        snprintf(dflt, sizeof(dflt), "LABEL_%zu", i);
+        if (!(bf->labels[i] = strdup(v ? v : dflt))) return fail(r, "out of memory");
+    }
+    return 0;
+}
+
+/* ---- sentence-transformers -------------------------------------------------- */
+
+/* modules.json: the Pooling module's mode and a Normalize module. A folder
+ * without it keeps the defaults (cls, not normalized). */
+static int read_modules(struct rd *r)
+{
+    struct backend_bert *p = &r->bf->plan;
+    int absent = 0;
+    json_t *mods = NULL;
+    char mpath[4200];
+    if (path_in(mpath, sizeof(mpath), r->spec->path, "modules.json") < 0)
+        return fail(r, "path too long");
+    if (!exists(mpath)) return 0;
+    json_error_t je;
+    mods = json_load_file(mpath, JSON_REJECT_DUPLICATES, &je);
+    if (!mods || !json_is_array(mods)) {
+        json_decref(mods);
+        return fail(r, "modules.json: not a JSON array");
+    }
+    int rc = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach(mods, i, m) {
+        const char *type = json_string_value(json_object_get(m, "type"));
+        const char *sub = json_string_value(json_object_get(m, "path"));
+        if (!type) continue;
+        if (!strcmp(type, "sentence_transformers.models.Normalize")) {
+            p->normalize = 1;
+        } else if (!strcmp(type, "sentence_transformers.models.Pooling")) {
+            char name[300];
+            snprintf(name, sizeof(name), "%s/config.json", sub ? sub : "1_Pooling");
+            json_t *pc = load_json(r, name, &absent);
+            if (!pc) {
+                if (absent) rc = fail(r, "%s: no such file", name);
+                else rc = -1;
+                break;
+            }
+            static const struct {
+                const char *key;
+                int pooling;
+            } modes[] = {{"pooling_mode_cls_token", MODEL_POOL_CLS},
+                         {"pooling_mode_mean_tokens", MODEL_POOL_MEAN},
+                         {"pooling_mode_max_tokens", MODEL_POOL_MAX},
+                         {"pooling_mode_mean_sqrt_len_tokens", -1},
+                         {"pooling_mode_weightedmean_tokens", -1},
+                         {"pooling_mode_lasttoken", -1}};
+            int found = 0;
+            for (size_t k = 0; k < sizeof(modes) / sizeof(modes[0]) && rc == 0; k++) {
+                if (!json_is_true(json_object_get(pc, modes[k].key))) continue;
+                if (modes[k].pooling < 0 || found++)
+                    rc = fail(r, "%s: %s is not supported (one of cls, mean, max)", name,
+                              modes[k].key);
+                else
+                    p->pooling = (enum model_pooling)modes[k].pooling;
+            }
+            if (rc == 0 && !found) rc = fail(r, "%s: no pooling mode is set", name);
+            json_decref(pc);
+        } else if (strcmp(type, "sentence_transformers.models.Transformer") != 0) {
+            rc = fail(r, "modules.json: module %s is not supported (Transformer, Pooling, "
+                      "Normalize)", type);
+        }
+        if (rc) break;
+    }
+    json_decref(mods);
+    return rc;
+}
+
+/* ---- the tokenizer ----------------------------------------------------------- */
+
+/* tokenizer.json when there is one and no lowercase override; else
+ * vocab.txt with tokenizer_config.json's settings. *model_max gets the
+ * tokenizer's model_max_length (0: none). */
+static int read_tokenizer(struct rd *r, size_t *model_max)
+{
+    struct bert_folder *bf = r->bf;
+    char tj[4200], vt[4200], tc[4200], why[512];
+    if (path_in(tj, sizeof(tj), r->spec->path, "tokenizer.json") < 0 ||
+        path_in(vt, sizeof(vt), r->spec->path, "vocab.txt") < 0 ||
+        path_in(tc, sizeof(tc), r->spec->path, "tokenizer_config.json") < 0)
+        return fail(r, "path too long");
+    *model_max = 0;
+    struct wp_conf conf;
+    wp_conf_defaults(&conf);
+    if (exists(tc) && wp_read_config_json(tc, &conf, model_max, why, sizeof(why)) < 0)
+        return fail(r, "%s", why);
+    if (exists(tj) && r->spec->enc.lowercase < 0) {
+        if (!(bf->tok = wp_load_json(tj, why, sizeof(why)))) return fail(r, "%s", why);
+        return 0;
+    }
+    if (!exists(vt))
+        return fail(r, "%s", exists(tj) ? "encoder.lowercase needs vocab.txt in the folder"
+                                        : "no tokenizer.json or vocab.txt in the folder");
+    if (r->spec->enc.lowercase >= 0) {
+        conf.lowercase = r->spec->enc.lowercase;
+        conf.strip_accents = -1;
+    }
+    if (!(bf->tok = wp_load_vocab(vt, &conf, why, sizeof(why)))) return fail(r, "%s", why);
+    return 0;
+}
+
+/* ---- the folder ------------------------------------------------------------------ */
+
+int bert_folder_read(const struct model_spec *spec, struct bert_folder *bf, char *errstr,
+                     size_t errstr_size)
+{
+    memset(bf, 0, sizeof(*bf));
+    struct rd r = {spec, bf, errstr, errstr_size};
+    struct backend_bert *p = &bf->plan;
+    json_t *cfg = load_json(&r, "config.json", NULL);
+    if (!cfg || read_config(&r, cfg) < 0) goto fail;
+    p->pooling = MODEL_POOL_CLS;
+    if (read_modules(&r) < 0) goto fail;
+    size_t tok_max = 0, st_max = 0;
+    if (read_tokenizer(&r, &tok_max) < 0) goto fail;
+    if (wp_vocab_size(bf->tok) > p->vocab) {
+        fail(&r, "the tokenizer has %zu tokens, the model's vocab_size is %zu",
+             wp_vocab_size(bf->tok), p->vocab);
+        goto fail;
+    }
+    int absent = 0;
+    json_t *sb = load_json(&r, "sentence_bert_config.json", &absent);
+    if (sb) {
+        const json_t *v = json_object_get(sb, "max_seq_length");
+        if (json_is_integer(v) && json_integer_value(v) > 0) st_max = (size_t)json_integer_value(v);
+        json_decref(sb);
+    } else if (!absent) {
+        goto fail;
+    }
+
+    /* The entry's overrides, then the limits that follow. */
+    const struct model_encoder_spec *o = &spec->enc;
+    if (o->head >= 0) p->head = (enum model_head)o->head;
+    if (o->pooling >= 0) p->pooling = (enum model_pooling)o->pooling;
+    if (o->normalize >= 0) p->normalize = o->normalize;
+    if (o->sigmoid >= 0) p->sigmoid = o->sigmoid;
+    bf->max_tokens = p->max_pos;
+    if (tok_max && tok_max < bf->max_tokens) bf->max_tokens = tok_max;
+    if (st_max && st_max < bf->max_tokens) bf->max_tokens = st_max;
+    if (o->max_tokens) {
+        if (o->max_tokens > p->max_pos) {
+            fail(&r, "encoder.max_tokens %zu is more than max_position_embeddings %zu",
+                 o->max_tokens, p->max_pos);
+            goto fail;
+        }
+        bf->max_tokens = o->max_tokens;
+    }
+    if (bf->max_tokens < 3) {
+        fail(&r, "at most %zu tokens per row: too few for [CLS] text [SEP]", bf->max_tokens);
+        goto fail;
+    }
+
+    char path[4200], sterr[512];
+    if (path_in(path, sizeof(path), spec->path, "model.safetensors") < 0) {
+        fail(&r, "path too long");
+        goto fail;
+    }
+    if (!exists(path)) {
+        fail(&r, "%s: no such file (only safetensors weights are read)", path);
+        goto fail;
+    }
+    if (!(bf->file = st_open(path, sterr, sizeof(sterr)))) {
+        fail(&r, "%s", sterr);
+        goto fail;
+    }
+    size_t H = p->hidden;
+    if (!(p->word = tensor(&r, "embeddings.word_embeddings.weight", p->vocab, H)) ||
+        !(p->pos = tensor(&r, "embeddings.position_embeddings.weight", p->max_pos, H)) ||
+        !(p->type = tensor(&r, "embeddings.token_type_embeddings.weight", p->type_vocab, H)) ||
+        !(p->emb_ln_w = tensor(&r, "embeddings.LayerNorm.weight", H, 0)) ||
+        !(p->emb_ln_b = tensor(&r, "embeddings.LayerNorm.bias", H, 0)))
+        goto fail;
+    if (!(bf->layers = calloc(p->n_layers, sizeof(*bf->layers)))) {
+        fail(&r, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < p->n_layers; i++)
+        if (read_layer(&r, i, &bf->layers[i]) < 0) goto fail;
+    p->layers = bf->layers;
+    if (p->head == MODEL_HEAD_CLASSIFIER) {
+        const struct st_tensor *cw = st_find(bf->file, "classifier.weight");
+        if (!cw || cw->ndim != 2 || cw->shape[1] != H || cw->shape[0] < 1 ||
+            cw->shape[0] > 65536) {
+            fail(&r, "a classifier needs tensor classifier.weight [labels,%zu]", H);
+            goto fail;
+        }
+        size_t nl = (size_t)cw->shape[0];
+        if (!(p->pool_w = tensor(&r, "pooler.dense.weight", H, H)) ||
+            !(p->pool_b = tensor(&r, "pooler.dense.bias", H, 0)) ||
+            !(p->cls_w = tensor(&r, "classifier.weight", nl, H)) ||
+            !(p->cls_b = tensor(&r, "classifier.bias", nl, 0)) || read_labels(&r, cfg, nl) < 0)
+            goto fail;
+        p->pooling = MODEL_POOL_CLS; /* the pooler reads [CLS] */
+        p->normalize = 0;
+    }
+    json_decref(cfg);
+    return 0;
+fail:
+    json_decref(cfg);
+    bert_folder_fini(bf);
+    return -1;
+}
+
+void bert_folder_close_file(struct bert_folder *bf)
+{
+    st_close(bf->file);
+    bf->file = NULL;
+}
+
+void bert_folder_fini(struct bert_folder *bf)
+{
+    bert_folder_close_file(bf);
+    free(bf->layers);
+    bf->layers = NULL;
+    wp_destroy(bf->tok);
+    bf->tok = NULL;
+    for (size_t i = 0; bf->labels && i < bf->plan.n_labels; i++) free(bf->labels[i]);
+    free(bf->labels);
+    bf->labels = NULL;
+}
+
+/* ---- the demo folder ------------------------------------------------------------------- */
+
+/* splitmix64, as the MLP demo: the weights depend only on the seed. */
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float rng_uniform(uint64_t *s, float bound)
+{
+    double u = (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)((2.0 * u - 1.0) * bound);
+}
+
+/* The demo vocabulary: specials, letters, digits, punctuation, a few
+ * hundred common English words and ## pieces. */
+static const char *const demo_words[] = {
+    "the", "a", "an", "of", "to", "and", "in", "is", "it", "that", "for", "on", "with", "as",
+    "was", "he", "she", "they", "we", "you", "i", "this", "be", "at", "by", "not", "are", "or",
+    "have", "from", "but", "what", "all", "were", "when", "there", "can", "more", "if", "no",
+    "out", "so", "up", "said", "about", "one", "two", "three", "new", "time", "good", "bad",
+    "great", "love", "like", "hate", "movie", "film", "book", "story", "food", "service",
+    "price", "product", "quality", "fast", "slow", "happy", "sad", "kafka", "redis", "gpu",
+    "worker", "job", "result", "model", "text", "search", "query", "document", "page", "user",
+    "day", "night", "world", "city", "car", "house", "water", "work", "play", "read", "write",
+    "run", "walk", "see", "look", "find", "make", "take", "give", "get", "go", "come", "know",
+    "think", "say", "very", "really", "not", "never", "always", "best", "worst", "ok", "fine",
+    "##s", "##ed", "##ing", "##ly", "##er", "##est", "##ness", "##ful", "##less", "##able",
+    "##tion", "##ment", "##al", "##ic", "##y", "##e", "##a", "##o", "##i", "##n", "##t", "##r",
+};
+
+static int write_text(const char *path, const char *text, char *errstr, size_t errstr_size)
+{
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        snprintf(errstr, errstr_size, "%s: %s", path, strerror(errno));
+        if (f) fclose(f);
+        return -1;
+    }
+    return 0;
+}
+
+int model_write_demo_bert(const char *dir, size_t layers, size_t hidden, size_t heads,
+                    size_t intermediate, size_t n_labels, uint64_t seed, char *errstr,
+                    size_t errstr_size)
+{
+    if (!layers || !hidden || !heads || hidden % heads || !intermediate || layers > 64 ||
+        hidden > 4096 || intermediate > 16384 || n_labels > 64) {
+        snprintf(errstr, errstr_size, "bert demo: bad sizes (layers %zu, hidden %zu, heads %zu, "
+                 "intermediate %zu, labels %zu)", layers, hidden, heads, intermediate, n_labels);
+        return -1;
+    }
+    char path[4200];
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        snprintf(errstr, errstr_size, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    /* vocab.txt: specials, then letters, digits, punctuation, words. */
+    size_t cap = 1 << 16, len = 0, vocab = 0;
+    char *v = malloc(cap);
+    if (!v) goto oom;
+#define ADD(tok)                                                                         \
+    do {                                                                                 \
+        len += (size_t)snprintf(v + len, cap - len, "%s\n", (tok));                      \
+        vocab++;                                                                         \
+    } while (0)
+    static const char *const specials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+    for (size_t i = 0; i < 5; i++) ADD(specials[i]);
+    char one[8];
+    for (int c = 33; c < 127; c++) {
+        if (c >= 'A' && c <= 'Z') continue; /* uncased */
+        snprintf(one, sizeof(one), "%c", c);
+        ADD(one);
+    }
+    for (char c = 'a'; c <= 'z'; c++) {
+        snprintf(one, sizeof(one), "##%c", c);
+        ADD(one);
+    }
+    for (size_t i = 0; i < sizeof(demo_words) / sizeof(demo_words[0]); i++) {
+        /* A word listed twice would make the vocabulary invalid. */
+        int dup = 0;
+        for (size_t k = 0; k < i; k++) dup |= !strcmp(demo_words[k], demo_words[i]);
+        if (!dup && strlen(demo_words[i]) > 1 && strncmp(demo_words[i], "##", 2) != 0) ADD(demo_words[i]);
+        else if (!dup && !strncmp(demo_words[i], "##", 2) && strlen(demo_words[i]) > 3) ADD(demo_words[i]);
+    }
+#undef ADD
+    if (path_in(path, sizeof(path), dir, "vocab.txt") < 0 ||
+        write_text(path, v, errstr, errstr_size) < 0)
+        goto fail;
+
+    char buf[2048];
+    int n = snprintf(buf, sizeof(buf),
+                     "{\n  \"model_type\": \"bert\",\n  \"architectures\": [\"%s\"],\n"
+                     "  \"vocab_size\": %zu,\n  \"hidden_size\": %zu,\n  \"num_hidden_layers\": %zu,\n"
+                     "  \"num_attention_heads\": %zu,\n  \"intermediate_size\": %zu,\n"
+                     "  \"hidden_act\": \"gelu\",\n  \"max_position_embeddings\": 128,\n"
+                     "  \"type_vocab_size\": 2,\n  \"layer_norm_eps\": 1e-12,\n"
+                     "  \"position_embedding_type\": \"absolute\"",
+                     n_labels ? "BertForSequenceClassification" : "BertModel", vocab, hidden,
+                     layers, heads, intermediate);
+    if (n_labels) {
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, ",\n  \"id2label\": {");
+        for (size_t i = 0; i < n_labels; i++)
+            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%zu\": \"label_%zu\"", i ? ", " : "",
+                          i, i);
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "}");
+    }
+    snprintf(buf + n, sizeof(buf) - (size_t)n, "\n}\n");
+    if (path_in(path, sizeof(path), dir, "config.json") < 0 ||
+        write_text(path, buf, errstr, errstr_size) < 0 ||
+        path_in(path, sizeof(path), dir, "tokenizer_config.json") < 0 ||
+        write_text(path, "{\"do_lower_case\": true, \"model_max_length\": 128}\n", errstr,
+                   errstr_size) < 0)
+        goto fail;
+    if (!n_labels) {
+        char sub[4200];
+        if (path_in(path, sizeof(path), dir, "modules.json") < 0 ||
+            write_text(path,
+                       "[{\"idx\": 0, \"name\": \"0\", \"path\": \"\", \"type\": "
+                       "\"sentence_transformers.models.Transformer\"},\n"
+                       " {\"idx\": 1, \"name\": \"1\", \"path\": \"1_Pooling\", \"type\": "
+                       "\"sentence_transformers.models.Pooling\"},\n"
+                       " {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", \"type\": "
+                       "\"sentence_transformers.models.Normalize\"}]\n",
+                       errstr, errstr_size) < 0)
+            goto fail;
+        if (path_in(sub, sizeof(sub), dir, "1_Pooling") < 0 || (mkdir(sub, 0755) && errno != EEXIST) ||
+            path_in(path, sizeof(path), sub, "config.json") < 0) {
+            snprintf(errstr, errstr_size, "%s/1_Pooling: %s", dir, strerror(errno));
+            goto fail;
+        }
+        snprintf(buf, sizeof(buf), "{\"word_embedding_dimension\": %zu, \"pooling_mode_cls_token\": "
+                 "false, \"pooling_mode_mean_tokens\": true, \"pooling_mode_max_tokens\": false}\n",
+                 hidden);
+        if (write_text(path, buf, errstr, errstr_size) < 0) goto fail;
+        if (path_in(sub, sizeof(sub), dir, "2_Normalize") < 0 || (mkdir(sub, 0755) && errno != EEXIST)) {
+            snprintf(errstr, errstr_size, "%s/2_Normalize: %s", dir, strerror(errno));
+            goto fail;
+        }
+    }
+
+    /* The weights, as PyTorch initializes BERT: normal-ish (here uniform
+     * with the same spread, 0.02) for matrices and embeddings, ones and
+     * zeros for LayerNorm, zeros for biases made small instead so they
+     * matter in tests. */
+    enum { MAXT = 8 + 16 * 64 + 4 };
+    struct st_write_tensor *t = calloc(MAXT, sizeof(*t));
+    uint64_t (*shapes)[2] = calloc(MAXT, sizeof(*shapes));
+    char (*names)[96] = calloc(MAXT, sizeof(*names));
+    float **data = calloc(MAXT, sizeof(float *));
+    size_t nt = 0;
+    uint64_t s = seed;
+    int rc = -1;
+    if (!t || !shapes || !names || !data) goto oom2;
+#define TENSOR(nm, d0, d1, kind)                                                         \
+    do {                                                                                 \
+        snprintf(names[nt], sizeof(names[nt]), "%s", (nm));                              \
+        size_t cnt = (size_t)(d0) * ((d1) ? (size_t)(d1) : 1);                           \
+        if (!(data[nt] = malloc(cnt * sizeof(float)))) goto oom2;                        \
+        for (size_t q = 0; q < cnt; q++)                                                 \
+            data[nt][q] = (kind) == 0   ? rng_uniform(&s, 0.0346f)                        \
+                          : (kind) == 1 ? 1.0f + rng_uniform(&s, 0.1f)                    \
+                                        : rng_uniform(&s, 0.05f);                         \
+        shapes[nt][0] = (d0);                                                            \
+        shapes[nt][1] = (d1);                                                            \
+        t[nt] = (struct st_write_tensor){names[nt], ST_F32, (d1) ? 2 : 1, shapes[nt], data[nt]}; \
+        nt++;                                                                            \
+    } while (0)
+    char nm[96];
+    TENSOR("embeddings.word_embeddings.weight", vocab, hidden, 0);
+    TENSOR("embeddings.position_embeddings.weight", 128, hidden, 0);
+    TENSOR("embeddings.token_type_embeddings.weight", 2, hidden, 0);
+    TENSOR("embeddings.LayerNorm.weight", hidden, 0, 1);
+    TENSOR("embeddings.LayerNorm.bias", hidden, 0, 2);
+    static const char *const lin[] = {"attention.self.query", "attention.self.key",
+                                      "attention.self.value", "attention.output.dense"};
+    for (size_t l = 0; l < layers; l++) {
+        for (int k = 0; k < 4; k++) {
+            snprintf(nm, sizeof(nm), "encoder.layer.%zu.%s.weight", l, lin[k]);
+            TENSOR(nm, hidden, hidden, 0);
+            snprintf(nm, sizeof(nm), "encoder.layer.%zu.%s.bias", l, lin[k]);
+            TENSOR(nm, hidden, 0, 2);
+        }
+        snprintf(nm, sizeof(nm), "encoder.layer.%zu.attention.output.LayerNorm.weight", l);
+        TENSOR(nm, hidden, 0, 1);
+        snprintf(nm, sizeof(nm), "encoder.layer.%zu.attention.output.LayerNorm.bias", l);
+        TENSOR(nm, hidden, 0, 2);
+        snprintf(nm, sizeof(nm), "encoder.layer.%zu.intermediate.dense.weight", l);
+        TENSOR(nm, intermediate, hidden, 0);
+        snprintf(nm, sizeof(nm), "encoder.layer.%zu.intermediate.dense.bias", l);
+        TENSOR(nm, intermediate, 0, 2);
+        snprintf(nm, sizeof(nm), "encoder.layer.%zu.output.dense.weight", l);
+        TENSOR(nm, hidden, intermediate, 0);
+        snprintf(nm, sizeof(nm), "encoder.layer.%zu.output.dense.bias", l);
+        TENSOR(nm, hidden, 0, 2);
+        snprintf(nm, sizeof(nm), "encoder.layer.%zu.output.LayerNorm.weight", l);
+        TENSOR(nm, hidden, 0, 1);
+        snprintf(nm, sizeof(nm), "encoder.layer.%zu.output.LayerNorm.bias", l);
+        TENSOR(nm, hidden, 0, 2);
+    }
+    if (n_labels) {
+        TENSOR("pooler.dense.weight", hidden, hidden, 0);
+        TENSOR("pooler.dense.bias", hidden, 0, 2);
+        TENSOR("classifier.weight", n_labels, hidden, 0);
+        TENSOR("classifier.bias", n_labels, 0, 2);
+    }
+#undef TENSOR
+    if (path_in(path, sizeof(path), dir, "model.safetensors") < 0) goto oom2;
+    rc = st_write(path, t, nt, errstr, errstr_size);
+    goto done;
+oom2:
+    snprintf(errstr, errstr_size, "bert demo: out of memory");
+done:
+    for (size_t i = 0; data && i < nt; i++) free(data[i]);
+    free(data);
+    free(names);
+    free(shapes);
+    free(t);
+    free(v);
+    return rc;
+oom:
+    snprintf(errstr, errstr_size, "bert demo: out of memory");
+fail:
+    free(v);
+    return -1;
+}

@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""torch_encoder.py - the independent check of kinfer's BERT encoders:
+runs a model folder through PyTorch's own modules (nn.Embedding,
+nn.LayerNorm and nn.TransformerEncoderLayer, post-norm, gelu) with the
+folder's weights, and prints what kinfer's encoder should produce.
+
+Usage: torch_encoder.py FOLDER < request.json > result.json
+
+request: {"rows": [[ids...], ...], "type_ids": [[...], ...] or null,
+          "pooling": "cls"|"mean"|"max"|"none", "normalize": bool,
+          "head": "embedding"|"classifier", "sigmoid": bool,
+          "threads": N (optional)}
+result:  {"output": [[floats...], ...]}: one row per sequence (pooled or
+          classifier scores), or for pooling "none" one row per token, in
+          the sequences' order.
+
+The rows are run as one padded batch with a key padding mask, so the
+check also covers masking. The weights are read from model.safetensors
+by hand (the format is a JSON header and raw little-endian tensors);
+python3-torch is Debian's, so no other package is needed. Float64
+throughout: what is left is kinfer's own float32 rounding.
+"""
+import json
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    (hlen,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + hlen])
+    base = 8 + hlen
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        raw = bytearray(blob[base + a:base + b])
+        ten = torch.frombuffer(raw, dtype=DTYPES[t["dtype"]]) if raw else torch.zeros(0)
+        out[name] = ten.reshape(t["shape"]).to(torch.float64)
+    return out
+
+
+def tensor(ts, name):
+    """name with or without "bert.", LayerNorm weight/bias also as gamma/beta."""
+    cands = [name, "bert." + name]
+    if "LayerNorm" in name:
+        old = name.replace(".weight", ".gamma") if name.endswith(".weight") \
+            else name.replace(".bias", ".beta")
+        cands += [old, "bert." + old]
+    for c in cands:
+        if c in ts:
+            return ts[c]
+    raise KeyError(name)
+
+
+def main():
+    folder = sys.argv[1]
+    req = json.load(sys.stdin)
+    torch.set_num_threads(int(req.get("threads", 1)))
+    cfg = json.load(open(folder + "/config.json"))
+    ts = read_safetensors(folder + "/model.safetensors")
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    inter, eps = cfg["intermediate_size"], cfg.get("layer_norm_eps", 1e-12)
+    act = cfg.get("hidden_act", "gelu")
+    gelu = (lambda x: F.gelu(x, approximate="tanh")) if act != "gelu" else F.gelu
+
+    rows = req["rows"]
+    types = req.get("type_ids") or [[0] * len(r) for r in rows]
+    n, L = len(rows), max(len(r) for r in rows)
+    ids = torch.zeros(n, L, dtype=torch.long)
+    tys = torch.zeros(n, L, dtype=torch.long)
+    pad = torch.ones(n, L, dtype=torch.bool)          # True = padding
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r)
+        tys[i, :len(r)] = torch.tensor(types[i])
+        pad[i, :len(r)] = False
+
+    with torch.no_grad():
+        word = nn.Embedding.from_pretrained(tensor(ts, "embeddings.word_embeddings.weight"))
+        posw = nn.Embedding.from_pretrained(tensor(ts, "embeddings.position_embeddings.weight"))
+        typw = nn.Embedding.from_pretrained(
+            tensor(ts, "embeddings.token_type_embeddings.weight"))
+        ln = nn.LayerNorm(H, eps=eps).double()
+        ln.weight.copy_(tensor(ts, "embeddings.LayerNorm.weight"))
+        ln.bias.copy_(tensor(ts, "embeddings.LayerNorm.bias"))
+        pos = torch.arange(L).unsqueeze(0).expand(n, L)
+        x = ln(word(ids) + posw(pos) + typw(tys))
+
+        for i in range(cfg["num_hidden_layers"]):
+            p = "encoder.layer.%d." % i
+            layer = nn.TransformerEncoderLayer(H, nh, dim_feedforward=inter, dropout=0.0,
+                                               activation=gelu, layer_norm_eps=eps,
+                                               batch_first=True, norm_first=False).double()
+            layer.eval()
+            q, k, v = ("attention.self.query", "attention.self.key", "attention.self.value")
+            layer.self_attn.in_proj_weight.copy_(torch.cat(
+                [tensor(ts, p + q + ".weight"), tensor(ts, p + k + ".weight"),
+                 tensor(ts, p + v + ".weight")]))
+            layer.self_attn.in_proj_bias.copy_(torch.cat(
+                [tensor(ts, p + q + ".bias"), tensor(ts, p + k + ".bias"),
+                 tensor(ts, p + v + ".bias")]))
+            layer.self_attn.out_proj.weight.copy_(tensor(ts, p + "attention.output.dense.weight"))
+            layer.self_attn.out_proj.bias.copy_(tensor(ts, p + "attention.output.dense.bias"))
+            layer.norm1.weight.copy_(tensor(ts, p + "attention.output.LayerNorm.weight"))
+            layer.norm1.bias.copy_(tensor(ts, p + "attention.output.LayerNorm.bias"))
+            layer.linear1.weight.copy_(tensor(ts, p + "intermediate.dense.weight"))
+            layer.linear1.bias.copy_(tensor(ts, p + "intermediate.dense.bias"))
+            layer.linear2.weight.copy_(tensor(ts, p + "output.dense.weight"))
+            layer.linear2.bias.copy_(tensor(ts, p + "output.dense.bias"))
+            layer.norm2.weight.copy_(tensor(ts, p + "output.LayerNorm.weight"))
+            layer.norm2.bias.copy_(tensor(ts, p + "output.LayerNorm.bias"))
+            x = layer(x, src_key_padding_mask=pad)
+
+        keep = (~pad).unsqueeze(-1).double()
+        if req.get("head") == "classifier":
+            pooled = torch.tanh(F.linear(x[:, 0], tensor(ts, "pooler.dense.weight"),
+                                         tensor(ts, "pooler.dense.bias")))
+            logits = F.linear(pooled, ts["classifier.weight"], ts["classifier.bias"])
+            out = torch.sigmoid(logits) if req.get("sigmoid") else torch.softmax(logits, -1)
+        else:
+            mode = req.get("pooling", "cls")
+            if mode == "cls":
+                out = x[:, 0]
+            elif mode == "mean":
+                out = (x * keep).sum(1) / keep.sum(1)
+            elif mode == "max":
+                out = x.masked_fill(pad.unsqueeze(-1), float("-inf")).max(1).values
+            else:
+                out = torch.cat([x[i, :len(r)] for i, r in enumerate(rows)])
+            if req.get("normalize"):
+                out = F.normalize(out, p=2.0, dim=-1)
+    json.dump({"output": out.tolist()}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
