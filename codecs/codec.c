@@ -186,6 +186,9 @@ struct fields {
     struct fval id, model, deadline, timeout, priority;
     const msgpack_object *mp_input, *mp_meta;
     json_t *js_input, *js_meta;
+    /* v1.1, for encoders */
+    const msgpack_object *mp_text, *mp_pair, *mp_tokens, *mp_types, *mp_truncate;
+    json_t *js_text, *js_pair, *js_tokens, *js_types, *js_truncate;
 };
 
 /* One decode call's arguments, passed down as one pointer. */
@@ -214,12 +217,7 @@ static enum codec_rc dead(struct dctx *c, const char *fmt, ...)
         va_end(ap);
     }
     struct codec_request *j = c->req;
-    free(j->input);
-    j->input = NULL;
-    j->n_input = 0;
-    free(j->meta);
-    j->meta = NULL;
-    j->meta_len = 0;
+    codec_request_fini(j);
     j->id[0] = '\0';
     j->err = PROTO_OK;
     j->errmsg[0] = '\0';
@@ -236,6 +234,24 @@ void codec_request_fini(struct codec_request *r)
     free(r->meta);
     r->meta = NULL;
     r->meta_len = 0;
+    codec_request_fini_rows(r);
+}
+
+void codec_request_fini_rows(struct codec_request *r)
+{
+    free(r->text);
+    free(r->text_off);
+    free(r->pair);
+    free(r->pair_off);
+    r->text = r->pair = NULL;
+    r->text_off = r->pair_off = NULL;
+    r->n_text = 0;
+    free(r->tokens);
+    free(r->token_off);
+    free(r->type_ids);
+    r->tokens = r->type_ids = NULL;
+    r->token_off = NULL;
+    r->n_token_rows = 0;
 }
 
 /* Copies the record key in as the job id; only called when key_ok. */
@@ -464,6 +480,9 @@ static int take_model(struct codec_request *j, const struct fval *m)
 static int input_alloc(struct codec_request *j, size_t n, const struct codec_limits *lim)
 {
     if (n == 0) return fail(j, PROTO_ERR_INVALID_INPUT, "field input: empty");
+    if (lim->max_input_floats == 0)
+        return fail(j, PROTO_ERR_INVALID_INPUT,
+                    "field input: this worker's models are text encoders: send text or tokens");
     if (n > lim->max_input_floats)
         return fail(j, PROTO_ERR_INVALID_INPUT, "field input: %zu values, more than max_input_floats %zu",
                     n, lim->max_input_floats);
@@ -519,7 +538,7 @@ static int input_drop(struct codec_request *j)
  * of numbers (integers or floats). */
 static int input_mp(struct codec_request *j, const msgpack_object *o, const struct codec_limits *lim)
 {
-    if (!o) return fail(j, PROTO_ERR_INVALID_INPUT, "field input: missing");
+    if (!o) return fail(j, PROTO_ERR_INVALID_INPUT, "field input: missing (nor text, nor tokens)");
     if (o->type == MSGPACK_OBJECT_BIN) {
         const unsigned char *b = (const unsigned char *)o->via.bin.ptr;
         size_t sz = o->via.bin.size;
@@ -568,7 +587,7 @@ static int input_mp(struct codec_request *j, const msgpack_object *o, const stru
 /* JSON input: an array of numbers. */
 static int input_js(struct codec_request *j, const json_t *v, const struct codec_limits *lim)
 {
-    if (!v) return fail(j, PROTO_ERR_INVALID_INPUT, "field input: missing");
+    if (!v) return fail(j, PROTO_ERR_INVALID_INPUT, "field input: missing (nor text, nor tokens)");
     if (!json_is_array(v))
         return fail(j, PROTO_ERR_INVALID_INPUT, "field input: must be an array of numbers, got %s",
                     js_type(v));
@@ -587,6 +606,281 @@ static int input_js(struct codec_request *j, const json_t *v, const struct codec
             return input_drop(j);
         }
         if (input_put(j, i, f) < 0) return input_drop(j);
+    }
+    return 0;
+}
+
+/* ---- v1.1: rows of text or of token ids (encoders) ------------------ */
+
+/* One string of a text field, borrowed from the parse. */
+struct sview {
+    const char *s;
+    size_t len;
+};
+
+/* Code points in s: the bytes that do not continue a UTF-8 sequence (on
+ * invalid UTF-8 a bound, which is all the limit needs; the tokenizer
+ * reports the bad byte). */
+static size_t utf8_chars(const char *s, size_t n)
+{
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return c;
+}
+
+/* Copies n strings into one buffer with offsets, after checking the row
+ * count and each row's characters against the limits. */
+static int text_store(struct codec_request *j, const char *field, const struct sview *v,
+                      size_t n, const struct codec_limits *lim, char **buf, size_t **off)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t chars = utf8_chars(v[i].s, v[i].len);
+        if (chars > lim->max_text_chars)
+            return fail(j, PROTO_ERR_INVALID_INPUT,
+                        "field %s: row %zu is %zu characters, over max_text_chars %zu", field,
+                        i, chars, lim->max_text_chars);
+        total += v[i].len;
+    }
+    *buf = malloc(total ? total : 1);
+    *off = malloc((n + 1) * sizeof(**off));
+    if (!*buf || !*off)
+        return fail(j, PROTO_ERR_INFERENCE_FAILED, "out of memory for %zu bytes of text", total);
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        (*off)[i] = at;
+        if (v[i].len) memcpy(*buf + at, v[i].s, v[i].len);
+        at += v[i].len;
+    }
+    (*off)[n] = at;
+    return 0;
+}
+
+/* A text field's rows: a string is one row, an array of strings one row
+ * each. *v (the caller frees) gets views into the parse. */
+static int text_rows_js(struct codec_request *j, const char *field, const json_t *t,
+                        const struct codec_limits *lim, struct sview **v, size_t *n)
+{
+    int one = json_is_string(t);
+    if (!one && !json_is_array(t))
+        return fail(j, PROTO_ERR_INVALID_INPUT,
+                    "field %s: must be a string or an array of strings, got %s", field,
+                    js_type(t));
+    *n = one ? 1 : json_array_size(t);
+    if (*n == 0) return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: empty array", field);
+    if (*n > lim->max_rows)
+        return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: %zu rows, more than max_job_rows %zu",
+                    field, *n, lim->max_rows);
+    if (!(*v = malloc(*n * sizeof(**v))))
+        return fail(j, PROTO_ERR_INFERENCE_FAILED, "out of memory");
+    for (size_t i = 0; i < *n; i++) {
+        const json_t *e = one ? t : json_array_get(t, i);
+        if (!json_is_string(e))
+            return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: row %zu is %s, not a string",
+                        field, i, js_type(e));
+        (*v)[i] = (struct sview){json_string_value(e), json_string_length(e)};
+    }
+    return 0;
+}
+
+static int text_rows_mp(struct codec_request *j, const char *field, const msgpack_object *t,
+                        const struct codec_limits *lim, struct sview **v, size_t *n)
+{
+    int one = t->type == MSGPACK_OBJECT_STR;
+    if (!one && t->type != MSGPACK_OBJECT_ARRAY)
+        return fail(j, PROTO_ERR_INVALID_INPUT,
+                    "field %s: must be a string or an array of strings, got %s", field,
+                    mp_type(t));
+    *n = one ? 1 : t->via.array.size;
+    if (*n == 0) return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: empty array", field);
+    if (*n > lim->max_rows)
+        return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: %zu rows, more than max_job_rows %zu",
+                    field, *n, lim->max_rows);
+    if (!(*v = malloc(*n * sizeof(**v))))
+        return fail(j, PROTO_ERR_INFERENCE_FAILED, "out of memory");
+    for (size_t i = 0; i < *n; i++) {
+        const msgpack_object *e = one ? t : &t->via.array.ptr[i];
+        if (e->type != MSGPACK_OBJECT_STR)
+            return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: row %zu is %s, not a string",
+                        field, i, mp_type(e));
+        (*v)[i] = (struct sview){e->via.str.ptr, e->via.str.size};
+    }
+    return 0;
+}
+
+/* text and text_pair (same number of rows) into the request. */
+static int take_text(struct codec_request *j, const json_t *jt, const json_t *jp,
+                     const msgpack_object *mt, const msgpack_object *mp,
+                     const struct codec_limits *lim)
+{
+    struct sview *tv = NULL, *pv = NULL;
+    size_t nt = 0, np = 0;
+    int rc = jt ? text_rows_js(j, "text", jt, lim, &tv, &nt)
+                : text_rows_mp(j, "text", mt, lim, &tv, &nt);
+    if (rc == 0 && (jp || mp))
+        rc = jp ? text_rows_js(j, "text_pair", jp, lim, &pv, &np)
+                : text_rows_mp(j, "text_pair", mp, lim, &pv, &np);
+    if (rc == 0 && pv && np != nt)
+        rc = fail(j, PROTO_ERR_INVALID_INPUT,
+                  "field text_pair: %zu rows, but text has %zu (one pair per row)", np, nt);
+    if (rc == 0) rc = text_store(j, "text", tv, nt, lim, &j->text, &j->text_off);
+    if (rc == 0 && pv) rc = text_store(j, "text_pair", pv, np, lim, &j->pair, &j->pair_off);
+    if (rc == 0) j->n_text = nt;
+    free(tv);
+    free(pv);
+    return rc;
+}
+
+/* Token rows as either encoding holds them, walked by index: the field is
+ * an array of ids (one row) or an array of arrays of ids. */
+struct tok_src {
+    const json_t *js;
+    const msgpack_object *mp;
+};
+
+static size_t tok_len(const struct tok_src *t)
+{
+    return t->js ? json_array_size(t->js) : t->mp->via.array.size;
+}
+
+static int tok_is_array(const struct tok_src *t)
+{
+    return t->js ? json_is_array(t->js) : t->mp->type == MSGPACK_OBJECT_ARRAY;
+}
+
+static struct tok_src tok_elem(const struct tok_src *t, size_t i)
+{
+    struct tok_src e = {NULL, NULL};
+    if (t->js) e.js = json_array_get(t->js, i);
+    else e.mp = &t->mp->via.array.ptr[i];
+    return e;
+}
+
+static const char *tok_type(const struct tok_src *t)
+{
+    return t->js ? js_type(t->js) : mp_type(t->mp);
+}
+
+/* The id of element e, 0..INT32_MAX; -1 for anything else. */
+static int64_t tok_id(const struct tok_src *e)
+{
+    if (e->js) {
+        if (!json_is_integer(e->js)) return -1;
+        json_int_t v = json_integer_value(e->js);
+        return v < 0 || v > INT32_MAX ? -1 : (int64_t)v;
+    }
+    if (e->mp->type != MSGPACK_OBJECT_POSITIVE_INTEGER || e->mp->via.u64 > INT32_MAX) return -1;
+    return (int64_t)e->mp->via.u64;
+}
+
+/* Reads one token field into ids and offsets; shape_off (when not NULL)
+ * is tokens' offsets, which this field's rows must match one for one. */
+static int tok_read(struct codec_request *j, const char *field, const struct tok_src *t,
+                    const struct codec_limits *lim, int32_t **ids, size_t **off,
+                    size_t *rows_out, const size_t *shape_off, size_t shape_rows)
+{
+    if (!tok_is_array(t))
+        return fail(j, PROTO_ERR_INVALID_INPUT,
+                    "field %s: must be an array of ids or of arrays of ids, got %s", field,
+                    tok_type(t));
+    size_t n = tok_len(t);
+    if (n == 0) return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: empty array", field);
+    struct tok_src first = tok_elem(t, 0);
+    int nested = tok_is_array(&first);
+    size_t rows = nested ? n : 1, total = 0;
+    if (rows > lim->max_rows)
+        return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: %zu rows, more than max_job_rows %zu",
+                    field, rows, lim->max_rows);
+    for (size_t r = 0; r < rows; r++) {
+        struct tok_src row = nested ? tok_elem(t, r) : *t;
+        if (!tok_is_array(&row))
+            return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: row %zu is %s, not an array",
+                        field, r, tok_type(&row));
+        size_t len = tok_len(&row);
+        if (len == 0) return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: row %zu is empty", field, r);
+        total += len;
+        if (total > lim->max_tokens)
+            return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: more than %zu ids in one job",
+                        field, lim->max_tokens);
+    }
+    if (shape_off && (rows != shape_rows || total != shape_off[shape_rows]))
+        return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: not the shape of tokens", field);
+    *ids = malloc(total * sizeof(**ids));
+    *off = malloc((rows + 1) * sizeof(**off));
+    if (!*ids || !*off)
+        return fail(j, PROTO_ERR_INFERENCE_FAILED, "out of memory for %zu ids", total);
+    size_t at = 0;
+    for (size_t r = 0; r < rows; r++) {
+        struct tok_src row = nested ? tok_elem(t, r) : *t;
+        size_t len = tok_len(&row);
+        if (shape_off && len != shape_off[r + 1] - shape_off[r])
+            return fail(j, PROTO_ERR_INVALID_INPUT,
+                        "field %s: row %zu has %zu ids, tokens' row has %zu", field, r, len,
+                        shape_off[r + 1] - shape_off[r]);
+        (*off)[r] = at;
+        for (size_t i = 0; i < len; i++) {
+            struct tok_src e = tok_elem(&row, i);
+            int64_t id = tok_id(&e);
+            if (id < 0)
+                return fail(j, PROTO_ERR_INVALID_INPUT,
+                            "field %s: row %zu element %zu is not an id (an integer 0..%d)",
+                            field, r, i, INT32_MAX);
+            (*ids)[at++] = (int32_t)id;
+        }
+    }
+    (*off)[rows] = at;
+    *rows_out = rows;
+    return 0;
+}
+
+/* tokens and type_ids (same shape) into the request. */
+static int take_tokens(struct codec_request *j, const struct tok_src *tok,
+                       const struct tok_src *types, const struct codec_limits *lim)
+{
+    size_t rows = 0;
+    if (tok_read(j, "tokens", tok, lim, &j->tokens, &j->token_off, &rows, NULL, 0) < 0)
+        return -1;
+    j->n_token_rows = rows;
+    if (!types) return 0;
+    size_t *off = NULL, trows = 0;
+    int rc = tok_read(j, "type_ids", types, lim, &j->type_ids, &off, &trows, j->token_off, rows);
+    free(off);
+    return rc;
+}
+
+/* The fields of an encoder's job, when it has them: exactly one of input,
+ * text and tokens; text_pair only with text, type_ids only with tokens;
+ * truncate a boolean. Returns 1 when the job is a text or token job (then
+ * decoded, or failed), 0 when it is not (input goes the old way), -1 on
+ * an error. */
+static int take_rows(struct codec_request *j, const struct fields *f,
+                     const struct codec_limits *lim)
+{
+    int has_in = f->mp_input || f->js_input, has_text = f->mp_text || f->js_text,
+        has_tok = f->mp_tokens || f->js_tokens;
+    j->truncate = 1;
+    if (f->js_truncate) {
+        if (!json_is_boolean(f->js_truncate))
+            return fail(j, PROTO_ERR_INVALID_INPUT, "field truncate: must be a boolean, got %s",
+                        js_type(f->js_truncate));
+        j->truncate = json_is_true(f->js_truncate);
+    } else if (f->mp_truncate) {
+        if (f->mp_truncate->type != MSGPACK_OBJECT_BOOLEAN)
+            return fail(j, PROTO_ERR_INVALID_INPUT, "field truncate: must be a boolean, got %s",
+                        mp_type(f->mp_truncate));
+        j->truncate = f->mp_truncate->via.boolean;
+    }
+    if (has_in + has_text + has_tok > 1)
+        return fail(j, PROTO_ERR_INVALID_INPUT,
+                    "fields input, text and tokens: a job gives exactly one of them");
+    if ((f->mp_pair || f->js_pair) && !has_text)
+        return fail(j, PROTO_ERR_INVALID_INPUT, "field text_pair: only with text");
+    if ((f->mp_types || f->js_types) && !has_tok)
+        return fail(j, PROTO_ERR_INVALID_INPUT, "field type_ids: only with tokens");
+    if (has_text) return take_text(j, f->js_text, f->js_pair, f->mp_text, f->mp_pair, lim) < 0 ? -1 : 1;
+    if (has_tok) {
+        struct tok_src tok = {f->js_tokens, f->mp_tokens}, ty = {f->js_types, f->mp_types};
+        return take_tokens(j, &tok, ty.js || ty.mp ? &ty : NULL, lim) < 0 ? -1 : 1;
     }
     return 0;
 }
@@ -649,8 +943,10 @@ static enum codec_rc decode_fields(struct dctx *c, const struct fields *f)
     if (j->err != PROTO_OK) return CODEC_JOB;
     if (check_content_type(j, c->content_type) < 0) return CODEC_JOB;
     if (take_model(j, &f->model) < 0) return CODEC_JOB;
-    if (j->enc == PROTO_ENC_MSGPACK ? input_mp(j, f->mp_input, c->lim) < 0
-                                  : input_js(j, f->js_input, c->lim) < 0)
+    int rows = take_rows(j, f, c->lim);
+    if (rows < 0) return CODEC_JOB;
+    if (rows == 0 && (j->enc == PROTO_ENC_MSGPACK ? input_mp(j, f->mp_input, c->lim) < 0
+                                                  : input_js(j, f->js_input, c->lim) < 0))
         return CODEC_JOB;
     if (take_deadline(j, &f->deadline, &f->timeout, c->record_ts_ms) < 0) return CODEC_JOB;
     take_priority(j, &f->priority);
@@ -712,12 +1008,15 @@ static enum codec_rc decode_msgpack(struct dctx *c, const unsigned char *v, size
             if (scalars[s]->kind != FV_ABSENT) dup = scalar_names[s];
             fval_mp(scalars[s], val);
         }
-        if (mp_key_is(k, "input")) {
-            if (f.mp_input) dup = "input";
-            f.mp_input = val;
-        } else if (mp_key_is(k, "meta")) {
-            if (f.mp_meta) dup = "meta";
-            f.mp_meta = val;
+        static const char *const obj_names[] = {"input", "meta",     "text",    "text_pair",
+                                                 "tokens", "type_ids", "truncate"};
+        const msgpack_object **objs[] = {&f.mp_input,  &f.mp_meta,  &f.mp_text,
+                                         &f.mp_pair,   &f.mp_tokens, &f.mp_types,
+                                         &f.mp_truncate};
+        for (size_t o = 0; o < sizeof(objs) / sizeof(objs[0]); o++) {
+            if (!mp_key_is(k, obj_names[o])) continue;
+            if (*objs[o]) dup = obj_names[o];
+            *objs[o] = val;
         }
     }
     if (dup) rc = dead(c, "msgpack: duplicate field %s", dup);
@@ -749,7 +1048,9 @@ static int json_depth_ok(const json_t *v, int depth, int max)
 static enum codec_rc decode_json(struct dctx *c, const unsigned char *v, size_t len)
 {
     json_error_t e;
-    json_t *root = json_loadb((const char *)v, len, JSON_REJECT_DUPLICATES, &e);
+    /* NUL is allowed inside strings (\u0000): a text may carry one, and
+     * the tokenizer drops it; every other string field is checked. */
+    json_t *root = json_loadb((const char *)v, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
     if (!root) return dead(c, "json: %s (line %d, column %d)", e.text, e.line, e.column);
     if (!json_is_object(root)) {
         enum codec_rc rc = dead(c, "json: top level is %s, not an object", js_type(root));
@@ -769,6 +1070,11 @@ static enum codec_rc decode_json(struct dctx *c, const unsigned char *v, size_t 
     fval_js(&f.priority, json_object_get(root, "priority"));
     f.js_input = json_object_get(root, "input");
     f.js_meta = json_object_get(root, "meta");
+    f.js_text = json_object_get(root, "text");
+    f.js_pair = json_object_get(root, "text_pair");
+    f.js_tokens = json_object_get(root, "tokens");
+    f.js_types = json_object_get(root, "type_ids");
+    f.js_truncate = json_object_get(root, "truncate");
     enum codec_rc rc = decode_fields(c, &f);
     json_decref(root);
     return rc;
@@ -827,8 +1133,13 @@ enum codec_rc codec_decode_job(const void *value, size_t len, const void *key,
  * (overflowing shape, or a shape without data). */
 static int output_count(const struct codec_result *j, size_t *n)
 {
-    if (j->out_width && j->out_rows > SIZE_MAX / 4 / j->out_width) return -1;
-    *n = j->out_rows * j->out_width;
+    size_t per_row = j->out_width;
+    if (j->out_tokens) {
+        if (!j->lengths || (per_row && j->out_tokens > SIZE_MAX / 4 / per_row)) return -1;
+        per_row *= j->out_tokens;
+    }
+    if (per_row && j->out_rows > SIZE_MAX / 4 / per_row) return -1;
+    *n = j->out_rows * per_row;
     if (*n && !j->output) return -1;
     return 0;
 }
@@ -838,6 +1149,23 @@ static int mp_str(msgpack_packer *pk, const char *s)
 {
     size_t n = strlen(s);
     return msgpack_pack_str_with_body(pk, s, n);
+}
+
+/* The body of a bin of n float32, little-endian. */
+static int mp_pack_floats(msgpack_packer *pk, const float *x, size_t n)
+{
+#if HOST_IS_WIRE_ORDER
+    return msgpack_pack_bin_body(pk, x, 4 * n); /* host order is the wire's */
+#else
+    int r = 0;
+    unsigned char chunk[4 * 256];
+    for (size_t i = 0; i < n && r == 0; i += 256) {
+        size_t m = n - i < 256 ? n - i : 256;
+        for (size_t k = 0; k < m; k++) put_f32le(chunk + 4 * k, x[i + k]);
+        r |= msgpack_pack_bin_body(pk, chunk, 4 * m);
+    }
+    return r;
+#endif
 }
 
 /* The MessagePack result, keys in protocol order. meta is written as the
@@ -850,7 +1178,8 @@ static int encode_mp(const struct codec_result *j, struct gbuf *b)
     msgpack_packer pk;
     msgpack_packer_init(&pk, b, gbuf_mp_write);
     int r = 0;
-    r |= msgpack_pack_map(&pk, 3 + (ok ? 2 : 1) + (j->meta ? 1 : 0) + 2);
+    int extra = ok ? (j->out_tokens ? 1 : 0) + (j->labels ? 2 : 0) : 0;
+    r |= msgpack_pack_map(&pk, 3 + (ok ? 2 : 1) + extra + (j->meta ? 1 : 0) + 2);
     r |= mp_str(&pk, "id");
     r |= mp_str(&pk, j->id);
     r |= mp_str(&pk, "model");
@@ -860,20 +1189,26 @@ static int encode_mp(const struct codec_result *j, struct gbuf *b)
     if (ok) {
         r |= mp_str(&pk, "output");
         r |= msgpack_pack_bin(&pk, n * 4);
-#if HOST_IS_WIRE_ORDER
-        r |= msgpack_pack_bin_body(&pk, j->output, 4 * n); /* host order is the wire's */
-#else
-        unsigned char chunk[4 * 256];
-        for (size_t i = 0; i < n && r == 0; i += 256) {
-            size_t m = n - i < 256 ? n - i : 256;
-            for (size_t k = 0; k < m; k++) put_f32le(chunk + 4 * k, j->output[i + k]);
-            r |= msgpack_pack_bin_body(&pk, chunk, 4 * m);
-        }
-#endif
+        r |= mp_pack_floats(&pk, j->output, n);
         r |= mp_str(&pk, "shape");
-        r |= msgpack_pack_array(&pk, 2);
+        r |= msgpack_pack_array(&pk, j->out_tokens ? 3 : 2);
         r |= msgpack_pack_uint64(&pk, j->out_rows);
+        if (j->out_tokens) r |= msgpack_pack_uint64(&pk, j->out_tokens);
         r |= msgpack_pack_uint64(&pk, j->out_width);
+        if (j->out_tokens) {
+            r |= mp_str(&pk, "lengths");
+            r |= msgpack_pack_array(&pk, j->out_rows);
+            for (size_t i = 0; i < j->out_rows; i++) r |= msgpack_pack_uint64(&pk, j->lengths[i]);
+        }
+        if (j->labels) {
+            /* The scores are the output: a second bin of the same floats. */
+            r |= mp_str(&pk, "scores");
+            r |= msgpack_pack_bin(&pk, n * 4);
+            r |= mp_pack_floats(&pk, j->output, n);
+            r |= mp_str(&pk, "labels");
+            r |= msgpack_pack_array(&pk, j->out_rows);
+            for (size_t i = 0; i < j->out_rows; i++) r |= mp_str(&pk, j->labels[i]);
+        }
     } else {
         r |= mp_str(&pk, "error");
         r |= msgpack_pack_map(&pk, 2);
@@ -887,7 +1222,7 @@ static int encode_mp(const struct codec_result *j, struct gbuf *b)
         r |= gbuf_put(b, j->meta, j->meta_len);
     }
     r |= mp_str(&pk, "timing");
-    r |= msgpack_pack_map(&pk, 4);
+    r |= msgpack_pack_map(&pk, j->tokens ? 6 : 4);
     r |= mp_str(&pk, "queued_ms");
     r |= msgpack_pack_double(&pk, j->queued_ms);
     r |= mp_str(&pk, "infer_ms");
@@ -896,6 +1231,12 @@ static int encode_mp(const struct codec_result *j, struct gbuf *b)
     r |= msgpack_pack_double(&pk, j->total_ms);
     r |= mp_str(&pk, "batch_rows");
     r |= msgpack_pack_uint64(&pk, j->batch_rows);
+    if (j->tokens) {
+        r |= mp_str(&pk, "tokens");
+        r |= msgpack_pack_uint64(&pk, j->tokens);
+        r |= mp_str(&pk, "padded_tokens");
+        r |= msgpack_pack_uint64(&pk, j->padded_tokens);
+    }
     r |= mp_str(&pk, "source");
     r |= msgpack_pack_map(&pk, 3);
     r |= mp_str(&pk, "topic");
@@ -932,6 +1273,19 @@ static json_t *js_num(double d, int null_if_bad)
     return null_if_bad ? json_null() : json_real(0.0);
 }
 
+/* A JSON array of n floats (non-finite ones null); NULL when out of
+ * memory, which json_object_set_new then reports. */
+static json_t *js_floats(const float *x, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++)
+        if (json_array_append_new(a, js_num((double)x[i], 1)) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
 /* Builds the first part of the JSON result: id, model, status, then output
  * and shape, or error. */
 static json_t *js_head(const struct codec_result *j)
@@ -946,13 +1300,29 @@ static json_t *js_head(const struct codec_result *j)
     r |= json_object_set_new(o, "model", js_str(j->model));
     r |= json_object_set_new(o, "status", json_string(ok ? "ok" : "error"));
     if (ok) {
-        json_t *out = json_array();
-        r |= out ? 0 : -1;
-        for (size_t i = 0; i < n && r == 0; i++)
-            r |= json_array_append_new(out, js_num((double)j->output[i], 1));
-        r |= json_object_set_new(o, "output", out);
-        r |= json_object_set_new(o, "shape", json_pack("[II]", (json_int_t)j->out_rows,
-                                                       (json_int_t)j->out_width));
+        r |= json_object_set_new(o, "output", js_floats(j->output, n));
+        if (j->out_tokens) {
+            r |= json_object_set_new(o, "shape",
+                                     json_pack("[III]", (json_int_t)j->out_rows,
+                                               (json_int_t)j->out_tokens,
+                                               (json_int_t)j->out_width));
+            json_t *len = json_array();
+            r |= len ? 0 : -1;
+            for (size_t i = 0; i < j->out_rows && r == 0; i++)
+                r |= json_array_append_new(len, json_integer((json_int_t)j->lengths[i]));
+            r |= json_object_set_new(o, "lengths", len);
+        } else {
+            r |= json_object_set_new(o, "shape", json_pack("[II]", (json_int_t)j->out_rows,
+                                                           (json_int_t)j->out_width));
+        }
+        if (j->labels) {
+            r |= json_object_set_new(o, "scores", js_floats(j->output, n));
+            json_t *lab = json_array();
+            r |= lab ? 0 : -1;
+            for (size_t i = 0; i < j->out_rows && r == 0; i++)
+                r |= json_array_append_new(lab, js_str(j->labels[i]));
+            r |= json_object_set_new(o, "labels", lab);
+        }
     } else {
         r |= json_object_set_new(o, "error", json_pack("{s:s,s:o}", "code",
                                                        proto_err_name(j->err), "message",
@@ -971,11 +1341,16 @@ static json_t *js_tail(const struct codec_result *j)
     json_t *o = json_object();
     if (!o) return NULL;
     int r = 0;
-    r |= json_object_set_new(
-        o, "timing",
+    json_t *timing =
         json_pack("{s:o,s:o,s:o,s:I}", "queued_ms", js_num(j->queued_ms, 0), "infer_ms",
                   js_num(j->infer_ms, 0), "total_ms", js_num(j->total_ms, 0),
-                  "batch_rows", (json_int_t)j->batch_rows));
+                  "batch_rows", (json_int_t)j->batch_rows);
+    if (timing && j->tokens) {
+        r |= json_object_set_new(timing, "tokens", json_integer((json_int_t)j->tokens));
+        r |= json_object_set_new(timing, "padded_tokens",
+                                 json_integer((json_int_t)j->padded_tokens));
+    }
+    r |= json_object_set_new(o, "timing", timing);
     r |= json_object_set_new(o, "source",
                              json_pack("{s:o,s:i,s:I}", "topic", js_str(j->topic), "partition",
                                        (int)j->partition, "offset", (json_int_t)j->offset));

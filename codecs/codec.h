@@ -16,6 +16,9 @@ struct codec_limits {
     size_t max_payload_bytes; /* records longer than this are not parsed */
     size_t max_input_floats;  /* `input` longer than this is invalid_input */
     int max_depth;            /* deepest nesting accepted anywhere (meta included) */
+    size_t max_rows;          /* rows of text or tokens in one job */
+    size_t max_text_chars;    /* characters (code points) in one text row */
+    size_t max_tokens;        /* token ids in one job, all rows together */
 };
 
 /* A job as its record carries it in, decoded and validated. Plain data:
@@ -32,6 +35,20 @@ struct codec_request {
     int priority;                    /* 0..9, or -1 when the job gave none */
     unsigned char *meta;             /* `meta` re-encoded in enc, owned; NULL = none */
     size_t meta_len;
+    /* An encoder's rows (docs/protocol.md v1.1), instead of input: text
+     * (with an optional second segment per row), or token ids. Owned. */
+    size_t n_text;                   /* rows of text; 0 = none */
+    char *text;                      /* the rows' bytes, one after another (as sent:
+                                        UTF-8 is checked by the tokenizer) */
+    size_t *text_off;                /* n_text + 1 offsets into text */
+    char *pair;                      /* text_pair's rows alike; NULL = no pairs */
+    size_t *pair_off;
+    size_t n_token_rows;             /* rows of token ids; 0 = none */
+    int32_t *tokens;                 /* every row's ids, one after another */
+    size_t *token_off;               /* n_token_rows + 1 offsets into tokens */
+    int32_t *type_ids;               /* as tokens; NULL = all 0 */
+    int truncate;                    /* 1 (the default): cut rows to the model's
+                                        length; 0: too long is invalid_input */
     /* The decoder's verdict on a job it could decode: PROTO_OK, or the
      * error the job is to be answered with (invalid_input, ...). */
     enum proto_err err;
@@ -40,6 +57,9 @@ struct codec_request {
 
 /* Frees what r owns and zeroes those fields (not r). Accepts NULL. */
 void codec_request_fini(struct codec_request *r);
+/* Frees only r's rows of text and tokens (once tokenized, they are not
+ * needed any more). */
+void codec_request_fini_rows(struct codec_request *r);
 
 /* A result to encode: views of what its owner holds, borrowed for the
  * call. */
@@ -55,6 +75,14 @@ struct codec_result {
     size_t meta_len;
     double queued_ms, infer_ms, total_ms;
     size_t batch_rows;
+    /* An encoder's (all 0/NULL for a layer model's job): */
+    size_t out_tokens;               /* > 0: per-token output, out_rows x out_tokens x
+                                        out_width, each row padded with zeros after
+                                        its own length */
+    const size_t *lengths;           /* per-token output: each row's tokens */
+    const char *const *labels;       /* a classifier's best label per row (then the
+                                        output is also written as `scores`) */
+    size_t tokens, padded_tokens;    /* timing; written when tokens > 0 */
     const char *topic;               /* the job's record */
     int32_t partition;
     int64_t offset;
@@ -80,9 +108,11 @@ enum codec_rc codec_decode_job(const void *value, size_t len, const void *key,
                                struct codec_request *req, char *errstr, size_t errstr_size);
 
 /* Encodes r in r->enc into a new buffer (*body, *body_len; caller frees):
- * id, model, status, output+shape when r->err == PROTO_OK, error
- * {code,message} otherwise, meta (raw, as decoded), timing {queued_ms,
- * infer_ms, total_ms, batch_rows}, source {topic, partition, offset}.
+ * id, model, status, output+shape when r->err == PROTO_OK (and for an
+ * encoder lengths, or scores+labels), error {code,message} otherwise,
+ * meta (raw, as decoded), timing {queued_ms, infer_ms, total_ms,
+ * batch_rows, and tokens, padded_tokens for an encoder}, source {topic,
+ * partition, offset}.
  * Returns 0, or -1 on allocation failure (*body untouched). Borrows r. */
 int codec_encode_result(const struct codec_result *r, unsigned char **body, size_t *body_len);
 

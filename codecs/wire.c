@@ -45,6 +45,97 @@ static void pack_json(msgpack_packer *pk, const json_t *v)
     }
 }
 
+static size_t text_len(const struct wire_job *j, size_t i)
+{
+    return j->text_len ? j->text_len[i] : strlen(j->text[i]);
+}
+
+/* An encoder's fields, MessagePack: how many map entries they add. */
+static size_t mp_rows_fields(const struct wire_job *j)
+{
+    return (j->text != NULL) + (j->text_pair != NULL) + (j->tokens != NULL) +
+           (j->type_ids != NULL) + (j->truncate != WIRE_TRUNCATE_ABSENT);
+}
+
+static void mp_ids(msgpack_packer *pk, const struct wire_job *j, const int32_t *ids)
+{
+    int one = j->n_token_rows == 1;
+    if (!one) msgpack_pack_array(pk, j->n_token_rows);
+    for (size_t r = 0; r < j->n_token_rows; r++) {
+        msgpack_pack_array(pk, j->token_off[r + 1] - j->token_off[r]);
+        for (size_t k = j->token_off[r]; k < j->token_off[r + 1]; k++)
+            msgpack_pack_int32(pk, ids[k]);
+    }
+}
+
+static void mp_rows(msgpack_packer *pk, const struct wire_job *j)
+{
+    int one = j->n_text == 1 && !j->text_as_array;
+    const char *const *fields[2] = {j->text, j->text_pair};
+    const char *names[2] = {"text", "text_pair"};
+    for (int f = 0; f < 2; f++) {
+        if (!fields[f]) continue;
+        pack_str(pk, names[f]);
+        if (!one) msgpack_pack_array(pk, j->n_text);
+        for (size_t i = 0; i < j->n_text; i++) {
+            size_t n = f == 0 ? text_len(j, i) : strlen(fields[f][i]);
+            msgpack_pack_str(pk, n);
+            msgpack_pack_str_body(pk, fields[f][i], n);
+        }
+    }
+    if (j->tokens) {
+        pack_str(pk, "tokens");
+        mp_ids(pk, j, j->tokens);
+    }
+    if (j->type_ids) {
+        pack_str(pk, "type_ids");
+        mp_ids(pk, j, j->type_ids);
+    }
+    if (j->truncate != WIRE_TRUNCATE_ABSENT) {
+        pack_str(pk, "truncate");
+        if (j->truncate == WIRE_TRUNCATE_TRUE) msgpack_pack_true(pk);
+        else msgpack_pack_false(pk);
+    }
+}
+
+static json_t *js_ids(const struct wire_job *j, const int32_t *ids)
+{
+    json_t *all = json_array();
+    for (size_t r = 0; r < j->n_token_rows; r++) {
+        json_t *row = json_array();
+        for (size_t k = j->token_off[r]; k < j->token_off[r + 1]; k++)
+            json_array_append_new(row, json_integer(ids[k]));
+        if (j->n_token_rows == 1) {
+            json_decref(all);
+            return row;
+        }
+        json_array_append_new(all, row);
+    }
+    return all;
+}
+
+static void js_rows(json_t *o, const struct wire_job *j)
+{
+    int one = j->n_text == 1 && !j->text_as_array;
+    const char *const *fields[2] = {j->text, j->text_pair};
+    const char *names[2] = {"text", "text_pair"};
+    for (int f = 0; f < 2; f++) {
+        if (!fields[f]) continue;
+        json_t *a = one ? NULL : json_array();
+        for (size_t i = 0; i < j->n_text; i++) {
+            size_t n = f == 0 ? text_len(j, i) : strlen(fields[f][i]);
+            json_t *str = json_stringn_nocheck(fields[f][i], n);
+            if (one) a = str;
+            else json_array_append_new(a, str);
+        }
+        json_object_set_new(o, names[f], a);
+    }
+    if (j->tokens) json_object_set_new(o, "tokens", js_ids(j, j->tokens));
+    if (j->type_ids) json_object_set_new(o, "type_ids", js_ids(j, j->type_ids));
+    if (j->truncate != WIRE_TRUNCATE_ABSENT)
+        json_object_set_new(o, "truncate", json_boolean(j->truncate == WIRE_TRUNCATE_TRUE));
+}
+
 static int encode_msgpack(const struct wire_job *j, unsigned char **out, size_t *out_len)
 {
     json_t *meta = NULL;
@@ -57,7 +148,7 @@ static int encode_msgpack(const struct wire_job *j, unsigned char **out, size_t 
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     size_t n = 1 + (j->model != NULL) + (j->input != NULL) + (j->deadline_ms != 0) +
-               (j->timeout_ms >= 0) + (j->priority >= 0) + (meta != NULL);
+               (j->timeout_ms >= 0) + (j->priority >= 0) + (meta != NULL) + mp_rows_fields(j);
     msgpack_pack_map(&pk, n);
     pack_str(&pk, "id");
     pack_str(&pk, j->id ? j->id : "");
@@ -74,6 +165,7 @@ static int encode_msgpack(const struct wire_job *j, unsigned char **out, size_t 
             msgpack_pack_bin_body(&pk, j->input, j->n_input * 4);
         }
     }
+    mp_rows(&pk, j);
     if (j->deadline_ms) { pack_str(&pk, "deadline_ms"); msgpack_pack_int64(&pk, j->deadline_ms); }
     if (j->timeout_ms >= 0) { pack_str(&pk, "timeout_ms"); msgpack_pack_int64(&pk, j->timeout_ms); }
     if (j->priority >= 0) { pack_str(&pk, "priority"); msgpack_pack_int(&pk, j->priority); }
@@ -93,6 +185,7 @@ static int encode_json(const struct wire_job *j, unsigned char **out, size_t *ou
         for (size_t i = 0; i < j->n_input; i++) json_array_append_new(a, json_real(j->input[i]));
         json_object_set_new(o, "input", a);
     }
+    js_rows(o, j);
     if (j->deadline_ms) json_object_set_new(o, "deadline_ms", json_integer(j->deadline_ms));
     if (j->timeout_ms >= 0) json_object_set_new(o, "timeout_ms", json_integer(j->timeout_ms));
     if (j->priority >= 0) json_object_set_new(o, "priority", json_integer(j->priority));
@@ -101,11 +194,16 @@ static int encode_json(const struct wire_job *j, unsigned char **out, size_t *ou
         if (!meta) { json_decref(o); return -1; }
         json_object_set_new(o, "meta", meta);
     }
-    char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    size_t size = json_dumpb(o, NULL, 0, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    char *s = size ? malloc(size + 1) : NULL;
+    if (s) {
+        json_dumpb(o, s, size, JSON_COMPACT | JSON_REAL_PRECISION(9));
+        s[size] = '\0';
+    }
     json_decref(o);
     if (!s) return -1;
     *out = (unsigned char *)s;
-    *out_len = strlen(s);
+    *out_len = size;
     return 0;
 }
 
@@ -209,9 +307,23 @@ static int decode_msgpack(const void *body, size_t len, struct wire_result *r,
             r->output = malloc(n ? n * 4 : 1);
             if (r->output) memcpy(r->output, v->via.bin.ptr, n * 4);
         } else if (mp_key_is(k, "shape") && v->type == MSGPACK_OBJECT_ARRAY &&
-                   v->via.array.size == 2) {
+                   (v->via.array.size == 2 || v->via.array.size == 3)) {
+            size_t d = v->via.array.size;
             r->rows = (size_t)mp_num(&v->via.array.ptr[0]);
-            r->width = (size_t)mp_num(&v->via.array.ptr[1]);
+            r->width = (size_t)mp_num(&v->via.array.ptr[d - 1]);
+            if (d == 3) r->tokens_dim = (size_t)mp_num(&v->via.array.ptr[1]);
+        } else if (mp_key_is(k, "lengths") && v->type == MSGPACK_OBJECT_ARRAY) {
+            r->lengths = calloc(v->via.array.size + 1, sizeof(size_t));
+            for (uint32_t e = 0; r->lengths && e < v->via.array.size; e++)
+                r->lengths[e] = (size_t)mp_num(&v->via.array.ptr[e]);
+        } else if (mp_key_is(k, "scores")) {
+            r->has_scores = 1;
+        } else if (mp_key_is(k, "labels") && v->type == MSGPACK_OBJECT_ARRAY) {
+            r->labels = calloc(v->via.array.size + 1, sizeof(char *));
+            for (uint32_t e = 0; r->labels && e < v->via.array.size; e++) {
+                const msgpack_object *l = &v->via.array.ptr[e];
+                if (l->type == MSGPACK_OBJECT_STR) r->labels[e] = strndup(l->via.str.ptr, l->via.str.size);
+            }
         } else if ((mp_key_is(k, "error") || mp_key_is(k, "timing") ||
                     mp_key_is(k, "source")) && v->type == MSGPACK_OBJECT_MAP) {
             for (uint32_t e = 0; e < v->via.map.size; e++) {
@@ -228,6 +340,8 @@ static int decode_msgpack(const void *body, size_t len, struct wire_result *r,
                 else if (mp_key_is(ek, "infer_ms")) r->infer_ms = mp_num(ev);
                 else if (mp_key_is(ek, "total_ms")) r->total_ms = mp_num(ev);
                 else if (mp_key_is(ek, "batch_rows")) r->batch_rows = (int64_t)mp_num(ev);
+                else if (mp_key_is(ek, "tokens")) r->tokens = (int64_t)mp_num(ev);
+                else if (mp_key_is(ek, "padded_tokens")) r->padded_tokens = (int64_t)mp_num(ev);
                 else if (mp_key_is(ek, "partition")) r->partition = (int64_t)mp_num(ev);
                 else if (mp_key_is(ek, "offset")) r->offset = (int64_t)mp_num(ev);
             }
@@ -264,9 +378,24 @@ static int decode_json(const void *body, size_t len, struct wire_result *r,
             r->output[i] = (float)json_number_value(json_array_get(out, i));
     }
     json_t *shape = json_object_get(o, "shape");
-    if (json_array_size(shape) == 2) {
+    size_t d = json_array_size(shape);
+    if (d == 2 || d == 3) {
         r->rows = (size_t)json_integer_value(json_array_get(shape, 0));
-        r->width = (size_t)json_integer_value(json_array_get(shape, 1));
+        r->width = (size_t)json_integer_value(json_array_get(shape, d - 1));
+        if (d == 3) r->tokens_dim = (size_t)json_integer_value(json_array_get(shape, 1));
+    }
+    json_t *lens = json_object_get(o, "lengths");
+    if (json_is_array(lens)) {
+        r->lengths = calloc(json_array_size(lens) + 1, sizeof(size_t));
+        for (size_t i = 0; r->lengths && i < json_array_size(lens); i++)
+            r->lengths[i] = (size_t)json_integer_value(json_array_get(lens, i));
+    }
+    r->has_scores = json_object_get(o, "scores") != NULL;
+    json_t *labels = json_object_get(o, "labels");
+    if (json_is_array(labels)) {
+        r->labels = calloc(json_array_size(labels) + 1, sizeof(char *));
+        for (size_t i = 0; r->labels && i < json_array_size(labels); i++)
+            if ((s = json_string_value(json_array_get(labels, i)))) r->labels[i] = strdup(s);
     }
     json_t *e = json_object_get(o, "error");
     if ((s = json_string_value(json_object_get(e, "code")))) copy_str(r->code, sizeof(r->code), s, strlen(s));
@@ -276,6 +405,8 @@ static int decode_json(const void *body, size_t len, struct wire_result *r,
     r->infer_ms = json_number_value(json_object_get(t, "infer_ms"));
     r->total_ms = json_number_value(json_object_get(t, "total_ms"));
     r->batch_rows = json_integer_value(json_object_get(t, "batch_rows"));
+    r->tokens = json_integer_value(json_object_get(t, "tokens"));
+    r->padded_tokens = json_integer_value(json_object_get(t, "padded_tokens"));
     json_t *src = json_object_get(o, "source");
     if ((s = json_string_value(json_object_get(src, "topic")))) copy_str(r->topic, sizeof(r->topic), s, strlen(s));
     r->partition = json_integer_value(json_object_get(src, "partition"));
@@ -303,4 +434,9 @@ void wire_result_fini(struct wire_result *r)
 {
     free(r->output);
     r->output = NULL;
+    free(r->lengths);
+    r->lengths = NULL;
+    for (size_t i = 0; r->labels && r->labels[i]; i++) free(r->labels[i]);
+    free(r->labels);
+    r->labels = NULL;
 }

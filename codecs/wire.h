@@ -12,6 +12,9 @@
 
 #include "protocol.h"
 
+/* A job's truncate field: left out unless set. */
+enum wire_truncate { WIRE_TRUNCATE_ABSENT = 0, WIRE_TRUNCATE_TRUE, WIRE_TRUNCATE_FALSE };
+
 /* A job to encode. NULL/0 fields are left out. */
 struct wire_job {
     const char *id;
@@ -23,6 +26,17 @@ struct wire_job {
     int64_t timeout_ms;     /* -1: absent */
     int priority;           /* -1: absent */
     const char *meta_json;  /* JSON text of meta, or NULL */
+    /* An encoder's job (docs/protocol.md v1.1) instead of input: */
+    const char *const *text;    /* n_text rows of text (NULL = none) */
+    const size_t *text_len;     /* their lengths in bytes; NULL = strlen */
+    size_t n_text;
+    int text_as_array;          /* 1 row: as ["..."] instead of "..." */
+    const char *const *text_pair; /* n_text second segments, or NULL */
+    const int32_t *tokens;      /* n_token_rows rows of ids (NULL = none) */
+    const size_t *token_off;    /* n_token_rows + 1 offsets into tokens */
+    size_t n_token_rows;
+    const int32_t *type_ids;    /* as tokens, or NULL */
+    enum wire_truncate truncate; /* absent (the zero value), true or false */
 };
 
 /* Encodes j in enc into a new buffer (*out, caller frees). Returns 0 or -1. */
@@ -36,8 +50,13 @@ struct wire_result {
     int ok;                        /* status == "ok" */
     char code[32];                 /* error.code when !ok */
     char message[PROTO_ERRMSG_MAX];
-    float *output;                 /* rows x width when ok */
+    float *output;                 /* rows x width (x tokens) when ok */
     size_t rows, width;
+    size_t tokens_dim;             /* per-token output: shape [rows, tokens_dim, width] */
+    size_t *lengths;               /* per-token output: each row's tokens (rows), owned */
+    int has_scores;                /* a classifier's: scores present, equal to output */
+    char **labels;                 /* a classifier's best label per row (rows), owned */
+    int64_t tokens, padded_tokens; /* timing of an encoder's job; 0 otherwise */
     double queued_ms, infer_ms, total_ms;
     int64_t batch_rows;
     char topic[PROTO_TOPIC_MAX + 1];
