@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#define N_BUCKETS 18 /* batch sizes 1, 2, 4, ... 2^17 rows */
+#define N_BUCKETS 21 /* batch sizes 1, 2, 4, ... 2^20 rows or tokens */
 #define DEADLINE_MARGIN_US 1000 /* close this much before the estimate says */
 
 struct plist {
@@ -24,6 +24,7 @@ struct plist {
 struct bqueue {
     struct plist prio[BATCHER_PRIORITIES];
     size_t rows, jobs;
+    size_t padded;           /* encoder jobs: sum of rows x seq_len */
     double est_s[N_BUCKETS]; /* measured batch time by size bucket, EWMA */
 };
 
@@ -115,6 +116,7 @@ void batcher_push(struct batcher *b, struct job *job)
     l->tail = job;
     q->rows += job->rows;
     q->jobs++;
+    q->padded += job->rows * job->seq_len;
     b->rows += job->rows;
     b->jobs++;
     /* Wake a waiter: this push may fill a batch, or bring the earliest
@@ -145,20 +147,20 @@ static double estimate_locked(const struct bqueue *q, size_t rows)
     return 0;
 }
 
-void batcher_record(struct batcher *b, int model_idx, size_t rows, double seconds)
+void batcher_record(struct batcher *b, int model_idx, size_t units, double seconds)
 {
     if (model_idx < 0 || (size_t)model_idx >= b->conf.n_models || seconds < 0) return;
     pthread_mutex_lock(&b->mu);
-    double *e = &b->q[model_idx].est_s[bucket_of(rows)];
+    double *e = &b->q[model_idx].est_s[bucket_of(units)];
     *e = *e > 0 ? 0.8 * *e + 0.2 * seconds : seconds;
     pthread_mutex_unlock(&b->mu);
 }
 
-double batcher_estimate(struct batcher *b, int model_idx, size_t rows)
+double batcher_estimate(struct batcher *b, int model_idx, size_t units)
 {
     if (model_idx < 0 || (size_t)model_idx >= b->conf.n_models) return 0;
     pthread_mutex_lock(&b->mu);
-    double e = estimate_locked(&b->q[model_idx], rows);
+    double e = estimate_locked(&b->q[model_idx], units);
     pthread_mutex_unlock(&b->mu);
     return e;
 }
@@ -194,10 +196,14 @@ static int ready(const struct batcher *b, const struct bqueue *q, int64_t now,
     if (q->jobs == 0) return 0;
     if (b->closing) return *why = BATCH_DRAIN, 1;
     if (q->rows >= b->conf.max_batch_rows) return *why = BATCH_SIZE, 1;
+    size_t max_tok = b->conf.max_batch_tokens;
+    if (max_tok && q->padded >= max_tok) return *why = BATCH_SIZE, 1;
     int64_t dl = earliest_deadline(q);
     if (dl != INT64_MAX) {
-        size_t rows = q->rows < b->conf.max_batch_rows ? q->rows : b->conf.max_batch_rows;
-        int64_t lead = (int64_t)(estimate_locked(q, rows) * 1e6) + DEADLINE_MARGIN_US;
+        /* The batch that would run: its rows, or an encoder's tokens. */
+        size_t units = q->rows < b->conf.max_batch_rows ? q->rows : b->conf.max_batch_rows;
+        if (q->padded) units = max_tok && q->padded > max_tok ? max_tok : q->padded;
+        int64_t lead = (int64_t)(estimate_locked(q, units) * 1e6) + DEADLINE_MARGIN_US;
         if (dl - lead <= now) return *why = BATCH_DEADLINE, 1;
         *wake = dl - lead;
     }
@@ -207,8 +213,18 @@ static int ready(const struct batcher *b, const struct bqueue *q, int64_t now,
     return 0;
 }
 
-/* The level whose head has the highest effective priority at now: its
- * level plus one per aging_ms waited; ties go to the older head. */
+/* A job's effective priority at now: its level plus one per aging_ms
+ * waited. */
+static double effective(const struct job *j, int level, int64_t now, int aging_ms)
+{
+    double eff = level;
+    if (aging_ms > 0 && now > j->arrived_us)
+        eff += (double)(now - j->arrived_us) / (aging_ms * 1000.0);
+    return eff;
+}
+
+/* The level whose head has the highest effective priority at now; ties go
+ * to the older head. */
 static struct plist *best_head(struct bqueue *q, int64_t now, int aging_ms)
 {
     struct plist *best = NULL;
@@ -217,9 +233,7 @@ static struct plist *best_head(struct bqueue *q, int64_t now, int aging_ms)
     for (int p = 0; p < BATCHER_PRIORITIES; p++) {
         const struct job *h = q->prio[p].head;
         if (!h) continue;
-        double eff = p;
-        if (aging_ms > 0 && now > h->arrived_us)
-            eff += (double)(now - h->arrived_us) / (aging_ms * 1000.0);
+        double eff = effective(h, p, now, aging_ms);
         if (eff > best_eff || (eff == best_eff && h->arrived_us < best_arr)) {
             best = &q->prio[p];
             best_eff = eff;
@@ -245,29 +259,135 @@ static size_t target_rows(const struct batcher *b, const struct bqueue *q,
     return fill ? fill : target;
 }
 
-/* Cuts a batch off q in effective-priority order while the rows fit the
- * target; a first job larger than the target goes alone. Lock held. */
+/* Unlinks j, the head of l, from q. Lock held. */
+static void pop_head(struct batcher *b, struct bqueue *q, struct plist *l)
+{
+    struct job *j = l->head;
+    l->head = j->next;
+    if (!l->head) l->tail = NULL;
+    j->next = NULL;
+    q->rows -= j->rows;
+    q->jobs--;
+    q->padded -= j->rows * j->seq_len;
+    b->rows -= j->rows;
+    b->jobs--;
+}
+
+/* Whether a batch of rows whose longest row is len stays within the token
+ * budget (always, for a layer model: len 0). */
+static int tokens_fit(const struct batcher *b, size_t rows, size_t len)
+{
+    return !b->conf.max_batch_tokens || rows * len <= b->conf.max_batch_tokens;
+}
+
+/* The length bucket of a row of len tokens: 0 up to 16, then one per
+ * power of two. */
+static int len_bucket(size_t len)
+{
+    int k = 0;
+    for (size_t hi = 16; len > hi && k < 40; hi <<= 1) k++;
+    return k;
+}
+
+/* A queued job that may join a grouped batch, with what orders it. */
+struct cand {
+    struct job *j;
+    int other_bucket;  /* 0: the first job's bucket; 1: a shorter one */
+    double eff;
+};
+
+static int cand_cmp(const void *pa, const void *pb)
+{
+    const struct cand *a = pa, *c = pb;
+    if (a->other_bucket != c->other_bucket) return a->other_bucket - c->other_bucket;
+    if (a->eff != c->eff) return a->eff > c->eff ? -1 : 1;
+    return a->j->arrived_us < c->j->arrived_us ? -1 : a->j->arrived_us > c->j->arrived_us;
+}
+
+/* The rest of a grouped batch after its first job (already unlinked, n
+ * rows of longest len): jobs of first's bucket, then shorter ones, each
+ * group in effective-priority order, while rows and tokens fit; they are
+ * marked, then unlinked in one sweep and appended in the order chosen.
+ * Returns 0, or -1 when out of memory (nothing taken: the caller fills
+ * the batch the plain way). Lock held. */
+static int fill_grouped(struct batcher *b, struct bqueue *q, int64_t now, size_t target,
+                        struct job *first, size_t *n, struct job ***tail)
+{
+    int bucket = len_bucket(first->seq_len);
+    struct cand *c = malloc(q->jobs * sizeof(*c));
+    if (!c) return -1;
+    size_t nc = 0, len = first->seq_len;
+    for (int p = 0; p < BATCHER_PRIORITIES; p++)
+        for (struct job *j = q->prio[p].head; j; j = j->next) {
+            int k = len_bucket(j->seq_len);
+            if (k > bucket) continue;
+            c[nc++] = (struct cand){j, k != bucket, effective(j, p, now, b->conf.aging_ms)};
+        }
+    qsort(c, nc, sizeof(*c), cand_cmp);
+    size_t picked = 0;
+    for (size_t i = 0; i < nc && *n < target; i++) {
+        struct job *j = c[i].j;
+        size_t l = j->seq_len > len ? j->seq_len : len;
+        if (*n + j->rows > target || !tokens_fit(b, *n + j->rows, l)) continue;
+        j->picked = 1;
+        c[picked++].j = j; /* reuse the array: the chosen, in order */
+        *n += j->rows;
+        len = l;
+    }
+    for (int p = 0; p < BATCHER_PRIORITIES && picked; p++) {
+        struct plist *l = &q->prio[p];
+        struct job **pp = &l->head, *prev = NULL;
+        while (*pp) {
+            struct job *j = *pp;
+            if (!j->picked) {
+                prev = j;
+                pp = &j->next;
+                continue;
+            }
+            *pp = j->next;
+            q->rows -= j->rows;
+            q->jobs--;
+            q->padded -= j->rows * j->seq_len;
+            b->rows -= j->rows;
+            b->jobs--;
+        }
+        l->tail = prev;
+    }
+    for (size_t i = 0; i < picked; i++) {
+        struct job *j = c[i].j;
+        j->picked = 0;
+        j->next = NULL;
+        **tail = j;
+        *tail = &j->next;
+    }
+    free(c);
+    return 0;
+}
+
+/* Cuts a batch off q in effective-priority order while the rows (and an
+ * encoder's padded tokens) fit the target; a first job larger than the
+ * target goes alone. An encoder's batch with group_by_length takes the
+ * rest by length (fill_grouped). Lock held. */
 static struct job *cut(struct batcher *b, struct bqueue *q, int64_t now, size_t target,
                        size_t *rows)
 {
     struct job *first = NULL, **tail = &first;
-    size_t n = 0;
+    size_t n = 0, len = 0;
     for (;;) {
         struct plist *l = best_head(q, now, b->conf.aging_ms);
         if (!l) break;
         struct job *j = l->head;
-        if (first && n + j->rows > target) break;
-        l->head = j->next;
-        if (!l->head) l->tail = NULL;
-        j->next = NULL;
+        size_t longer = j->seq_len > len ? j->seq_len : len;
+        if (first && (n + j->rows > target || !tokens_fit(b, n + j->rows, longer))) break;
+        pop_head(b, q, l);
         *tail = j;
         tail = &j->next;
         n += j->rows;
-        q->rows -= j->rows;
-        q->jobs--;
-        b->rows -= j->rows;
-        b->jobs--;
-        if (n >= target) break;
+        len = longer;
+        if (n >= target || !tokens_fit(b, n + 1, len)) break;
+        if (first == j && j->seq_len && b->conf.group_by_length &&
+            fill_grouped(b, q, now, target, j, &n, &tail) == 0)
+            break;
     }
     *rows = n;
     return first;
@@ -364,6 +484,7 @@ static size_t take_matching(struct batcher *b, int (*match)(const struct job *, 
                     *pp = j->next;
                     q->rows -= j->rows;
                     q->jobs--;
+                    q->padded -= j->rows * j->seq_len;
                     b->rows -= j->rows;
                     b->jobs--;
                     j->next = NULL;
@@ -447,6 +568,8 @@ void batcher_get_stats(struct batcher *b, int64_t now_us, struct batcher_stats *
     out->expired = b->expired;
     out->queued_rows = b->rows;
     out->queued_jobs = b->jobs;
+    out->queued_tokens = 0;
+    for (size_t i = 0; i < b->conf.n_models; i++) out->queued_tokens += b->q[i].padded;
     int64_t oldest = INT64_MAX;
     for (size_t i = 0; i < b->conf.n_models; i++) {
         int64_t t = oldest_arrival(&b->q[i]);
@@ -454,6 +577,16 @@ void batcher_get_stats(struct batcher *b, int64_t now_us, struct batcher_stats *
     }
     out->oldest_age_us = oldest == INT64_MAX || oldest > now_us ? 0 : now_us - oldest;
     pthread_mutex_unlock(&b->mu);
+}
+
+size_t batcher_padded_tokens(const struct job *batch)
+{
+    size_t rows = 0, len = 0;
+    for (const struct job *j = batch; j; j = j->next) {
+        rows += j->rows;
+        if (j->seq_len > len) len = j->seq_len;
+    }
+    return rows * len;
 }
 
 size_t batcher_queued_rows(struct batcher *b)

@@ -48,6 +48,8 @@ struct batcher_conf {
     int aging_ms;                 /* one priority level per aging_ms waited; 0 = none */
     size_t preferred[BATCHER_PREFERRED_MAX]; /* increasing; cut sizes for time closes */
     size_t n_preferred;
+    size_t max_batch_tokens;      /* encoder batches: rows x longest row; 0 = no limit */
+    int group_by_length;          /* encoder batches: by length bucket (above) */
     int64_t (*clock)(void *ctx);  /* monotonic microseconds; NULL = batcher_now_us */
     void *clock_ctx;
 };
@@ -57,6 +59,7 @@ struct batcher_stats {
     uint64_t closed[BATCH_REASONS]; /* batches closed, by reason */
     uint64_t expired;               /* jobs taken out by batcher_expire */
     size_t queued_rows, queued_jobs;
+    size_t queued_tokens;           /* encoder jobs' padded tokens queued */
     int64_t oldest_age_us;          /* oldest queued job's wait; 0 if none */
 };
 
@@ -99,12 +102,17 @@ struct job *batcher_purge(struct batcher *b, const char *topic,
                           int32_t partition);
 
 /* Feeds the per-model, per-size estimate of a batch's run time that the
- * deadline rule uses: seconds a batch of rows took on model_idx. */
-void batcher_record(struct batcher *b, int model_idx, size_t rows, double seconds);
+ * deadline rule uses: seconds a batch of `units` took on model_idx, its
+ * rows (a layer model's) or its padded tokens (an encoder's). */
+void batcher_record(struct batcher *b, int model_idx, size_t units, double seconds);
 
-/* The current estimate in seconds for a batch of rows on model_idx (0 when
- * nothing has been measured). */
-double batcher_estimate(struct batcher *b, int model_idx, size_t rows);
+/* The current estimate in seconds for a batch of units on model_idx (0
+ * when nothing has been measured). */
+double batcher_estimate(struct batcher *b, int model_idx, size_t units);
+
+/* The padded tokens of a batch (linked through ->next): its rows times
+ * its longest row; 0 for a layer model's batch. */
+size_t batcher_padded_tokens(const struct job *batch);
 
 /* Drain mode: queued jobs close at once; waiters wake. */
 void batcher_close(struct batcher *b);

@@ -316,6 +316,18 @@ int metrics_render(const struct stats_snapshot *s, char **out, size_t *len)
            s->rows_per_s);
     single(&b, "kinfer_jobs_per_second", "gauge",
            "Jobs finished per second, exponentially smoothed (15 s).", s->jobs_per_s);
+    single(&b, "kinfer_tokens_total", "counter",
+           "Tokens run through encoder models (rows' own tokens, specials included).",
+           (double)s->tokens);
+    single(&b, "kinfer_padded_tokens_total", "counter",
+           "Encoder batches' shape, rows x the batch's longest row, summed: what a backend "
+           "that pads pays (the CPU backend packs sequences and pays only the tokens).",
+           (double)s->padded_tokens);
+    single(&b, "kinfer_tokens_per_second", "gauge",
+           "Encoder tokens per second, exponentially smoothed (15 s).", s->tokens_per_s);
+    single(&b, "kinfer_padding_ratio", "gauge",
+           "Fraction of the padded tokens that were padding, smoothed (15 s); since start "
+           "when idle.", s->padding_ratio);
     family(&b, "kinfer_estimated_drain_seconds", "gauge",
            "This worker's consumer lag divided by its smoothed jobs rate; absent while "
            "it has lag and has finished nothing lately.");

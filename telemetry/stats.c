@@ -61,6 +61,7 @@ struct stats {
     atomic_uint_fast64_t batches[STATS_N_BATCH_REASONS];
     atomic_uint_fast64_t dead_letters, produce_errors, redis_errors, heartbeat_errors;
     atomic_uint_fast64_t rows_run, jobs_done; /* feed the smoothed rates */
+    atomic_uint_fast64_t tokens_run, padded_run; /* encoders' tokens, and padded */
     /* gauges */
     atomic_int_fast64_t queue_rows, queue_jobs, inflight_rows, inflight_batches;
     atomic_int_fast64_t oldest_us;
@@ -83,8 +84,8 @@ struct stats {
     int lag_known;
     int rate_primed, rate_have;
     int64_t rate_last_us;
-    uint64_t rate_last_rows, rate_last_jobs;
-    double rows_ps, jobs_ps;
+    uint64_t rate_last_rows, rate_last_jobs, rate_last_tokens, rate_last_padded;
+    double rows_ps, jobs_ps, tokens_ps, padded_ps;
     int tripped;
     char tripped_why[160];
 };
@@ -245,6 +246,12 @@ void stats_batch(struct stats *st, enum stats_batch_reason reason, size_t rows)
         observe(st, STATS_HIST_BATCH_ROWS, (double)rows);
         add(&st->rows_run, rows);
     }
+}
+
+void stats_tokens(struct stats *st, size_t tokens, size_t padded)
+{
+    add(&st->tokens_run, tokens);
+    add(&st->padded_run, padded);
 }
 
 /* Counted when both acknowledgements are in, so kinfer_jobs_total is what
@@ -492,29 +499,40 @@ int stats_rdkafka_json(struct stats *st, const char *json, size_t len)
 static void update_rates(struct stats *st, int64_t now_us)
 {
     uint64_t rows = get_u(&st->rows_run), jobs = get_u(&st->jobs_done);
+    uint64_t tok = get_u(&st->tokens_run), pad = get_u(&st->padded_run);
     if (!st->rate_primed) {
         st->rate_primed = 1;
         st->rate_last_us = now_us;
         st->rate_last_rows = rows;
         st->rate_last_jobs = jobs;
+        st->rate_last_tokens = tok;
+        st->rate_last_padded = pad;
         return;
     }
     if (now_us - st->rate_last_us < 1000000) return;
     double dt = (double)(now_us - st->rate_last_us) / 1e6;
     double r = (double)(rows - st->rate_last_rows) / dt;
     double j = (double)(jobs - st->rate_last_jobs) / dt;
+    double t = (double)(tok - st->rate_last_tokens) / dt;
+    double p = (double)(pad - st->rate_last_padded) / dt;
     if (!st->rate_have) {
         st->rows_ps = r;
         st->jobs_ps = j;
+        st->tokens_ps = t;
+        st->padded_ps = p;
         st->rate_have = 1;
     } else {
         double a = 1.0 - exp(-dt / STATS_RATE_TAU_S);
         st->rows_ps += a * (r - st->rows_ps);
         st->jobs_ps += a * (j - st->jobs_ps);
+        st->tokens_ps += a * (t - st->tokens_ps);
+        st->padded_ps += a * (p - st->padded_ps);
     }
     st->rate_last_us = now_us;
     st->rate_last_rows = rows;
     st->rate_last_jobs = jobs;
+    st->rate_last_tokens = tok;
+    st->rate_last_padded = pad;
 }
 
 /* Latches the watchdog when a watched loop has been silent longer than
@@ -590,6 +608,15 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
     update_rates(st, now_us);
     out->rows_per_s = st->rows_ps;
     out->jobs_per_s = st->jobs_ps;
+    out->tokens_per_s = st->tokens_ps;
+    out->tokens = get_u(&st->tokens_run);
+    out->padded_tokens = get_u(&st->padded_run);
+    /* Over the smoothed window when there is traffic, else since start. */
+    if (st->padded_ps > 0) out->padding_ratio = 1.0 - st->tokens_ps / st->padded_ps;
+    else if (out->padded_tokens)
+        out->padding_ratio = 1.0 - (double)out->tokens / (double)out->padded_tokens;
+    else out->padding_ratio = 0;
+    if (out->padding_ratio < 0) out->padding_ratio = 0;
     check_loops(st, now_us, out);
     out->lag_known = st->lag_known;
     if (st->n_parts) {

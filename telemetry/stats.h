@@ -115,6 +115,12 @@ struct stats_snapshot {
     struct stats_hist_snap hist[STATS_N_HIST];
     /* smoothed rates and what follows from them */
     double rows_per_s, jobs_per_s;
+    /* encoders: tokens run, their batches' padded shape (rows x longest
+     * row), the smoothed token rate, and the fraction of the padded
+     * tokens that were padding (smoothed like the rates; since start
+     * when idle) */
+    uint64_t tokens, padded_tokens;
+    double tokens_per_s, padding_ratio;
     int drain_known;  /* 0: lag > 0 but nothing finished lately */
     double drain_s;   /* lag_total / jobs_per_s */
     /* lag of the assigned partitions, from the consumer's statistics */
@@ -183,6 +189,9 @@ void stats_set_redis_errors(struct stats *st, uint64_t total);
  * observes its rows (the rows run through the model; a batch whose jobs
  * all expired runs 0 rows, which is counted but not observed). */
 void stats_batch(struct stats *st, enum stats_batch_reason reason, size_t rows);
+/* An encoder's batch ran: its tokens, and its padded shape (rows x its
+ * longest row). */
+void stats_tokens(struct stats *st, size_t tokens, size_t padded);
 
 /* ---- sink thread ---- */
 

@@ -98,6 +98,12 @@ static const struct cfg_option options[] = {
             "priority of jobs that give none and whose topic has no entry in topic_priorities"),
     INT_OPT("batching.aging_ms", 0, 3600000, 1000, batching.aging_ms,
             "a queued job gains one priority level per aging_ms waited; 0 = no aging"),
+    INT_OPT("batching.max_batch_tokens", 1, 1048576, 16384, batching.max_batch_tokens,
+            "encoders: padded tokens (rows x the longest row) in one forward pass; "
+            "also the largest job"),
+    BOOL_OPT("batching.group_by_length", 1, batching.group_by_length,
+             "encoders: a batch takes jobs of its first job's length bucket first and none "
+             "longer, so padding stays low"),
     STR_OPT("default_model", 1, MODEL_NAME_MAX - 1, NULL, NULL, NULL, default_model,
             "model for jobs that name none; must be one of models; default: the first"),
     STR_OPT("metrics.listen", 0, 255, "127.0.0.1:9464", NULL, check_listen, metrics.listen,
@@ -115,6 +121,8 @@ static const struct cfg_option options[] = {
             "on SIGTERM, how long in-flight jobs may take to finish before exit, ms"),
     INT_OPT("worker.max_payload_bytes", 1, 1073741824, 1048576, worker.max_payload_bytes,
             "Kafka records larger than this are rejected without being decoded"),
+    INT_OPT("worker.max_text_chars", 1, 16777216, 65536, worker.max_text_chars,
+            "encoders: characters in one text row (before tokenizing); longer is invalid_input"),
     STR_OPT("worker.backend", 1, 4, "auto", backends, NULL, worker.backend,
             "what runs the models: auto (CUDA when a device is usable, else the CPU), cpu or cuda"),
     INT_OPT("worker.blas_threads", 0, 1024, 1, worker.blas_threads,
@@ -862,8 +870,67 @@ static int resolve_model_path(struct loader *ld, const config_setting_t *s, cons
     return 0;
 }
 
-/* One model group { name; path; input_width; layers }. Earlier models are
- * already in ld->c->models[0..mi), which is how duplicates are found. */
+/* encoder = { pooling; normalize; head; activation; lowercase; max_tokens }:
+ * a model folder's overrides, each optional. */
+static int read_encoder(struct loader *ld, const config_setting_t *s, const char *where,
+                        struct model_encoder_spec *e)
+{
+    if (!config_setting_is_group(s))
+        return fail_at(ld, s, "%s.encoder: expected a group { pooling = \"mean\"; ... }, got %s",
+                       where, type_words(config_setting_type(s)));
+    static const char *const heads[] = {"embedding", "classifier", NULL};
+    static const char *const acts[] = {"softmax", "sigmoid", NULL};
+    int n = config_setting_length(s);
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *v = config_setting_get_elem(s, (unsigned)i);
+        const char *k = config_setting_name(v);
+        int t = config_setting_type(v);
+        if (!strcmp(k, "normalize") || !strcmp(k, "lowercase")) {
+            if (t != CONFIG_TYPE_BOOL)
+                return fail_at(ld, v, "%s.encoder.%s: expected true or false, got %s", where, k,
+                               type_words(t));
+            *(!strcmp(k, "normalize") ? &e->normalize : &e->lowercase) =
+                config_setting_get_bool(v);
+        } else if (!strcmp(k, "max_tokens")) {
+            if (t != CONFIG_TYPE_INT || config_setting_get_int(v) < 3 ||
+                config_setting_get_int(v) > 65536)
+                return fail_at(ld, v, "%s.encoder.max_tokens: expected an integer in 3..65536",
+                               where);
+            e->max_tokens = (size_t)config_setting_get_int(v);
+        } else if (!strcmp(k, "pooling") || !strcmp(k, "head") || !strcmp(k, "activation")) {
+            if (t != CONFIG_TYPE_STRING)
+                return fail_at(ld, v, "%s.encoder.%s: expected a string, got %s", where, k,
+                               type_words(t));
+            const char *val = config_setting_get_string(v);
+            enum model_pooling pool;
+            if (!strcmp(k, "pooling")) {
+                if (model_pooling_parse(val, &pool) < 0)
+                    return fail_at(ld, v, "%s.encoder.pooling: '%s' is not one of cls, mean, "
+                                   "max, none", where, val);
+                e->pooling = (int)pool;
+                continue;
+            }
+            const char *const *names = !strcmp(k, "head") ? heads : acts;
+            int found = -1;
+            for (int c = 0; names[c]; c++)
+                if (!strcmp(val, names[c])) found = c;
+            if (found < 0)
+                return fail_at(ld, v, "%s.encoder.%s: '%s' is not one of %s, %s", where, k, val,
+                               names[0], names[1]);
+            if (!strcmp(k, "head")) e->head = found; /* enum model_head order */
+            else e->sigmoid = found;                 /* softmax 0, sigmoid 1 */
+        } else {
+            return fail_at(ld, v, "unknown setting '%s.encoder.%s' (pooling, normalize, head, "
+                           "activation, lowercase, max_tokens)", where, k);
+        }
+    }
+    return 0;
+}
+
+/* One model group { name; path; input_width; layers } for a safetensors
+ * file, or { name; path; encoder } for a Hugging Face model folder. Earlier
+ * models are already in ld->c->models[0..mi), which is how duplicates are
+ * found. */
 static int read_model(struct loader *ld, const config_setting_t *s, size_t mi)
 {
     struct model_spec *m = &ld->c->models[mi];
@@ -872,7 +939,9 @@ static int read_model(struct loader *ld, const config_setting_t *s, size_t mi)
     if (!config_setting_is_group(s))
         return fail_at(ld, s, "%s: expected a group { name = ...; path = ...; layers = ...; }, "
                        "got %s", where, type_words(config_setting_type(s)));
-    const config_setting_t *name = NULL, *path = NULL, *width = NULL, *layers = NULL;
+    const config_setting_t *name = NULL, *path = NULL, *width = NULL, *layers = NULL,
+                           *enc = NULL;
+    model_encoder_spec_defaults(&m->enc);
     int n = config_setting_length(s);
     for (int i = 0; i < n; i++) {
         const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
@@ -881,11 +950,11 @@ static int read_model(struct loader *ld, const config_setting_t *s, size_t mi)
         else if (strcmp(k, "path") == 0) path = e;
         else if (strcmp(k, "input_width") == 0) width = e;
         else if (strcmp(k, "layers") == 0) layers = e;
+        else if (strcmp(k, "encoder") == 0) enc = e;
         else return fail_at(ld, e, "unknown setting '%s.%s'", where, k);
     }
     if (!name) return fail_at(ld, s, "%s: missing 'name'", where);
     if (!path) return fail_at(ld, s, "%s: missing 'path'", where);
-    if (!layers) return fail_at(ld, s, "%s: missing 'layers'", where);
 
     const config_setting_t *str[] = {name, path};
     for (size_t i = 0; i < 2; i++) {
@@ -910,6 +979,25 @@ static int read_model(struct loader *ld, const config_setting_t *s, size_t mi)
 
     snprintf(what, sizeof(what), "%s.path", where);
     if (resolve_model_path(ld, path, what, m->path, sizeof(m->path)) < 0) return -1;
+
+    /* A directory is a Hugging Face model folder: its files say what the
+     * model is, and encoder = { } may override them; layers belong to a
+     * safetensors file. */
+    struct stat st;
+    int folder = stat(m->path, &st) == 0 && S_ISDIR(st.st_mode);
+    if (folder) {
+        if (layers || width)
+            return fail_at(ld, layers ? layers : width,
+                           "%s: %s is a model folder: it takes no '%s' (its config.json says)",
+                           where, m->path, layers ? "layers" : "input_width");
+        return enc ? read_encoder(ld, enc, where, &m->enc) : 0;
+    }
+    if (enc)
+        return fail_at(ld, enc, "%s.encoder: only for a model folder, and %s is not a directory",
+                       where, m->path);
+    if (!layers)
+        return fail_at(ld, s, "%s: missing 'layers' (or point path at a Hugging Face model "
+                       "folder)", where);
 
     if (width) {
         int t = config_setting_type(width);

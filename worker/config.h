@@ -54,6 +54,9 @@ struct kcfg {
         int default_timeout_ms; /* 0 = none; a job may only shorten it */
         int default_priority;   /* 5: for jobs that give none, unless their topic has one */
         int aging_ms;           /* 1000: a waiting job gains one priority level per aging_ms */
+        int max_batch_tokens;   /* 16384: an encoder batch's rows x its longest row */
+        int group_by_length;    /* 1: an encoder batch takes jobs of its first job's
+                                   length bucket first, and none longer */
         size_t preferred_sizes[16]; /* increasing; empty = none */
         size_t n_preferred_sizes;
         struct cfg_topic_prio *topic_priorities; /* default priority per input topic */
@@ -72,6 +75,7 @@ struct kcfg {
     struct {
         int drain_timeout_ms;   /* 15000: SIGTERM drain budget */
         int max_payload_bytes;  /* 1048576: larger records are rejected unread */
+        int max_text_chars;     /* 65536: characters per text row, before tokenizing */
         char *backend;          /* "auto" | "cpu" | "cuda" */
         int blas_threads;       /* 0 = OpenBLAS default */
         int max_attempts;       /* 3: a job running when the worker died this many

@@ -38,6 +38,10 @@ struct exec_thread {
     long long *counts;
     int *suspect;
     struct rsink *rs;         /* attempt counters; NULL = not counted */
+    /* Packing an encoder's batch (when a model is one): every row's ids
+     * and type ids one after another, and where each row starts. */
+    int32_t *seq_ids, *seq_types;
+    uint32_t *seq_offs;
 };
 
 /* stats_batch takes the batcher's reasons as they are. */
@@ -60,16 +64,101 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+/* A forward pass that failed for good: logged; the worker stops. */
+static int model_fatal(struct exec *ex, const struct model *m, struct model_ws *ws, size_t rows)
+{
+    LOG_E("model_failed", "model=%s rows=%zu error=\"%s\" note=\"exiting: the batch is "
+          "uncommitted and runs again after the restart\"", model_name(m), rows,
+          model_ws_error(ws));
+    atomic_store(ex->c.fatal, 1);
+    return MODEL_EFATAL;
+}
+
+/* Runs n jobs of an encoder as one pass: their rows' token ids packed
+ * into the thread's buffers, the encoder run once, each job given its rows
+ * of the output (pooled vectors or classifier scores with the best label
+ * per row; for per-token output, each row's vectors padded with zeros to
+ * the job's longest row). */
+static int run_encoder(struct exec_thread *t, int model_idx, struct job **jobs, size_t n)
+{
+    struct exec *ex = t->ex;
+    const struct model *m = ex->c.models[model_idx];
+    const struct model_encoder_info *e = model_encoder(m);
+    struct model_ws *ws = t->ws[model_idx];
+    size_t rows = 0, at = 0, longest = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct job *j = jobs[i];
+        for (size_t r = 0; r < j->rows; r++) t->seq_offs[rows++] = (uint32_t)(at + j->offs[r]);
+        memcpy(t->seq_ids + at, j->ids, j->n_tokens * sizeof(int32_t));
+        memcpy(t->seq_types + at, j->type_ids, j->n_tokens * sizeof(int32_t));
+        at += j->n_tokens;
+        if (j->seq_len > longest) longest = j->seq_len;
+    }
+    if (!rows) return 0;
+    t->seq_offs[rows] = (uint32_t)at;
+    struct model_seqs seqs = {t->seq_ids, t->seq_types, t->seq_offs, rows};
+    int64_t start_us = batcher_now_us();
+    const float *out = NULL;
+    int rc = model_encode(m, ws, &seqs, &out);
+    if (rc == MODEL_EFATAL) return model_fatal(ex, m, ws, rows);
+    double infer_ms = (double)(batcher_now_us() - start_us) / 1000.0;
+    if (rc == 0) {
+        batcher_record(ex->c.batcher, model_idx, rows * longest, infer_ms / 1000.0);
+        stats_tokens(ex->c.stats, at, rows * longest);
+    }
+    size_t out_w = model_output_width(m), row0 = 0;
+    int per_token = e->head == MODEL_HEAD_EMBEDDING && e->pooling == MODEL_POOL_NONE;
+    for (size_t i = 0; i < n; i++) {
+        struct job *j = jobs[i];
+        size_t first_row = row0, first_tok = t->seq_offs[row0];
+        row0 += j->rows;
+        j->infer_ms = infer_ms;
+        j->batch_rows = rows;
+        j->padded_tokens = j->rows * longest;
+        if (rc < 0) {
+            job_fail(j, PROTO_ERR_INFERENCE_FAILED, "model %s failed on a batch of %zu rows "
+                     "(%zu tokens)", model_name(m), rows, at);
+            continue;
+        }
+        size_t per_row = per_token ? j->seq_len * out_w : out_w;
+        j->output = calloc(j->rows * per_row, sizeof(float));
+        if (!j->output || (e->n_labels && !(j->labels = malloc(j->rows * sizeof(char *))))) {
+            job_fail(j, PROTO_ERR_INFERENCE_FAILED, "out of memory for the output");
+            continue;
+        }
+        j->out_rows = j->rows;
+        j->out_width = out_w;
+        if (per_token) {
+            j->out_tokens = j->seq_len;
+            for (size_t r = 0; r < j->rows; r++)
+                memcpy(j->output + r * per_row, out + (first_tok + j->offs[r]) * out_w,
+                       (j->offs[r + 1] - j->offs[r]) * out_w * sizeof(float));
+            continue;
+        }
+        memcpy(j->output, out + first_row * out_w, j->rows * out_w * sizeof(float));
+        for (size_t r = 0; e->n_labels && r < j->rows; r++) {
+            const float *sc = j->output + r * out_w;
+            size_t best = 0;
+            for (size_t k = 1; k < out_w; k++)
+                if (sc[k] > sc[best]) best = k;
+            j->labels[r] = e->labels[best];
+        }
+    }
+    return 0;
+}
+
 /* Runs n jobs of one model as one forward pass: packs their rows into the
  * workspace's input buffer, runs the model once, gives each job its rows
  * of the output. Returns MODEL_EFATAL when the backend failed for good:
  * the jobs are then left unanswered (the caller drops the batch and the
  * worker exits, so they stay uncommitted and run again after a restart);
  * 0 otherwise, failed jobs answered inference_failed. */
-static int run_group(struct exec *ex, int model_idx, struct model_ws *ws, struct job **jobs,
-                     size_t n)
+static int run_group(struct exec_thread *t, int model_idx, struct job **jobs, size_t n)
 {
+    struct exec *ex = t->ex;
     const struct model *m = ex->c.models[model_idx];
+    if (model_encoder(m)) return run_encoder(t, model_idx, jobs, n);
+    struct model_ws *ws = t->ws[model_idx];
     size_t in_w = model_input_width(m), out_w = model_output_width(m);
     size_t rows = 0;
     float *staging = model_ws_input(ws);
@@ -81,13 +170,7 @@ static int run_group(struct exec *ex, int model_idx, struct model_ws *ws, struct
     int64_t start_us = batcher_now_us();
     const float *out = NULL;
     int rc = model_forward(m, ws, staging, rows, &out);
-    if (rc == MODEL_EFATAL) {
-        LOG_E("model_failed", "model=%s rows=%zu error=\"%s\" note=\"exiting: the batch is "
-              "uncommitted and runs again after the restart\"", model_name(m), rows,
-              model_ws_error(ws));
-        atomic_store(ex->c.fatal, 1);
-        return MODEL_EFATAL;
-    }
+    if (rc == MODEL_EFATAL) return model_fatal(ex, m, ws, rows);
     double infer_ms = (double)(batcher_now_us() - start_us) / 1000.0;
     if (rc == 0) batcher_record(ex->c.batcher, model_idx, rows, infer_ms / 1000.0);
     size_t at = 0;
@@ -178,6 +261,9 @@ static void finish_batch(struct exec *ex, struct job *batch, enum batcher_reason
     for (struct job *j = batch; j; j = j->next) {
         free(j->req.input); /* not needed any more: keep the sink's memory small */
         j->req.input = NULL;
+        free(j->ids);
+        free(j->type_ids);
+        j->ids = j->type_ids = NULL;
         if (job_encode(j, enc_ms) == 0 && j->body_len > ex->c.max_record_bytes) {
             /* The producer could never publish it: answer with an error
              * that fits instead of retrying forever. */
@@ -240,7 +326,7 @@ static int run_with_suspects(struct exec_thread *t, struct job *batch, size_t n,
             rest_tail = &j->next;
         }
     }
-    if (run_group(ex, model_idx, t->ws[model_idx], t->group, g) == MODEL_EFATAL) {
+    if (run_group(t, model_idx, t->group, g) == MODEL_EFATAL) {
         job_free_list(rest);
         job_free_list(alone);
         return MODEL_EFATAL;
@@ -257,7 +343,7 @@ static int run_with_suspects(struct exec_thread *t, struct job *batch, size_t n,
         atomic_fetch_add(&ex->running, 1);
         if (solo_allowed(t, j)) {
             failpoints(t, j);
-            if (run_group(ex, j->model_idx, t->ws[j->model_idx], &j, 1) == MODEL_EFATAL) {
+            if (run_group(t, j->model_idx, &j, 1) == MODEL_EFATAL) {
                 j->next = next;
                 job_free_list(j); /* unanswered: they run again after the restart */
                 return MODEL_EFATAL;
@@ -312,8 +398,7 @@ static void exec_loop(struct exec_thread *t)
                 failpoints(t, t->jobs[i]);
                 t->group[g++] = t->jobs[i];
             }
-        if (run_group(ex, batch->model_idx, t->ws[batch->model_idx], t->group, g) ==
-            MODEL_EFATAL) {
+        if (run_group(t, batch->model_idx, t->group, g) == MODEL_EFATAL) {
             job_free_list(batch);
             break;
         }
@@ -338,8 +423,23 @@ static void *exec_main(void *arg)
     t.counts = calloc(cap + 1, sizeof(*t.counts));
     t.suspect = calloc(cap + 1, sizeof(*t.suspect));
     if (!t.ws || !t.jobs || !t.group || !t.counts || !t.suspect) goto oom;
-    for (size_t i = 0; i < ex->c.n_models; i++)
-        if (!(t.ws[i] = model_ws_new(ex->c.models[i], slot, cap, err, sizeof(err)))) goto oom;
+    size_t max_tok = (size_t)ex->c.cfg->batching.max_batch_tokens;
+    for (size_t i = 0; i < ex->c.n_models; i++) {
+        const struct model *m = ex->c.models[i];
+        if (!model_encoder(m)) {
+            if (!(t.ws[i] = model_ws_new(m, slot, cap, err, sizeof(err)))) goto oom;
+            continue;
+        }
+        /* An encoder's batch holds at most max_batch_tokens padded tokens,
+         * so no more rows than that either. */
+        size_t rows = cap < max_tok ? cap : max_tok;
+        if (!(t.ws[i] = model_ws_new_tokens(m, slot, rows, max_tok, err, sizeof(err))))
+            goto oom;
+        if (!t.seq_ids && (!(t.seq_ids = malloc(max_tok * sizeof(int32_t))) ||
+                           !(t.seq_types = malloc(max_tok * sizeof(int32_t))) ||
+                           !(t.seq_offs = malloc((cap + 1) * sizeof(uint32_t)))))
+            goto oom;
+    }
     if (ex->c.count_attempts) {
         /* Its own connection: the counters go up before the batch runs. */
         const struct kcfg *c = ex->c.cfg;
@@ -364,6 +464,9 @@ done:
     free(t.group);
     free(t.counts);
     free(t.suspect);
+    free(t.seq_ids);
+    free(t.seq_types);
+    free(t.seq_offs);
     return NULL;
 }
 

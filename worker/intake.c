@@ -8,6 +8,7 @@
 #include "intake.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <time.h>
 
 #include "../batching/flow.h"
+#include "../text/wordpiece.h"
 #include "kq.h"
 #include "log.h"
 
@@ -29,6 +31,11 @@ struct intake {
     int64_t next_deadline_us;  /* the earliest deadline queued (INT64_MAX: none) */
     double tokens;             /* rate cap: jobs that may be taken now */
     int64_t tokens_at_us;
+    /* Tokenizing an encoder's jobs: one work area, and room for the
+     * largest job (max_batch_tokens ids) before it is copied to the job. */
+    struct wp_scratch *wp;
+    int32_t *tok_ids, *tok_types;
+    size_t tok_cap;
     int paused;
     int draining;
     int pipeline_stopped;      /* executors and sink stopped: nothing more completes */
@@ -134,6 +141,129 @@ static const char *content_type(const rd_kafka_message_t *m, char *buf, size_t c
     return buf;
 }
 
+/* Fails j with invalid_input, answers it, and returns -1. */
+__attribute__((format(printf, 3, 4)))
+static int reject(struct intake *in, struct job *j, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[PROTO_ERRMSG_MAX];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    job_fail(j, PROTO_ERR_INVALID_INPUT, "%s", msg);
+    answer_now(in, j);
+    return -1;
+}
+
+/* Row r of a pre-tokenized job into the intake's buffers at *at: checked
+ * against the model's vocabulary and type ids; longer than max_tokens it
+ * is cut to its first max_tokens - 1 ids and its last (its [SEP]) when
+ * truncate is set. Returns the row's length, or -1 after answering. */
+static long take_token_row(struct intake *in, struct job *j, const struct model_encoder_info *e,
+                           size_t r, size_t at)
+{
+    const struct codec_request *q = &j->req;
+    size_t b = q->token_off[r], len = q->token_off[r + 1] - b;
+    if (len > e->max_tokens) {
+        if (!q->truncate)
+            return reject(in, j, "field tokens: row %zu is %zu tokens, over the model's limit "
+                          "of %zu (truncate is false)", r, len, e->max_tokens);
+    }
+    size_t keep = len > e->max_tokens ? e->max_tokens : len;
+    if (keep > in->tok_cap - at)
+        return reject(in, j, "the job is over batching.max_batch_tokens %zu tokens",
+                      in->tok_cap);
+    for (size_t k = 0; k < keep; k++) {
+        size_t src = b + (k + 1 == keep && keep < len ? len - 1 : k);
+        int32_t id = q->tokens[src];
+        int32_t ty = q->type_ids ? q->type_ids[src] : 0;
+        if ((size_t)id >= e->vocab)
+            return reject(in, j, "field tokens: row %zu element %zu: id %" PRId32 " is not in "
+                          "the model's vocabulary (0..%zu)", r, src - b, id, e->vocab - 1);
+        if (ty < 0 || (size_t)ty >= e->type_vocab)
+            return reject(in, j, "field type_ids: row %zu element %zu: %" PRId32 " is not a "
+                          "type id of the model (0..%zu)", r, src - b, ty, e->type_vocab - 1);
+        in->tok_ids[at + k] = id;
+        in->tok_types[at + k] = ty;
+    }
+    return (long)keep;
+}
+
+/* Row r of a text job through the model's tokenizer into the intake's
+ * buffers at *at. Returns the row's length, or -1 after answering. */
+static long take_text_row(struct intake *in, struct job *j, const struct model_encoder_info *e,
+                          size_t r, size_t at)
+{
+    const struct codec_request *q = &j->req;
+    const char *pair = q->pair ? q->pair + q->pair_off[r] : NULL;
+    size_t pair_len = q->pair ? q->pair_off[r + 1] - q->pair_off[r] : 0;
+    char why[160];
+    size_t full = 0;
+    int n = wp_encode(e->tokenizer, in->wp, q->text + q->text_off[r],
+                      q->text_off[r + 1] - q->text_off[r], pair, pair_len, e->max_tokens,
+                      q->truncate, in->tok_ids + at, in->tok_types + at, in->tok_cap - at, &full,
+                      why, sizeof(why));
+    if (n >= 0) return n;
+    switch (n) {
+    case WP_ERR_UTF8:
+    case WP_ERR_TOO_LONG:
+        return reject(in, j, "field text: row %zu: %s%s", r, why,
+                      n == WP_ERR_TOO_LONG ? " (truncate is false)" : "");
+    case WP_ERR_CAP:
+        return reject(in, j, "the job is over batching.max_batch_tokens %zu tokens", in->tok_cap);
+    default:
+        job_fail(j, PROTO_ERR_INFERENCE_FAILED, "tokenizer: %s", why);
+        answer_now(in, j);
+        return -1;
+    }
+}
+
+/* An encoder's job: every row tokenized (or its ids checked) into the
+ * job's own arrays, its text freed. The padded tokens of the job (rows x
+ * its longest row) must fit one batch. Returns 0, or -1 after answering. */
+static int tokenize(struct intake *in, struct job *j, const struct model_encoder_info *e)
+{
+    struct codec_request *q = &j->req;
+    size_t rows = q->n_text ? q->n_text : q->n_token_rows;
+    if (!rows)
+        return reject(in, j, "model %s is a text encoder: send text or tokens, not input",
+                      j->model_name);
+    if (rows > in->max_job_rows)
+        return reject(in, j, "%zu rows exceeds batching.max_job_rows %zu", rows,
+                      in->max_job_rows);
+    if (q->pair && e->type_vocab < 2)
+        return reject(in, j, "model %s has one token type: it takes no text_pair",
+                      j->model_name);
+    if (!(j->offs = malloc((rows + 1) * sizeof(*j->offs)))) goto oom;
+    size_t at = 0, longest = 0;
+    for (size_t r = 0; r < rows; r++) {
+        long n = q->n_text ? take_text_row(in, j, e, r, at) : take_token_row(in, j, e, r, at);
+        if (n < 0) return -1;
+        j->offs[r] = (uint32_t)at;
+        at += (size_t)n;
+        if ((size_t)n > longest) longest = (size_t)n;
+        if ((r + 1) * longest > in->tok_cap)
+            return reject(in, j, "the job is %zu rows of up to %zu tokens, over "
+                          "batching.max_batch_tokens %zu padded tokens", rows, longest,
+                          in->tok_cap);
+    }
+    j->offs[rows] = (uint32_t)at;
+    if (!(j->ids = malloc(at * sizeof(*j->ids))) ||
+        !(j->type_ids = malloc(at * sizeof(*j->type_ids))))
+        goto oom;
+    memcpy(j->ids, in->tok_ids, at * sizeof(*j->ids));
+    memcpy(j->type_ids, in->tok_types, at * sizeof(*j->type_ids));
+    j->n_tokens = at;
+    j->seq_len = longest;
+    j->rows = rows;
+    codec_request_fini_rows(q);
+    return 0;
+oom:
+    job_fail(j, PROTO_ERR_INFERENCE_FAILED, "out of memory tokenizing %zu rows", rows);
+    answer_now(in, j);
+    return -1;
+}
+
 /* Takes one consumed record in: decode, route, queue. Every record becomes
  * exactly one job that is tracked until both its acknowledgements. */
 static void take_record(struct intake *in, const rd_kafka_message_t *m)
@@ -187,21 +317,34 @@ static void take_record(struct intake *in, const rd_kafka_message_t *m)
     }
     j->model_idx = idx;
     j->model_name = model_name(in->c.models[idx]);
-    size_t width = model_input_width(in->c.models[idx]);
-    if (j->req.n_input % width != 0) {
-        job_fail(j, PROTO_ERR_INVALID_INPUT,
-                 "field input: %zu values is not a multiple of the model's "
-                 "input width %zu", j->req.n_input, width);
-        answer_now(in, j);
-        return;
-    }
-    size_t rows = j->req.n_input / width;
-    if (rows > in->max_job_rows) {
-        job_fail(j, PROTO_ERR_INVALID_INPUT,
-                 "field input: %zu rows exceeds batching.max_job_rows %zu", rows,
-                 in->max_job_rows);
-        answer_now(in, j);
-        return;
+    const struct model_encoder_info *enc = model_encoder(in->c.models[idx]);
+    size_t rows;
+    if (enc) {
+        if (tokenize(in, j, enc) < 0) return;
+        rows = j->rows;
+    } else {
+        if (j->req.n_text || j->req.n_token_rows) {
+            job_fail(j, PROTO_ERR_INVALID_INPUT, "model %s takes input (float32 rows), not "
+                     "text or tokens", j->model_name);
+            answer_now(in, j);
+            return;
+        }
+        size_t width = model_input_width(in->c.models[idx]);
+        if (j->req.n_input % width != 0) {
+            job_fail(j, PROTO_ERR_INVALID_INPUT,
+                     "field input: %zu values is not a multiple of the model's "
+                     "input width %zu", j->req.n_input, width);
+            answer_now(in, j);
+            return;
+        }
+        rows = j->req.n_input / width;
+        if (rows > in->max_job_rows) {
+            job_fail(j, PROTO_ERR_INVALID_INPUT,
+                     "field input: %zu rows exceeds batching.max_job_rows %zu", rows,
+                     in->max_job_rows);
+            answer_now(in, j);
+            return;
+        }
     }
     /* The configured default timeout bounds every job; a job's own
      * deadline may only make it earlier. */
@@ -504,13 +647,37 @@ struct intake *intake_new(const struct intake_conf *c, char *errstr, size_t errs
     in->next_deadline_us = INT64_MAX;
     in->tokens_at_us = batcher_now_us();
     in->max_job_rows = (size_t)c->cfg->batching.max_job_rows;
-    size_t max_in = 0;
-    for (size_t i = 0; i < c->n_models; i++)
+    size_t max_in = 0, max_tok = 0;
+    for (size_t i = 0; i < c->n_models; i++) {
+        const struct model_encoder_info *e = model_encoder(c->models[i]);
         if (model_input_width(c->models[i]) > max_in) max_in = model_input_width(c->models[i]);
+        if (e && e->max_tokens > max_tok) max_tok = e->max_tokens;
+    }
     in->lim.max_payload_bytes = (size_t)c->cfg->worker.max_payload_bytes;
     in->lim.max_input_floats = in->max_job_rows * max_in;
     in->lim.max_depth = 32;
-    in->row_bytes = max_in * sizeof(float);
+    in->lim.max_rows = in->max_job_rows;
+    in->lim.max_text_chars = (size_t)c->cfg->worker.max_text_chars;
+    in->tok_cap = (size_t)c->cfg->batching.max_batch_tokens;
+    /* Pre-tokenized rows may be longer than the model takes (truncate cuts
+     * them); beyond that, what could never fit a batch is refused early. */
+    in->lim.max_tokens = in->tok_cap + in->max_job_rows * max_tok;
+    /* A row's bytes: the widest float row, or an encoder's longest row of
+     * ids; what a dead letter's bytes count for against the in-flight bound. */
+    in->row_bytes = max_in * sizeof(float) > max_tok * sizeof(int32_t)
+                        ? max_in * sizeof(float)
+                        : max_tok * sizeof(int32_t);
+    if (in->row_bytes == 0) in->row_bytes = 1;
+    if (max_tok) {
+        in->wp = wp_scratch_new(4096);
+        in->tok_ids = malloc(in->tok_cap * sizeof(*in->tok_ids));
+        in->tok_types = malloc(in->tok_cap * sizeof(*in->tok_types));
+        if (!in->wp || !in->tok_ids || !in->tok_types) {
+            snprintf(errstr, errstr_size, "out of memory for the tokenizer's buffers");
+            intake_destroy(in);
+            return NULL;
+        }
+    }
 
     struct kq_hooks h = {.opaque = in, .group = c->opts->group, .rebalance_cb = rebalance_cb};
     if (!(in->consumer = kq_client_new(c->cfg, KQ_CONSUMER, &h, errstr, errstr_size))) {
@@ -551,6 +718,9 @@ void intake_destroy(struct intake *in)
 {
     if (!in) return;
     if (in->consumer) rd_kafka_destroy(in->consumer);
+    wp_scratch_destroy(in->wp);
+    free(in->tok_ids);
+    free(in->tok_types);
     free(in);
 }
 

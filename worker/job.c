@@ -22,6 +22,10 @@ void job_free(struct job *j)
 {
     if (!j) return;
     codec_request_fini(&j->req);
+    free(j->ids);
+    free(j->type_ids);
+    free(j->offs);
+    free(j->labels);
     free(j->output);
     free(j->body);
     free(j->raw_key);
@@ -55,6 +59,16 @@ int job_encode(struct job *j, int64_t now_ms)
     double total = j->record_ts_ms > 0 && now_ms > j->record_ts_ms
                        ? (double)(now_ms - j->record_ts_ms)
                        : 0.0;
+    free(j->body);
+    j->body = NULL;
+    j->body_len = 0;
+    /* Per-token output: each row's length, from its offsets. */
+    size_t *lengths = NULL;
+    int ok = j->err == PROTO_OK;
+    if (ok && j->out_tokens) {
+        if (!j->offs || !(lengths = malloc(j->out_rows * sizeof(*lengths)))) return -1;
+        for (size_t i = 0; i < j->out_rows; i++) lengths[i] = j->offs[i + 1] - j->offs[i];
+    }
     struct codec_result r = {
         .id = j->req.id,
         .model = j->model_name ? j->model_name : j->req.model,
@@ -70,14 +84,18 @@ int job_encode(struct job *j, int64_t now_ms)
         .infer_ms = j->infer_ms,
         .total_ms = total,
         .batch_rows = j->batch_rows,
+        .out_tokens = ok ? j->out_tokens : 0,
+        .lengths = lengths,
+        .labels = ok ? (const char *const *)j->labels : NULL,
+        .tokens = j->n_tokens,
+        .padded_tokens = j->padded_tokens,
         .topic = j->topic,
         .partition = j->partition,
         .offset = j->offset,
     };
-    free(j->body);
-    j->body = NULL;
-    j->body_len = 0;
-    return codec_encode_result(&r, &j->body, &j->body_len);
+    int rc = codec_encode_result(&r, &j->body, &j->body_len);
+    free(lengths);
+    return rc;
 }
 
 /* A job that ran has batch_rows set by the executor; the others (early

@@ -44,6 +44,14 @@ struct job {
     int64_t deadline_ms;           /* effective absolute Unix ms; 0 = none */
     int64_t deadline_us;           /* deadline_ms on the monotonic clock; 0 = none */
 
+    /* --- an encoder's rows, tokenized (intake); NULL/0 for a layer model --- */
+    int32_t *ids;                  /* every row's token ids, one after another, owned */
+    int32_t *type_ids;             /* as ids, owned; NULL = all 0 */
+    uint32_t *offs;                /* rows + 1 offsets into ids, owned */
+    size_t n_tokens;               /* offs[rows] */
+    size_t seq_len;                /* its longest row, tokens; 0 = not an encoder job */
+    int picked;                    /* the batcher's mark while it cuts a batch */
+
     /* --- outcome (executor, or intake for early errors) --- */
     enum proto_err err;
     char errmsg[PROTO_ERRMSG_MAX];
@@ -52,6 +60,10 @@ struct job {
     size_t out_rows, out_width;
     double queued_ms, infer_ms;
     size_t batch_rows;
+    size_t out_tokens;             /* per-token output: tokens per row (padded) */
+    const char **labels;           /* a classifier's best label per row (names
+                                      borrowed from the model; the array owned) */
+    size_t padded_tokens;          /* tokens the forward pass computed for it */
 
     /* --- what the sink publishes --- */
     unsigned char *body;           /* encoded result (JOB_RESULT), owned */

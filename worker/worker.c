@@ -65,10 +65,20 @@ static int models_load(const struct kcfg *c, struct models *ms)
             return -1;
         }
         ms->n++;
-        LOG_I("model_loaded", "model=%s path=%s input_width=%zu output_width=%zu "
-              "params=%zu backend=%s", model_name(ms->m[i]), c->models[i].path,
-              model_input_width(ms->m[i]), model_output_width(ms->m[i]),
-              model_param_count(ms->m[i]), model_runtime_backend(ms->rt));
+        const struct model_encoder_info *e = model_encoder(ms->m[i]);
+        if (e)
+            LOG_I("model_loaded", "model=%s path=%s kind=encoder layers=%zu hidden=%zu "
+                  "heads=%zu max_tokens=%zu vocab=%zu head=%s pooling=%s normalize=%d "
+                  "output_width=%zu params=%zu backend=%s", model_name(ms->m[i]),
+                  c->models[i].path, e->layers, e->hidden, e->heads, e->max_tokens, e->vocab,
+                  e->head == MODEL_HEAD_CLASSIFIER ? "classifier" : "embedding",
+                  model_pooling_name(e->pooling), e->normalize, model_output_width(ms->m[i]),
+                  model_param_count(ms->m[i]), model_runtime_backend(ms->rt));
+        else
+            LOG_I("model_loaded", "model=%s path=%s input_width=%zu output_width=%zu "
+                  "params=%zu backend=%s", model_name(ms->m[i]), c->models[i].path,
+                  model_input_width(ms->m[i]), model_output_width(ms->m[i]),
+                  model_param_count(ms->m[i]), model_runtime_backend(ms->rt));
     }
     ms->default_idx = cfg_model_index(c, c->default_model);
     return ms->default_idx < 0 ? -1 : 0;
@@ -273,7 +283,9 @@ static int setup(struct worker *w)
                               .max_batch_rows = (size_t)c->batching.max_batch_rows,
                               .max_wait_ms = c->batching.max_wait_ms,
                               .aging_ms = c->batching.aging_ms,
-                              .n_preferred = c->batching.n_preferred_sizes};
+                              .n_preferred = c->batching.n_preferred_sizes,
+                              .max_batch_tokens = (size_t)c->batching.max_batch_tokens,
+                              .group_by_length = c->batching.group_by_length};
     memcpy(bc.preferred, c->batching.preferred_sizes,
            c->batching.n_preferred_sizes * sizeof(size_t));
     if (!(w->batcher = batcher_new(&bc)) || !(w->offsets = offsets_new(&w->doneq))) return -1;
