@@ -331,17 +331,21 @@ struct model *model_load(struct model_runtime *rt, const struct model_spec *spec
         return NULL;
     }
     struct stat st;
-    if (stat(spec->path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        if (spec->n_layers) {
+    int is_dir = stat(spec->path, &st) == 0 && S_ISDIR(st.st_mode);
+    if (spec->n_layers == 0) {
+        if (!is_dir) {
             model_seterr(errstr, errstr_size,
-                         "model %s: %s is a model folder: it takes no layers", spec->name,
-                         spec->path);
+                         "model %s: %s is not a directory: a model without layers is a "
+                         "Hugging Face model folder (config.json, model.safetensors, vocab.txt)",
+                         spec->name, spec->path);
             return NULL;
         }
         return model_load_encoder(rt, spec, errstr, errstr_size);
     }
-    if (spec->n_layers == 0) {
-        model_seterr(errstr, errstr_size, "model %s: no layers", spec->name);
+    if (is_dir) {
+        model_seterr(errstr, errstr_size,
+                     "model %s: %s is a directory: a model with layers is a safetensors file "
+                     "(a model folder takes no layers)", spec->name, spec->path);
         return NULL;
     }
     if (spec->input_width > INT_MAX) {

@@ -421,8 +421,8 @@ static const struct load_case {
     {"no shape to infer from", {{"w", ST_F32, 2, {4, 8}}}, 1,
      {{MODEL_OP_RELU, "", "", 0}, {MODEL_OP_LAYERNORM, "", "", 1e-5}}, 2, 0,
      "model t: no layer has a shape to infer the input width from; set input_width"},
-    {"no layers", {{"w", ST_F32, 2, {4, 8}}}, 1, {{MODEL_OP_RELU, "", "", 0}}, 0, 4,
-     "model t: no layers"},
+    {"no layers and not a folder", {{"w", ST_F32, 2, {4, 8}}}, 1, {{MODEL_OP_RELU, "", "", 0}},
+     0, 4, "is not a directory: a model without layers is a Hugging Face model folder"},
 };
 
 /* Writes a file with tensors of the given layout (values don't matter). */

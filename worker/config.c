@@ -928,7 +928,8 @@ static int read_encoder(struct loader *ld, const config_setting_t *s, const char
 }
 
 /* One model group { name; path; input_width; layers } for a safetensors
- * file, or { name; path; encoder } for a Hugging Face model folder. Earlier
+ * file, or { name; path; encoder } (no layers) for a Hugging Face model
+ * folder. Earlier
  * models are already in ld->c->models[0..mi), which is how duplicates are
  * found. */
 static int read_model(struct loader *ld, const config_setting_t *s, size_t mi)
@@ -980,24 +981,18 @@ static int read_model(struct loader *ld, const config_setting_t *s, size_t mi)
     snprintf(what, sizeof(what), "%s.path", where);
     if (resolve_model_path(ld, path, what, m->path, sizeof(m->path)) < 0) return -1;
 
-    /* A directory is a Hugging Face model folder: its files say what the
-     * model is, and encoder = { } may override them; layers belong to a
-     * safetensors file. */
-    struct stat st;
-    int folder = stat(m->path, &st) == 0 && S_ISDIR(st.st_mode);
-    if (folder) {
-        if (layers || width)
-            return fail_at(ld, layers ? layers : width,
-                           "%s: %s is a model folder: it takes no '%s' (its config.json says)",
-                           where, m->path, layers ? "layers" : "input_width");
+    /* Without layers the path names a Hugging Face model folder: its files
+     * say what the model is, and encoder = { } may override them (whether
+     * the folder exists is the loader's to say, as for a file). */
+    if (!layers) {
+        if (width)
+            return fail_at(ld, width, "%s.input_width: a model folder (an entry without "
+                           "layers) takes text: its config.json gives the sizes", where);
         return enc ? read_encoder(ld, enc, where, &m->enc) : 0;
     }
     if (enc)
-        return fail_at(ld, enc, "%s.encoder: only for a model folder, and %s is not a directory",
-                       where, m->path);
-    if (!layers)
-        return fail_at(ld, s, "%s: missing 'layers' (or point path at a Hugging Face model "
-                       "folder)", where);
+        return fail_at(ld, enc, "%s.encoder: only for a model folder, an entry without layers",
+                       where);
 
     if (width) {
         int t = config_setting_type(width);
