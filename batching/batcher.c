@@ -280,48 +280,53 @@ static int tokens_fit(const struct batcher *b, size_t rows, size_t len)
     return !b->conf.max_batch_tokens || rows * len <= b->conf.max_batch_tokens;
 }
 
-/* The length bucket of a row of len tokens: 0 up to 16, then one per
- * power of two. */
-static int len_bucket(size_t len)
+/* The length bucket of a row of len tokens: 0 up to 16 tokens, then four
+ * per power of two (17-20, 21-24, 25-28, 29-32, 33-40, ... 113-128, 129-160,
+ * ...), so a bucket's rows differ by at most a fifth of its longest and
+ * padding within one stays under 20%. */
+int batcher_len_bucket(size_t len)
 {
-    int k = 0;
-    for (size_t hi = 16; len > hi && k < 40; hi <<= 1) k++;
-    return k;
+    if (len <= 16) return 0;
+    int k = 4; /* 2^k < len <= 2^(k+1) */
+    while (k < 40 && len > ((size_t)2 << k)) k++;
+    size_t base = (size_t)1 << k, width = base / 4;
+    return 1 + (k - 4) * 4 + (int)((len - base - 1) / width);
 }
 
 /* A queued job that may join a grouped batch, with what orders it. */
 struct cand {
     struct job *j;
-    int other_bucket;  /* 0: the first job's bucket; 1: a shorter one */
+    int dist;          /* buckets below the first job's: 0 = the same one */
     double eff;
 };
 
 static int cand_cmp(const void *pa, const void *pb)
 {
     const struct cand *a = pa, *c = pb;
-    if (a->other_bucket != c->other_bucket) return a->other_bucket - c->other_bucket;
+    if (a->dist != c->dist) return a->dist - c->dist;
     if (a->eff != c->eff) return a->eff > c->eff ? -1 : 1;
     return a->j->arrived_us < c->j->arrived_us ? -1 : a->j->arrived_us > c->j->arrived_us;
 }
 
 /* The rest of a grouped batch after its first job (already unlinked, n
- * rows of longest len): jobs of first's bucket, then shorter ones, each
- * group in effective-priority order, while rows and tokens fit; they are
+ * rows of longest len): jobs of first's bucket, then of the shorter
+ * buckets nearest first, each bucket in effective-priority order, while
+ * rows and tokens fit; they are
  * marked, then unlinked in one sweep and appended in the order chosen.
  * Returns 0, or -1 when out of memory (nothing taken: the caller fills
  * the batch the plain way). Lock held. */
 static int fill_grouped(struct batcher *b, struct bqueue *q, int64_t now, size_t target,
                         struct job *first, size_t *n, struct job ***tail)
 {
-    int bucket = len_bucket(first->seq_len);
+    int bucket = batcher_len_bucket(first->seq_len);
     struct cand *c = malloc(q->jobs * sizeof(*c));
     if (!c) return -1;
     size_t nc = 0, len = first->seq_len;
     for (int p = 0; p < BATCHER_PRIORITIES; p++)
         for (struct job *j = q->prio[p].head; j; j = j->next) {
-            int k = len_bucket(j->seq_len);
+            int k = batcher_len_bucket(j->seq_len);
             if (k > bucket) continue;
-            c[nc++] = (struct cand){j, k != bucket, effective(j, p, now, b->conf.aging_ms)};
+            c[nc++] = (struct cand){j, bucket - k, effective(j, p, now, b->conf.aging_ms)};
         }
     qsort(c, nc, sizeof(*c), cand_cmp);
     size_t picked = 0;

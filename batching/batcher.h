@@ -110,6 +110,12 @@ void batcher_record(struct batcher *b, int model_idx, size_t units, double secon
  * when nothing has been measured). */
 double batcher_estimate(struct batcher *b, int model_idx, size_t units);
 
+/* The length bucket group_by_length groups a row of len tokens in: 0 up
+ * to 16 tokens, then four per power of two (17-20, 21-24, 25-28, 29-32,
+ * 33-40, ..., 113-128, ...): rows of one bucket differ by less than a
+ * fifth of its longest. */
+int batcher_len_bucket(size_t len);
+
 /* The padded tokens of a batch (linked through ->next): its rows times
  * its longest row; 0 for a layer model's batch. */
 size_t batcher_padded_tokens(const struct job *batch);
