@@ -22,8 +22,9 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null \
   || shuf -i 20000-60000 -n 1; }
 
-echo "== demo model"
+echo "== demo models"
 $K model demo -o models/demo.safetensors --in 64 --hidden 128 --out 16
+$K model demo --kind bert -o models/text-demo
 
 echo "== kinfer broker (librdkafka mock cluster, its own process)"
 $K broker --partitions 4 --topics jobs,results,jobs.dlq >"$work/broker.out" 2>"$work/broker.log" &
@@ -62,8 +63,13 @@ echo "== kinfer smoke: $JOBS jobs at $RATE/s (every 5th as JSON), every result c
 status=0
 $K smoke -c worker.cfg "${set_args[@]}" --jobs "$JOBS" --rate "$RATE" --json-every 5 --timeout 120 || status=$?
 
+TEXT_JOBS=${TEXT_JOBS:-100}
+echo "== kinfer smoke --model text-demo: $TEXT_JOBS text jobs of 2 rows each, every result checked against the encoder"
+$K smoke -c worker.cfg "${set_args[@]}" --model text-demo --jobs "$TEXT_JOBS" --rows 2 --rate 100 \
+  --json-every 5 --timeout 120 || status=$?
+
 echo "== a few of its metrics (http://127.0.0.1:$mport/metrics)"
-curl -s "http://127.0.0.1:$mport/metrics" | grep -E '^kinfer_(jobs_total|batches_total|queue_depth_rows|rows_per_second) ' | sed 's/^/   /' || true
+curl -s "http://127.0.0.1:$mport/metrics" | grep -E '^kinfer_(jobs_total|batches_total|queue_depth_rows|rows_per_second|tokens_total|padding_ratio) ' | sed 's/^/   /' || true
 curl -s -o /dev/null -w '   /readyz: %{http_code}\n' "http://127.0.0.1:$mport/readyz" || true
 
 echo "== stopping the worker (SIGTERM: drain, flush, commit)"

@@ -1,8 +1,11 @@
 /* smoke.c - `kinfer smoke`: drives a running worker from outside. Sends
  * jobs with librdkafka (MessagePack, some JSON), polls Redis for every
- * result with pipelined GETs, checks each output against the default model
- * run here on the CPU (max |difference| <= 1e-4 * max(1,|expected|)), and
- * prints what a user wants to know: how many, how batched, how fast.
+ * result with pipelined GETs, checks each output against the model run
+ * here on the CPU (max |difference| <= 1e-4 * max(1,|expected|)), and
+ * prints what a user wants to know: how many, how batched, how fast. A
+ * text encoder's jobs are texts (tools/textgen.h), tokenized and encoded
+ * here by the same model for the check; it must pool (or classify): per
+ * token output is not checked here.
  *
  * Threads: main thread. */
 #include "smoke.h"
@@ -21,7 +24,9 @@
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
 #include "../cmd/cli.h"
+#include "../text/wordpiece.h"
 #include "../worker/kq.h"
+#include "textgen.h"
 
 struct pending {
     char id[64];
@@ -57,7 +62,11 @@ int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
 {
     int rc = 1, produce_failed = 0;
     char err[512];
-    int di = cfg_model_index(c, c->default_model);
+    int di = cfg_model_index(c, o->model ? o->model : c->default_model);
+    if (di < 0) {
+        fprintf(stderr, "kinfer smoke: no model named '%s' in the configuration\n", o->model);
+        return 1;
+    }
     /* The reference runs on the CPU, whatever backend the worker uses. */
     struct model_runtime_conf rconf;
     model_runtime_conf_defaults(&rconf);
@@ -70,12 +79,37 @@ int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
         return 1;
     }
     size_t in_w = model_input_width(m), out_w = model_output_width(m);
-    struct model_ws *ws = model_ws_new(m, 0, o->rows, err, sizeof(err));
+    const struct model_encoder_info *enc = model_encoder(m);
+    struct textgen tg = {0};
+    struct wp_scratch *sc = NULL;
+    int32_t *ids = NULL;
+    uint32_t *offs = NULL;
+    const char **texts = NULL;
+    char **owned = NULL;
+    struct model_ws *ws = NULL;
     struct pending *p = calloc(o->jobs, sizeof(*p));
-    float *in = malloc(o->rows * in_w * sizeof(float));
+    float *in = malloc((o->rows * in_w + 1) * sizeof(float));
     double *lat = calloc(o->jobs, sizeof(double));
     redisContext *rc_ = NULL;
     rd_kafka_t *rk = NULL;
+    if (enc) {
+        if (enc->head == MODEL_HEAD_EMBEDDING && enc->pooling == MODEL_POOL_NONE) {
+            fprintf(stderr, "kinfer smoke: model %s outputs every token's vector; smoke checks "
+                    "pooled or classifier encoders\n", model_name(m));
+            goto out;
+        }
+        size_t tok = o->rows * enc->max_tokens;
+        ws = model_ws_new_tokens(m, 0, o->rows, tok, err, sizeof(err));
+        sc = wp_scratch_new(4096);
+        ids = malloc(tok * sizeof(*ids));
+        offs = malloc((o->rows + 1) * sizeof(*offs));
+        texts = calloc(o->rows, sizeof(*texts));
+        owned = calloc(o->rows, sizeof(*owned));
+        if (textgen_init(&tg, enc) < 0 || !sc || !ids || !offs || !texts || !owned) goto out;
+    } else {
+        ws = model_ws_new(m, 0, o->rows, err, sizeof(err));
+    }
+    if (!ws) fprintf(stderr, "kinfer smoke: %s\n", err);
     if (!ws || !p || !in || !lat) goto out;
 
     rd_kafka_conf_t *conf = kq_conf_new(c, KQ_PRODUCER, err, sizeof(err));
@@ -105,19 +139,45 @@ int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
     double t0 = now_s();
     for (size_t i = 0; i < o->jobs && !*stop; i++) {
         snprintf(p[i].id, sizeof(p[i].id), "smoke-%u-%zu", seed, i);
-        for (size_t k = 0; k < o->rows * in_w; k++)
-            in[k] = (float)rand_r(&seed) / (float)RAND_MAX * 2.0f - 1.0f;
         const float *out;
         p[i].expected = malloc(o->rows * out_w * sizeof(float));
-        if (!p[i].expected || model_forward(m, ws, in, o->rows, &out) < 0) goto out;
+        if (!p[i].expected) goto out;
+        struct wire_job wj = {.id = p[i].id, .timeout_ms = -1, .priority = -1};
+        if (enc) {
+            /* Texts, tokenized and encoded here for the expected output. */
+            offs[0] = 0;
+            for (size_t r = 0; r < o->rows; r++) {
+                free(owned[r]);
+                if (!(owned[r] = strdup(textgen_text(&tg, (uint64_t)seed * 1000003u + i * o->rows + r))))
+                    goto out;
+                texts[r] = owned[r];
+                int n = wp_encode(enc->tokenizer, sc, texts[r], strlen(texts[r]), NULL, 0,
+                                  enc->max_tokens, 1, ids + offs[r], NULL, enc->max_tokens,
+                                  NULL, err, sizeof(err));
+                if (n < 0) {
+                    fprintf(stderr, "kinfer smoke: tokenizer: %s\n", err);
+                    goto out;
+                }
+                offs[r + 1] = offs[r] + (uint32_t)n;
+            }
+            struct model_seqs q = {ids, NULL, offs, o->rows};
+            if (model_encode(m, ws, &q, &out) < 0) goto out;
+            wj.text = texts;
+            wj.n_text = o->rows;
+        } else {
+            for (size_t k = 0; k < o->rows * in_w; k++)
+                in[k] = (float)rand_r(&seed) / (float)RAND_MAX * 2.0f - 1.0f;
+            if (model_forward(m, ws, in, o->rows, &out) < 0) goto out;
+            wj.input = in;
+            wj.n_input = o->rows * in_w;
+        }
         memcpy(p[i].expected, out, o->rows * out_w * sizeof(float));
-        struct wire_job wj = {.id = p[i].id, .input = in, .n_input = o->rows * in_w,
-                              .timeout_ms = -1, .priority = -1};
-        enum proto_enc enc = o->json_every && i % (size_t)o->json_every == 0
-                               ? PROTO_ENC_JSON : PROTO_ENC_MSGPACK;
+        if (o->model) wj.model = o->model;
+        enum proto_enc wire_enc = o->json_every && i % (size_t)o->json_every == 0
+                                    ? PROTO_ENC_JSON : PROTO_ENC_MSGPACK;
         unsigned char *body;
         size_t len;
-        if (wire_encode_job(&wj, enc, &body, &len) < 0) goto out;
+        if (wire_encode_job(&wj, wire_enc, &body, &len) < 0) goto out;
         rd_kafka_resp_err_t e;
         while ((e = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(c->kafka.topics[0]),
                                       RD_KAFKA_V_KEY(p[i].id, strlen(p[i].id)),
@@ -209,6 +269,13 @@ out:
     free(p);
     free(in);
     free(lat);
+    for (size_t r = 0; owned && r < o->rows; r++) free(owned[r]);
+    free(owned);
+    free(texts);
+    free(ids);
+    free(offs);
+    wp_scratch_destroy(sc);
+    textgen_fini(&tg);
     model_ws_destroy(ws);
     model_destroy(m);
     model_runtime_destroy(rt);
@@ -216,14 +283,16 @@ out:
 }
 
 static const char usage[] =
-    "usage: kinfer smoke -c FILE [--set K=V]... [--jobs N] [--rows K]\n"
+    "usage: kinfer smoke -c FILE [--set K=V]... [--model NAME] [--jobs N] [--rows K]\n"
     "                    [--json-every N] [--rate R] [--timeout S]\n"
     "\n"
     "Checks a running worker end to end: sends N jobs to the first input topic,\n"
-    "waits for every result in Redis, compares each output with the default\n"
-    "model run locally, and prints jobs, batches, mean batch rows and latency.\n"
-    "Exits 0 only if every job got a correct result.\n"
+    "waits for every result in Redis, compares each output with the model run\n"
+    "locally, and prints jobs, batches, mean batch rows and latency. Jobs for a\n"
+    "text encoder are texts of mixed length made from its vocabulary. Exits 0\n"
+    "only if every job got a correct result.\n"
     "\n"
+    "  -m, --model NAME     the model the jobs name (default: the default model)\n"
     "  -n, --jobs N         jobs to send (default 300)\n"
     "  -r, --rows K         rows per job (default 1)\n"
     "  -j, --json-every N   every Nth job as JSON, the rest MessagePack (default 5; 0: none)\n"
@@ -238,16 +307,17 @@ int smoke_main(int argc, char **argv)
         {"jobs", required_argument, 0, 'n'},   {"rows", required_argument, 0, 'r'},
         {"json-every", required_argument, 0, 'j'}, {"rate", required_argument, 0, 'R'},
         {"timeout", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"model", required_argument, 0, 'm'},  {0, 0, 0, 0}};
     struct smoke_opts so = {.jobs = 300, .rows = 1, .json_every = 5, .timeout_s = 60};
     struct cli_config cc;
     int rc = 1, ch;
     long v;
     if (cli_config_init(&cc, argc) < 0) return 1;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "c:s:n:r:j:R:T:h", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "c:s:n:r:j:R:T:hm:", opts, NULL)) != -1) {
         if (cli_config_opt(&cc, ch, optarg)) continue;
         switch (ch) {
+        case 'm': so.model = optarg; break;
         case 'n':
             if (cli_parse_long("smoke", "--jobs", optarg, 1, 10000000, &v) < 0) goto out;
             so.jobs = (size_t)v;

@@ -1,8 +1,9 @@
 /* smoke.h - `kinfer smoke`: an end-to-end check of a running worker, from
  * the outside, as a client would use it. Produces jobs to the first input
- * topic, waits for every result in Redis, checks each output against the
- * model run locally, and prints a summary (jobs, batches, mean batch rows,
- * p50/p99 latency). `make demo` runs it.
+ * topic (float rows, or texts for a text encoder), waits for every result
+ * in Redis, checks each output against the model run locally, and prints
+ * a summary (jobs, batches, mean batch rows, p50/p99 latency). `make demo`
+ * runs it.
  *
  * Threads: main thread. */
 #ifndef KINFER_SMOKE_H
@@ -19,14 +20,15 @@ struct smoke_opts {
     int json_every;   /* every Nth job is JSON (0: all MessagePack) */
     int timeout_s;    /* how long to wait for all results */
     int rate;         /* jobs per second, 0 = as fast as possible */
+    const char *model;/* the model the jobs name; NULL = the default model */
 };
 
 /* Returns 0 when every job got a correct result in time, else 1. Borrows c. */
 int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
               volatile sig_atomic_t *stop);
 
-/* `kinfer smoke -c FILE [--set K=V]... [--jobs N] [--rows K] [--json-every N]
- * [--rate R] [--timeout S]`; argv[0] is "smoke". Returns the exit status:
+/* `kinfer smoke -c FILE [--set K=V]... [--model NAME] [--jobs N] [--rows K]
+ * [--json-every N] [--rate R] [--timeout S]`; argv[0] is "smoke". Returns the exit status:
  * 0 when every job got a correct result, else 1. */
 int smoke_main(int argc, char **argv);
 
