@@ -20,6 +20,12 @@
 #      TFLOP/s, % of the device's dense peak), and kinfer's saturation on
 #      the GPU for the tiny model and the MLP as ratios to the passthrough
 #      floor, with the device's busy ratio;
+#   6. a text encoder, MiniLM-L6-shaped (6 layers, hidden 384, 12 heads,
+#      random weights), on texts of mixed lengths: its forward pass alone
+#      and PyTorch's (Debian's python3-torch) on the very same batches with
+#      the same threads, and kinfer end to end draining a backlog of text
+#      jobs, with batching.group_by_length on and off (the padding ratio
+#      of the batches each formed);
 # then prints the table, draws docs/bench-latency.png with gnuplot and
 # writes the results into docs/benchmarks.md (between its bench markers).
 #
@@ -59,6 +65,10 @@ BENCH_GPU_BACKEND=${BENCH_GPU_BACKEND:-cuda}
 GPU_PRECISIONS=${GPU_PRECISIONS:-"fp32 tf32 fp16 bf16"}
 GPU_BATCHES=${GPU_BATCHES:-1,32,128,1024,4096}
 N_GPU=${N_GPU:-$N_MLP}             # backlog for kinfer on the GPU
+BENCH_ENC=${BENCH_ENC:-1}          # 0 = skip the encoder rows (section 6)
+N_ENC=${N_ENC:-1500}               # text jobs for kinfer end to end on the encoder
+ENC_SEQS=${ENC_SEQS:-512}          # sequences of the forward-pass-alone runs
+ENC_SECONDS=${ENC_SECONDS:-3}      # at least this long per forward-pass-alone run
 
 started=$(date +%s)
 mkdir -p "$OUT"
@@ -120,7 +130,7 @@ start_broker() {
 gpu_topics=""
 [ "$GPU" = 1 ] && gpu_topics="gpu-tiny,gpu-mlp,"
 start_broker broker "$PARTITIONS" \
-  "floor,$(for r in $(seq "$ROUNDS"); do printf 'pass-%s,tiny-%s,mlp-%s,' "$r" "$r" "$r"; done)${gpu_topics}results,jobs.dlq"
+  "floor,$(for r in $(seq "$ROUNDS"); do printf 'pass-%s,tiny-%s,mlp-%s,' "$r" "$r" "$r"; done)${gpu_topics}enc-true,enc-false,results,jobs.dlq"
 brokers=$BROKERS
 # A second broker for the latency runs, with few partitions. The mock finds
 # the message set a fetch asks for by walking the partition's list of them
@@ -141,6 +151,8 @@ say "brokers $brokers ($PARTITIONS partitions per topic) and $lat_brokers ($LAT_
 
 $K model demo -o "$work/tiny.safetensors" --in 768 --hidden 16 --out 768 --seed 1 >/dev/null
 $K model demo -o "$work/mlp.safetensors" --in 768 --hidden 3072 --out 768 --seed 2 >/dev/null
+[ "$BENCH_ENC" = 1 ] && $K model demo --kind bert -o "$work/minilm" --layers 6 --hidden 384 \
+  --heads 12 --intermediate 1536 --seed 3 >/dev/null
 
 # write_cfg NAME TOPIC MODEL [BROKERS [PROPERTIES]]: a worker config for
 # one measurement (a topic of its own, one model); the rest is worker.cfg's
@@ -157,6 +169,12 @@ kafka = {
   properties = ( $props );
 };
 redis = { port = $rport; };
+EOF
+  if [ -d "$work/$3" ]; then
+    # A model folder (the encoder): its files say what it is.
+    echo "models = ( { name = \"$3\"; path = \"$3\"; } );" >>"$work/$1.cfg"
+  else
+    cat >>"$work/$1.cfg" <<EOF
 models = (
   { name = "$3"; path = "$3.safetensors";
     layers = ( { op = "dense"; weight = "0.weight"; bias = "0.bias"; },
@@ -164,6 +182,7 @@ models = (
                { op = "dense"; weight = "2.weight"; bias = "2.bias"; } ); }
 );
 EOF
+  fi
   cp "$work/$1.cfg" "$OUT/$1.cfg"
 }
 
@@ -432,6 +451,53 @@ if [ "$GPU" = 1 ]; then
   done
 fi
 
+# ---- 6. a text encoder ------------------------------------------------------------------------
+ENC_ROWS=""
+if [ "$BENCH_ENC" = 1 ]; then
+  write_cfg enc-alone enc-true minilm
+  ENC_ALONE=""
+  for t in 1 "$NCPU"; do
+    say "encoder forward pass alone, $t thread(s): $ENC_SEQS texts of mixed length, then PyTorch on the same batches"
+    E=$($K bench encode -c "$work/enc-alone.cfg" --jobs "$ENC_SEQS" --threads "$t" \
+          --seconds "$ENC_SECONDS" --dump "$work/enc-batches.jsonl") || die "bench encode"
+    echo "$E" >>"$OUT/raw.log"
+    T=$(/usr/bin/python3 bench/torch_encoder_bench.py "$work/minilm" "$work/enc-batches.jsonl" \
+          "$t" "$ENC_SECONDS" 2>"$work/torch.err") || die "torch: $(tail -n3 "$work/torch.err")"
+    echo "$T" >>"$OUT/raw.log"
+    say "  kinfer $(kv seqs_per_s "$E") seq/s, PyTorch $(kv seqs_per_s "$T") seq/s"
+    ENC_ROWS+="| encoder 6 x 384 (MiniLM-L6 shape), forward pass alone, $t thread(s) | $(kv seqs_per_s "$E") seq/s, $(k "$(kv tokens_per_s "$E")")k tokens/s, $(kv gflops "$E") GFLOP/s | PyTorch $(kv version "$T"), same batches and threads: $(kv seqs_per_s "$T") seq/s: **kinfer at $(pct "$(kv seqs_per_s "$E")" "$(kv seqs_per_s "$T")")%**; $(kv batches "$E") batches of $(kv mean_batch_rows "$E") rows, $(kv mean_tokens "$E") tokens per text |"$'\n'
+    ENC_ALONE=$(max "${ENC_ALONE:-0}" "$(kv seqs_per_s "$E")")
+  done
+  # The worker's own layout: one single-threaded pass per core at once.
+  E=$($K bench encode -c "$work/enc-alone.cfg" --jobs "$ENC_SEQS" --threads 1 \
+        --parallel "$NCPU" --seconds "$ENC_SECONDS") || die "bench encode"
+  echo "$E" >>"$OUT/raw.log"
+  ENC_ROWS+="| encoder forward pass alone, $NCPU one-thread passes at once | $(kv seqs_per_s "$E") seq/s, $(k "$(kv tokens_per_s "$E")")k tokens/s, $(kv gflops "$E") GFLOP/s | as $NCPU executors run it (batching.executors 0, worker.blas_threads 1) |"$'\n'
+  ENC_ALONE=$(max "$ENC_ALONE" "$(kv seqs_per_s "$E")")
+  for g in true false; do
+    write_cfg "enc-$g" "enc-$g" minilm
+    mport=$(free_port)
+    say "kinfer, encoder, group_by_length=$g: draining a backlog of $N_ENC text jobs"
+    produce "enc-$g" "$work/enc-$g.cfg" --rate 0 --jobs "$N_ENC"
+    collect_bg "enc-$g" "$work/enc-$g.cfg" --from dbsize --jobs "$N_ENC" --timeout 1200
+    start_worker "enc-$g" "$work/enc-$g.cfg" --set "batching.group_by_length=$g" \
+      --set "metrics.listen=127.0.0.1:$mport"
+    collect_wait "enc-$g"
+    toks=$(metric kinfer_tokens_total "$mport")
+    padded=$(metric kinfer_padded_tokens_total "$mport")
+    stop_worker "enc-$g"
+    rcli flushall
+    rate=$(kv per_s "$COLL")
+    tps=$(calc "$rate * $toks / $N_ENC")
+    padr=$(P=3 calc "1 - $toks / $padded")
+    say "  $rate seq/s, $tps tokens/s, padding ratio $padr"
+    eval "ENC_RATE_$g=\$rate ENC_TPS_$g=\$tps ENC_PAD_$g=\$padr"
+    eval "ENC_MBR_$g=\$(kv mean_batch_rows \"\$COLL\") ENC_HWM_$g=\$HWM"
+  done
+  ENC_ROWS+="| **kinfer, encoder end to end, saturation** | **$ENC_RATE_true seq/s, $(k "$ENC_TPS_true")k tokens/s** | **$(pct "$ENC_RATE_true" "$ENC_ALONE")% of its forward pass alone** (the better layout above); mean batch rows $ENC_MBR_true; peak RSS $ENC_HWM_true MiB |"$'\n'
+  ENC_ROWS+="| padding ratio of the batches kinfer formed (padded tokens that were padding) | group_by_length on: $ENC_PAD_true | off: $ENC_PAD_false (then $ENC_RATE_false seq/s); the CPU backend packs sequences, so padding costs it nothing: this is what a padding backend would pay |"$'\n'
+fi
+
 # ---- the table ----------------------------------------------------------------------------
 FKP=$(kv produce_per_s "$FK"); FKC=$(kv consume_per_s "$FK")
 TINY_R=$(kv per_s "$TINY")
@@ -454,6 +520,7 @@ hwm_lat=$(for w in $WAITS; do eval "printf '%s ' \"\$HWM_LAT_$w\""; done)
   echo "| close reasons, the worker's counters at exit | tiny: ${REASONS_TINY:-n/a (pending)} | MLP: ${REASONS_MLP:-n/a (pending)} |"
   echo "| worker peak RSS (VmHWM) | tiny $HWM_TINY MiB, MLP $HWM_MLP MiB | latency runs: ${hwm_lat% } MiB |"
   printf '%s' "$GPU_ROWS"
+  printf '%s' "$ENC_ROWS"
   echo
   echo "Latency from record timestamp to result in Redis (MLP; load = offered jobs/s as a fraction of the MLP's saturation rate above):"
   echo

@@ -61,82 +61,105 @@ def tensor(ts, name):
     raise KeyError(name)
 
 
+class Encoder:
+    """A folder's BERT encoder as PyTorch modules, in dtype."""
+
+    def __init__(self, folder, dtype=torch.float64):
+        cfg = json.load(open(folder + "/config.json"))
+        ts = {k: v.to(dtype) for k, v in read_safetensors(folder + "/model.safetensors").items()}
+        self.ts = ts
+        H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+        inter, eps = cfg["intermediate_size"], cfg.get("layer_norm_eps", 1e-12)
+        act = cfg.get("hidden_act", "gelu")
+        gelu = (lambda x: F.gelu(x, approximate="tanh")) if act != "gelu" else F.gelu
+        with torch.no_grad():
+            self.word = nn.Embedding.from_pretrained(tensor(ts, "embeddings.word_embeddings.weight"))
+            self.posw = nn.Embedding.from_pretrained(
+                tensor(ts, "embeddings.position_embeddings.weight"))
+            self.typw = nn.Embedding.from_pretrained(
+                tensor(ts, "embeddings.token_type_embeddings.weight"))
+            self.ln = nn.LayerNorm(H, eps=eps).to(dtype)
+            self.ln.weight.copy_(tensor(ts, "embeddings.LayerNorm.weight"))
+            self.ln.bias.copy_(tensor(ts, "embeddings.LayerNorm.bias"))
+            self.layers = []
+            for i in range(cfg["num_hidden_layers"]):
+                p = "encoder.layer.%d." % i
+                layer = nn.TransformerEncoderLayer(H, nh, dim_feedforward=inter, dropout=0.0,
+                                                   activation=gelu, layer_norm_eps=eps,
+                                                   batch_first=True, norm_first=False).to(dtype)
+                layer.eval()
+                q, k, v = ("attention.self.query", "attention.self.key", "attention.self.value")
+                layer.self_attn.in_proj_weight.copy_(torch.cat(
+                    [tensor(ts, p + q + ".weight"), tensor(ts, p + k + ".weight"),
+                     tensor(ts, p + v + ".weight")]))
+                layer.self_attn.in_proj_bias.copy_(torch.cat(
+                    [tensor(ts, p + q + ".bias"), tensor(ts, p + k + ".bias"),
+                     tensor(ts, p + v + ".bias")]))
+                layer.self_attn.out_proj.weight.copy_(
+                    tensor(ts, p + "attention.output.dense.weight"))
+                layer.self_attn.out_proj.bias.copy_(tensor(ts, p + "attention.output.dense.bias"))
+                layer.norm1.weight.copy_(tensor(ts, p + "attention.output.LayerNorm.weight"))
+                layer.norm1.bias.copy_(tensor(ts, p + "attention.output.LayerNorm.bias"))
+                layer.linear1.weight.copy_(tensor(ts, p + "intermediate.dense.weight"))
+                layer.linear1.bias.copy_(tensor(ts, p + "intermediate.dense.bias"))
+                layer.linear2.weight.copy_(tensor(ts, p + "output.dense.weight"))
+                layer.linear2.bias.copy_(tensor(ts, p + "output.dense.bias"))
+                layer.norm2.weight.copy_(tensor(ts, p + "output.LayerNorm.weight"))
+                layer.norm2.bias.copy_(tensor(ts, p + "output.LayerNorm.bias"))
+                self.layers.append(layer)
+
+    def hidden(self, rows, types=None):
+        """The last layer's states [n, L, H] of rows (lists of ids) run as one
+        padded batch, and the padding mask [n, L] (True = padding)."""
+        types = types or [[0] * len(r) for r in rows]
+        n, L = len(rows), max(len(r) for r in rows)
+        ids = torch.zeros(n, L, dtype=torch.long)
+        tys = torch.zeros(n, L, dtype=torch.long)
+        pad = torch.ones(n, L, dtype=torch.bool)
+        for i, r in enumerate(rows):
+            ids[i, :len(r)] = torch.tensor(r)
+            tys[i, :len(r)] = torch.tensor(types[i])
+            pad[i, :len(r)] = False
+        with torch.no_grad():
+            pos = torch.arange(L).unsqueeze(0).expand(n, L)
+            x = self.ln(self.word(ids) + self.posw(pos) + self.typw(tys))
+            for layer in self.layers:
+                x = layer(x, src_key_padding_mask=pad)
+        return x, pad
+
+    def run(self, rows, types=None, pooling="cls", normalize=False, head="embedding",
+            sigmoid=False):
+        """What kinfer's encoder outputs for these rows (see the module doc)."""
+        x, pad = self.hidden(rows, types)
+        ts = self.ts
+        with torch.no_grad():
+            keep = (~pad).unsqueeze(-1).to(x.dtype)
+            if head == "classifier":
+                pooled = torch.tanh(F.linear(x[:, 0], tensor(ts, "pooler.dense.weight"),
+                                             tensor(ts, "pooler.dense.bias")))
+                logits = F.linear(pooled, ts["classifier.weight"], ts["classifier.bias"])
+                return torch.sigmoid(logits) if sigmoid else torch.softmax(logits, -1)
+            if pooling == "cls":
+                out = x[:, 0]
+            elif pooling == "mean":
+                out = (x * keep).sum(1) / keep.sum(1)
+            elif pooling == "max":
+                out = x.masked_fill(pad.unsqueeze(-1), float("-inf")).max(1).values
+            else:
+                out = torch.cat([x[i, :len(r)] for i, r in enumerate(rows)])
+            if normalize:
+                out = F.normalize(out, p=2.0, dim=-1)
+        return out
+
+
 def main():
     folder = sys.argv[1]
     req = json.load(sys.stdin)
     torch.set_num_threads(int(req.get("threads", 1)))
-    cfg = json.load(open(folder + "/config.json"))
-    ts = read_safetensors(folder + "/model.safetensors")
-    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
-    inter, eps = cfg["intermediate_size"], cfg.get("layer_norm_eps", 1e-12)
-    act = cfg.get("hidden_act", "gelu")
-    gelu = (lambda x: F.gelu(x, approximate="tanh")) if act != "gelu" else F.gelu
-
-    rows = req["rows"]
-    types = req.get("type_ids") or [[0] * len(r) for r in rows]
-    n, L = len(rows), max(len(r) for r in rows)
-    ids = torch.zeros(n, L, dtype=torch.long)
-    tys = torch.zeros(n, L, dtype=torch.long)
-    pad = torch.ones(n, L, dtype=torch.bool)          # True = padding
-    for i, r in enumerate(rows):
-        ids[i, :len(r)] = torch.tensor(r)
-        tys[i, :len(r)] = torch.tensor(types[i])
-        pad[i, :len(r)] = False
-
-    with torch.no_grad():
-        word = nn.Embedding.from_pretrained(tensor(ts, "embeddings.word_embeddings.weight"))
-        posw = nn.Embedding.from_pretrained(tensor(ts, "embeddings.position_embeddings.weight"))
-        typw = nn.Embedding.from_pretrained(
-            tensor(ts, "embeddings.token_type_embeddings.weight"))
-        ln = nn.LayerNorm(H, eps=eps).double()
-        ln.weight.copy_(tensor(ts, "embeddings.LayerNorm.weight"))
-        ln.bias.copy_(tensor(ts, "embeddings.LayerNorm.bias"))
-        pos = torch.arange(L).unsqueeze(0).expand(n, L)
-        x = ln(word(ids) + posw(pos) + typw(tys))
-
-        for i in range(cfg["num_hidden_layers"]):
-            p = "encoder.layer.%d." % i
-            layer = nn.TransformerEncoderLayer(H, nh, dim_feedforward=inter, dropout=0.0,
-                                               activation=gelu, layer_norm_eps=eps,
-                                               batch_first=True, norm_first=False).double()
-            layer.eval()
-            q, k, v = ("attention.self.query", "attention.self.key", "attention.self.value")
-            layer.self_attn.in_proj_weight.copy_(torch.cat(
-                [tensor(ts, p + q + ".weight"), tensor(ts, p + k + ".weight"),
-                 tensor(ts, p + v + ".weight")]))
-            layer.self_attn.in_proj_bias.copy_(torch.cat(
-                [tensor(ts, p + q + ".bias"), tensor(ts, p + k + ".bias"),
-                 tensor(ts, p + v + ".bias")]))
-            layer.self_attn.out_proj.weight.copy_(tensor(ts, p + "attention.output.dense.weight"))
-            layer.self_attn.out_proj.bias.copy_(tensor(ts, p + "attention.output.dense.bias"))
-            layer.norm1.weight.copy_(tensor(ts, p + "attention.output.LayerNorm.weight"))
-            layer.norm1.bias.copy_(tensor(ts, p + "attention.output.LayerNorm.bias"))
-            layer.linear1.weight.copy_(tensor(ts, p + "intermediate.dense.weight"))
-            layer.linear1.bias.copy_(tensor(ts, p + "intermediate.dense.bias"))
-            layer.linear2.weight.copy_(tensor(ts, p + "output.dense.weight"))
-            layer.linear2.bias.copy_(tensor(ts, p + "output.dense.bias"))
-            layer.norm2.weight.copy_(tensor(ts, p + "output.LayerNorm.weight"))
-            layer.norm2.bias.copy_(tensor(ts, p + "output.LayerNorm.bias"))
-            x = layer(x, src_key_padding_mask=pad)
-
-        keep = (~pad).unsqueeze(-1).double()
-        if req.get("head") == "classifier":
-            pooled = torch.tanh(F.linear(x[:, 0], tensor(ts, "pooler.dense.weight"),
-                                         tensor(ts, "pooler.dense.bias")))
-            logits = F.linear(pooled, ts["classifier.weight"], ts["classifier.bias"])
-            out = torch.sigmoid(logits) if req.get("sigmoid") else torch.softmax(logits, -1)
-        else:
-            mode = req.get("pooling", "cls")
-            if mode == "cls":
-                out = x[:, 0]
-            elif mode == "mean":
-                out = (x * keep).sum(1) / keep.sum(1)
-            elif mode == "max":
-                out = x.masked_fill(pad.unsqueeze(-1), float("-inf")).max(1).values
-            else:
-                out = torch.cat([x[i, :len(r)] for i, r in enumerate(rows)])
-            if req.get("normalize"):
-                out = F.normalize(out, p=2.0, dim=-1)
+    enc = Encoder(folder)
+    out = enc.run(req["rows"], req.get("type_ids"), req.get("pooling", "cls"),
+                  bool(req.get("normalize")), req.get("head", "embedding"),
+                  bool(req.get("sigmoid")))
     json.dump({"output": out.tolist()}, sys.stdout)
 
 

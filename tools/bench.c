@@ -39,6 +39,8 @@
 
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
+#include "../text/wordpiece.h"
+#include "textgen.h"
 #include "../cmd/cli.h"
 #include "../worker/config.h"
 #include "../worker/kq.h"
@@ -146,12 +148,14 @@ struct jobgen {
     const char *run;
     size_t width, rows;
     float *pool;         /* (POOL_ROWS + rows) x width */
+    struct textgen *text; /* an encoder's: text jobs instead (borrowed) */
 };
 
 /* Fills the pool from a seeded generator (uniform in [-1, 1)). Returns 0,
  * or -1 when out of memory. Borrows run. */
 static int jobgen_init(struct jobgen *g, const char *run, size_t width, size_t rows)
 {
+    g->text = NULL;
     g->run = run;
     g->width = width;
     g->rows = rows;
@@ -180,11 +184,16 @@ static int jobgen_encode(const struct jobgen *g, size_t seq, int64_t send_us, ch
                          size_t id_cap, unsigned char **body, size_t *len)
 {
     snprintf(id, id_cap, "%s.%zu.%" PRId64, g->run, seq, send_us);
-    struct wire_job wj = {.id = id,
-                          .input = g->pool + (seq * 7 % POOL_ROWS) * g->width,
-                          .n_input = g->rows * g->width,
-                          .timeout_ms = -1,
-                          .priority = -1};
+    struct wire_job wj = {.id = id, .timeout_ms = -1, .priority = -1};
+    const char *text;
+    if (g->text) {
+        text = textgen_text(g->text, seq);
+        wj.text = &text;
+        wj.n_text = 1;
+    } else {
+        wj.input = g->pool + (seq * 7 % POOL_ROWS) * g->width;
+        wj.n_input = g->rows * g->width;
+    }
     return wire_encode_job(&wj, PROTO_ENC_MSGPACK, body, len);
 }
 
@@ -431,21 +440,35 @@ static void append_set(redisContext *rc, const struct kcfg *c, const char *ttl,
 
 /* ---- produce --------------------------------------------------------------- */
 
+/* The default model on the CPU runtime (what the tools read of it: its
+ * width, or an encoder's tokenizer). Returns it with *rt set, or NULL
+ * with the reason printed. */
+static struct model *default_model(const struct kcfg *c, struct model_runtime **rt)
+{
+    char err[512];
+    struct model_runtime_conf rconf;
+    model_runtime_conf_defaults(&rconf);
+    rconf.backend = "cpu";
+    *rt = model_runtime_new(&rconf, err, sizeof(err));
+    struct model *m =
+        *rt ? model_load(*rt, &c->models[cfg_model_index(c, c->default_model)], err, sizeof(err))
+            : NULL;
+    if (!m) {
+        fprintf(stderr, "kinfer bench: %s\n", err);
+        model_runtime_destroy(*rt);
+        *rt = NULL;
+    }
+    return m;
+}
+
 /* The width jobs are made with: --width, else the default model's input
  * width (read by loading it, as the worker will). Returns 0 on failure. */
 static size_t job_width(const struct kcfg *c, const struct bench_opts *o)
 {
     if (o->width) return o->width;
-    char err[512];
-    struct model_runtime_conf rconf;
-    model_runtime_conf_defaults(&rconf);
-    rconf.backend = "cpu";
-    struct model_runtime *rt = model_runtime_new(&rconf, err, sizeof(err));
-    struct model *m =
-        rt ? model_load(rt, &c->models[cfg_model_index(c, c->default_model)], err, sizeof(err))
-           : NULL;
+    struct model_runtime *rt;
+    struct model *m = default_model(c, &rt);
     size_t w = m ? model_input_width(m) : 0;
-    if (!m) fprintf(stderr, "kinfer bench: %s\n", err);
     model_destroy(m);
     model_runtime_destroy(rt);
     return w;
@@ -485,8 +508,21 @@ static int cmd_produce(const struct kcfg *c, const struct bench_opts *o)
 {
     struct dr_count dc = {0};
     struct jobgen g = {0};
-    size_t width = job_width(c, o);
-    if (!width || jobgen_init(&g, o->run, width, o->rows) < 0) return 1;
+    struct textgen tg = {0};
+    struct model_runtime *mrt = NULL;
+    struct model *dm = o->width ? NULL : default_model(c, &mrt);
+    const struct model_encoder_info *enc = dm ? model_encoder(dm) : NULL;
+    size_t width = o->width ? o->width : dm ? model_input_width(dm) : 0;
+    int ok = enc ? textgen_init(&tg, enc) == 0 && jobgen_init(&g, o->run, 1, 1) == 0
+                 : width && jobgen_init(&g, o->run, width, o->rows) == 0;
+    if (enc) g.text = &tg;
+    if (!ok) {
+        textgen_fini(&tg);
+        jobgen_fini(&g);
+        model_destroy(dm);
+        model_runtime_destroy(mrt);
+        return 1;
+    }
     rd_kafka_t *rk = bench_producer(c, &dc);
     int rc = 1;
     if (!rk) goto out;
@@ -537,6 +573,9 @@ static int cmd_produce(const struct kcfg *c, const struct bench_opts *o)
 out:
     if (rk) rd_kafka_destroy(rk);
     jobgen_fini(&g);
+    textgen_fini(&tg);
+    model_destroy(dm);
+    model_runtime_destroy(mrt);
     return rc;
 }
 
@@ -1369,6 +1408,223 @@ static int cmd_gemm(const struct kcfg *c, const struct bench_opts *o)
     return rc;
 }
 
+/* ---- encode ------------------------------------------------------------------ */
+
+/* `bench encode`: an encoder's forward pass alone on the configured
+ * backend. --jobs texts of produce's length mix are tokenized and cut into
+ * batches as the worker's batcher does at saturation with group_by_length
+ * (by length, then at max_batch_rows rows or max_batch_tokens padded
+ * tokens); --parallel threads each run every batch, back to back, for
+ * --seconds (whole passes), with --threads OpenBLAS threads per pass.
+ * Prints sequences/s, tokens/s and the batches' padding. --dump FILE
+ * writes the batches' ids, one JSON array of arrays per line, so PyTorch
+ * can run the very same batches (bench/torch_encoder_bench.py). */
+
+/* The batches, shared read-only by the threads. */
+struct enc_set {
+    const struct model *m;
+    const int32_t *ids;     /* every sequence's ids */
+    const size_t *off;      /* sequence s is ids[off[s] .. off[s + 1]) */
+    const size_t *order;    /* [length, sequence] pairs, by length */
+    const size_t *bstart;   /* batch b is order[bstart[b] .. bstart[b + 1]) */
+    size_t nb, max_rows, max_tok;
+    double seconds;
+    pthread_barrier_t *start;
+};
+
+/* One thread's run over the set. */
+struct enc_run {
+    const struct enc_set *set;
+    unsigned slot;
+    FILE *dump;             /* slot 0 only: where the warm-up pass writes the batches */
+    size_t seqs, toks, passes;
+    double elapsed_s;
+    int rc;
+};
+
+static int len_cmp(const void *a, const void *b)
+{
+    const size_t *x = a, *y = b; /* [length, sequence] pairs */
+    return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : (x[1] < y[1] ? -1 : x[1] > y[1]);
+}
+
+/* One untimed pass over every batch (the dump), then whole passes until
+ * the set's seconds have gone by. */
+static void *enc_thread(void *arg)
+{
+    struct enc_run *r = arg;
+    const struct enc_set *st = r->set;
+    char err[256];
+    struct model_ws *ws = model_ws_new_tokens(st->m, r->slot, st->max_rows, st->max_tok, err,
+                                              sizeof(err));
+    int32_t *bids = malloc(st->max_tok * sizeof(int32_t));
+    uint32_t *boff = malloc((st->max_rows + 1) * sizeof(uint32_t));
+    r->rc = ws && bids && boff ? 0 : -1;
+    if (!ws) fprintf(stderr, "kinfer bench encode: %s\n", err);
+    double t0 = 0;
+    for (int phase = 0; phase < 2; phase++) {
+        if (phase == 1) {
+            pthread_barrier_wait(st->start);
+            t0 = bench_mono_s();
+        }
+        for (size_t b = 0; r->rc == 0; b = (b + 1) % st->nb) {
+            size_t at = 0, rows = st->bstart[b + 1] - st->bstart[b];
+            FILE *dump = phase == 0 ? r->dump : NULL;
+            if (dump) fputc('[', dump);
+            for (size_t k = 0; k < rows; k++) {
+                size_t s = st->order[2 * (st->bstart[b] + k) + 1];
+                size_t len = st->off[s + 1] - st->off[s];
+                boff[k] = (uint32_t)at;
+                memcpy(bids + at, st->ids + st->off[s], len * sizeof(int32_t));
+                if (dump) {
+                    fputs(k ? ",[" : "[", dump);
+                    for (size_t t = 0; t < len; t++)
+                        fprintf(dump, "%s%" PRId32, t ? "," : "", bids[at + t]);
+                    fputc(']', dump);
+                }
+                at += len;
+            }
+            if (dump) fputs("]\n", dump);
+            boff[rows] = (uint32_t)at;
+            struct model_seqs q = {bids, NULL, boff, rows};
+            const float *out;
+            if (model_encode(st->m, ws, &q, &out) != MODEL_OK) {
+                fprintf(stderr, "kinfer bench encode: forward pass failed: %s\n",
+                        model_ws_error(ws));
+                r->rc = -1;
+            }
+            if (phase == 1) {
+                r->seqs += rows;
+                r->toks += at;
+                r->passes += b + 1 == st->nb;
+                r->elapsed_s = bench_mono_s() - t0;
+            }
+            if (b + 1 == st->nb && (phase == 0 || r->elapsed_s >= st->seconds)) break;
+        }
+        if (phase == 0 && r->rc) pthread_barrier_wait(st->start); /* the others wait there */
+        if (phase == 0 && r->rc) break;
+    }
+    free(bids);
+    free(boff);
+    model_ws_destroy(ws);
+    return NULL;
+}
+
+static int cmd_encode(const struct kcfg *c, const struct bench_opts *o)
+{
+    char err[512];
+    struct model_runtime_conf rconf;
+    cfg_model_runtime(c, &rconf);
+    rconf.cpu_threads = o->threads;
+    struct model_runtime *rt = model_runtime_new(&rconf, err, sizeof(err));
+    struct model *m =
+        rt ? model_load(rt, &c->models[cfg_model_index(c, c->default_model)], err, sizeof(err))
+           : NULL;
+    const struct model_encoder_info *e = m ? model_encoder(m) : NULL;
+    if (!e) {
+        fprintf(stderr, "kinfer bench encode: %s\n",
+                m ? "the default model is not an encoder" : err);
+        model_destroy(m);
+        model_runtime_destroy(rt);
+        return 1;
+    }
+    size_t n = o->jobs, max_rows = (size_t)c->batching.max_batch_rows;
+    size_t max_tok = (size_t)c->batching.max_batch_tokens, cap = n * e->max_tokens;
+    size_t par = o->parallel;
+    struct textgen tg;
+    struct wp_scratch *sc = wp_scratch_new(4096);
+    int32_t *ids = malloc(cap * sizeof(int32_t));
+    size_t *off = malloc((n + 1) * sizeof(size_t)), *order = malloc(2 * n * sizeof(size_t));
+    size_t *bstart = malloc((n + 1) * sizeof(size_t));
+    struct enc_run *runs = calloc(par, sizeof(*runs));
+    pthread_t *thr = calloc(par, sizeof(*thr));
+    FILE *dump = NULL;
+    int rc = 1;
+    if (textgen_init(&tg, e) < 0 || !sc || !ids || !off || !order || !bstart || !runs || !thr)
+        goto out;
+    off[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *t = textgen_text(&tg, i);
+        int k = wp_encode(e->tokenizer, sc, t, strlen(t), NULL, 0, e->max_tokens, 1,
+                          ids + off[i], NULL, cap - off[i], NULL, err, sizeof(err));
+        if (k < 0) {
+            fprintf(stderr, "kinfer bench encode: tokenizer: %s\n", err);
+            goto out;
+        }
+        off[i + 1] = off[i] + (size_t)k;
+        order[2 * i] = (size_t)k;
+        order[2 * i + 1] = i;
+    }
+    qsort(order, n, 2 * sizeof(size_t), len_cmp);
+    size_t nb = 0, padded = 0;
+    double flops = 0; /* one pass: projections, feed-forward, attention */
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && j - i < max_rows && (j - i + 1) * order[2 * j] <= max_tok) j++;
+        if (j == i) j++;
+        bstart[nb++] = i;
+        padded += (j - i) * order[2 * (j - 1)];
+        i = j;
+    }
+    bstart[nb] = n;
+    for (size_t i = 0; i < n; i++) {
+        double len = (double)order[2 * i];
+        flops += len * model_flops_per_row(m) +
+                 4.0 * (double)e->layers * len * len * (double)e->hidden;
+    }
+    if (o->dump && !(dump = fopen(o->dump, "w"))) {
+        fprintf(stderr, "kinfer bench encode: %s: %s\n", o->dump, strerror(errno));
+        goto out;
+    }
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, (unsigned)par);
+    struct enc_set set = {m, ids, off, order, bstart, nb, max_rows, max_tok, o->seconds, &start};
+    size_t started = 0;
+    for (; started < par; started++) {
+        runs[started] = (struct enc_run){.set = &set, .slot = (unsigned)started,
+                                         .dump = started ? NULL : dump};
+        if (pthread_create(&thr[started], NULL, enc_thread, &runs[started]) != 0) break;
+    }
+    if (started < par) {
+        fprintf(stderr, "kinfer bench encode: cannot start %zu threads\n", par);
+        exit(1); /* the started ones wait at the barrier for ever */
+    }
+    double seqs_s = 0, toks_s = 0, passes_s = 0;
+    rc = 0;
+    for (size_t k = 0; k < par; k++) {
+        pthread_join(thr[k], NULL);
+        if (runs[k].rc || runs[k].elapsed_s <= 0) {
+            rc = 1;
+            continue;
+        }
+        seqs_s += (double)runs[k].seqs / runs[k].elapsed_s;
+        toks_s += (double)runs[k].toks / runs[k].elapsed_s;
+        passes_s += (double)runs[k].passes / runs[k].elapsed_s;
+    }
+    pthread_barrier_destroy(&start);
+    if (rc == 0)
+        printf("encode: model=%s backend=%s precision=%s threads=%d parallel=%zu layers=%zu "
+               "hidden=%zu seqs=%zu batches=%zu mean_batch_rows=%.1f mean_tokens=%.1f "
+               "padded_ratio=%.3f seqs_per_s=%.1f tokens_per_s=%.0f gflops=%.2f\n",
+               model_name(m), model_runtime_backend(rt), model_runtime_precision(rt), o->threads,
+               par, e->layers, e->hidden, n, nb, (double)n / (double)nb,
+               (double)off[n] / (double)n, 1.0 - (double)off[n] / (double)padded, seqs_s,
+               toks_s, flops * passes_s / 1e9);
+out:
+    if (dump) fclose(dump);
+    textgen_fini(&tg);
+    wp_scratch_destroy(sc);
+    free(ids);
+    free(off);
+    free(order);
+    free(bstart);
+    free(runs);
+    free(thr);
+    model_destroy(m);
+    model_runtime_destroy(rt);
+    return rc;
+}
+
 /* ---- command line ------------------------------------------------------------- */
 
 struct bench_cmd {
@@ -1383,7 +1639,8 @@ static const struct bench_cmd bench_cmds[] = {
      "usage: kinfer bench produce -c FILE [--set K=V]... --rate R --jobs N [--rows K]\n"
      "                            [--width W] [--run NAME]\n"
      "Open-loop load: N jobs (MessagePack, K rows of W floats; W defaults to the\n"
-     "default model's input width) to the first input topic, job i due at\n"
+     "default model's input width; for an encoder, one text each, of the mix\n"
+     "`bench encode` describes) to the first input topic, job i due at\n"
      "start + i/R; record timestamp = due time, id = NAME.i.<due, us since epoch>.\n"
      "--rate 0 sends as fast as possible (to preload a backlog).\n"},
     {"collect", "nufTND", cmd_collect,
@@ -1421,6 +1678,18 @@ static const struct bench_cmd bench_cmds[] = {
      "thread (as E executors run them, each on its own slot and, on a GPU, its own\n"
      "stream; default 1); batch_ms is the mean time of one pass, tflops the\n"
      "dense layers' arithmetic rate (2 x in x out per row and layer).\n"},
+    {"encode", "ntSDe", cmd_encode,
+     "usage: kinfer bench encode -c FILE [--set K=V]... [--jobs N] [--threads T]\n"
+     "                           [--parallel E] [--seconds S] [--dump FILE]\n"
+     "The default model (an encoder) alone on the configured backend: N texts of\n"
+     "`bench produce`'s length mix, tokenized, cut into batches as the batcher does\n"
+     "at saturation with group_by_length (by length, max_batch_rows rows,\n"
+     "max_batch_tokens padded tokens), run back to back for S seconds (whole\n"
+     "passes over the batches) by E threads at once (as E executors; default 1),\n"
+     "each pass with T OpenBLAS threads. Prints sequences/s,\n"
+     "tokens/s, the padding of those batches, and GFLOP/s (projections,\n"
+     "feed-forward and attention). --dump writes the batches' ids, a JSON array of\n"
+     "arrays per line, for bench/torch_encoder_bench.py.\n"},
 };
 
 static const char bench_usage[] =
@@ -1436,6 +1705,7 @@ static const char bench_usage[] =
     "  floor-redis   pipelined Redis SET of the same bodies\n"
     "  passthrough   consume -> produce + SET, nothing else\n"
     "  gemm          the model's forward pass alone\n"
+    "  encode        an encoder's forward pass alone, on mixed-length texts\n"
     "\n"
     "  kinfer bench COMMAND --help   options of a command\n";
 
