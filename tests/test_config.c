@@ -725,7 +725,7 @@ static void test_worker_cfg(void **state)
     assert_int_equal(c->kafka.n_topics, 1);
     assert_string_equal(c->kafka.topics[0], "jobs");
     assert_int_equal(c->kafka.n_properties, 0);
-    assert_int_equal(c->n_models, 1);
+    assert_int_equal(c->n_models, 2);
     const struct model_spec *m = &c->models[0];
     assert_string_equal(m->name, "demo");
     assert_string_equal(m->path, "models/demo.safetensors");
@@ -737,6 +737,14 @@ static void test_worker_cfg(void **state)
     assert_int_equal(m->layers[2].op, MODEL_OP_DENSE);
     assert_string_equal(m->layers[2].weight, "2.weight");
     assert_string_equal(m->layers[2].bias, "2.bias");
+    /* The text encoder make demo writes: a folder, the folder's settings. */
+    const struct model_spec *t = &c->models[1];
+    assert_string_equal(t->name, "text-demo");
+    assert_string_equal(t->path, "models/text-demo");
+    assert_int_equal(t->n_layers, 0);
+    assert_int_equal(t->enc.pooling, -1);
+    assert_int_equal(t->enc.normalize, -1);
+    assert_int_equal(t->enc.max_tokens, 0);
     cfg_destroy(c);
 }
 
