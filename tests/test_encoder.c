@@ -846,7 +846,8 @@ static const struct bad_folder bad_folders[] = {
     {"two pooling modes", {.st = 1, .st_pool = MODEL_POOL_MEAN},
      .file = "1_Pooling/config.json",
      .text = "{\"pooling_mode_cls_token\": true, \"pooling_mode_max_tokens\": true}",
-     .want = {"1_Pooling/config.json: pooling_mode_max_tokens is not supported"}},
+     .want = {"1_Pooling/config.json: pooling_mode_cls_token and pooling_mode_max_tokens are "
+              "both set: only one pooling mode is supported"}},
     {"no pooling mode", {.st = 1, .st_pool = MODEL_POOL_MEAN}, .file = "1_Pooling/config.json",
      .text = "{\"word_embedding_dimension\": 32}",
      .want = {"1_Pooling/config.json: no pooling mode is set"}},
