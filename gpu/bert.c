@@ -321,14 +321,19 @@ static int read_modules(struct rd *r)
                          {"pooling_mode_mean_sqrt_len_tokens", -1},
                          {"pooling_mode_weightedmean_tokens", -1},
                          {"pooling_mode_lasttoken", -1}};
-            int found = 0;
+            const char *found = NULL; /* the mode set, once one is */
             for (size_t k = 0; k < sizeof(modes) / sizeof(modes[0]) && rc == 0; k++) {
                 if (!json_is_true(json_object_get(pc, modes[k].key))) continue;
-                if (modes[k].pooling < 0 || found++)
+                if (modes[k].pooling < 0) {
                     rc = fail(r, "%s: %s is not supported (one of cls, mean, max)", name,
                               modes[k].key);
-                else
+                } else if (found) { /* sentence-transformers would concatenate them */
+                    rc = fail(r, "%s: %s and %s are both set: only one pooling mode is "
+                              "supported", name, found, modes[k].key);
+                } else {
+                    found = modes[k].key;
                     p->pooling = (enum model_pooling)modes[k].pooling;
+                }
             }
             if (rc == 0 && !found) rc = fail(r, "%s: no pooling mode is set", name);
             json_decref(pc);

@@ -5,6 +5,9 @@ nn.LayerNorm and nn.TransformerEncoderLayer, post-norm, gelu) with the
 folder's weights, and prints what kinfer's encoder should produce.
 
 Usage: torch_encoder.py FOLDER < request.json > result.json
+   or: torch_encoder.py FOLDER REQUEST.json [FOLDER REQUEST.json ...] > results.json
+       (a JSON array with one result per pair: one start of PyTorch, which
+       takes longer than the checks themselves, serves a whole test)
 
 request: {"rows": [[ids...], ...], "type_ids": [[...], ...] or null,
           "pooling": "cls"|"mean"|"max"|"none", "normalize": bool,
@@ -152,15 +155,28 @@ class Encoder:
         return out
 
 
-def main():
-    folder = sys.argv[1]
-    req = json.load(sys.stdin)
+def run(folder, req):
+    """The result for one request on one folder."""
     torch.set_num_threads(int(req.get("threads", 1)))
     enc = Encoder(folder)
     out = enc.run(req["rows"], req.get("type_ids"), req.get("pooling", "cls"),
                   bool(req.get("normalize")), req.get("head", "embedding"),
                   bool(req.get("sigmoid")))
-    json.dump({"output": out.tolist()}, sys.stdout)
+    return {"output": out.tolist()}
+
+
+def main():
+    args = sys.argv[1:]
+    if len(args) == 1:
+        json.dump(run(args[0], json.load(sys.stdin)), sys.stdout)
+        return
+    if not args or len(args) % 2:
+        sys.exit("usage: torch_encoder.py FOLDER < REQUEST, or FOLDER REQUEST [FOLDER REQUEST ...]")
+    results = []
+    for folder, path in zip(args[0::2], args[1::2]):
+        with open(path) as f:
+            results.append(run(folder, json.load(f)))
+    json.dump(results, sys.stdout)
 
 
 if __name__ == "__main__":
