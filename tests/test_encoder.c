@@ -780,7 +780,7 @@ static void test_encoder_vs_layers(void **state)
     both.n_layers = 1;
     assert_null(model_load(cpu_rt, &both, err, sizeof(err)));
     assert_non_null(strstr(err, "model t: "));
-    assert_non_null(strstr(err, "is a model folder: it takes no layers"));
+    assert_non_null(strstr(err, "is a directory: a model with layers is a safetensors file"));
     model_destroy(lm);
     model_ws_destroy(ws);
     model_destroy(m);
