@@ -259,6 +259,17 @@ static size_t target_rows(const struct batcher *b, const struct bqueue *q,
     return fill ? fill : target;
 }
 
+/* Takes a job just unlinked from q off the queue's and the batcher's
+ * counts. Lock held. */
+static void count_out(struct batcher *b, struct bqueue *q, const struct job *j)
+{
+    q->rows -= j->rows;
+    q->jobs--;
+    q->padded -= j->rows * j->seq_len;
+    b->rows -= j->rows;
+    b->jobs--;
+}
+
 /* Unlinks j, the head of l, from q. Lock held. */
 static void pop_head(struct batcher *b, struct bqueue *q, struct plist *l)
 {
@@ -266,11 +277,7 @@ static void pop_head(struct batcher *b, struct bqueue *q, struct plist *l)
     l->head = j->next;
     if (!l->head) l->tail = NULL;
     j->next = NULL;
-    q->rows -= j->rows;
-    q->jobs--;
-    q->padded -= j->rows * j->seq_len;
-    b->rows -= j->rows;
-    b->jobs--;
+    count_out(b, q, j);
 }
 
 /* Whether a batch of rows whose longest row is len stays within the token
@@ -350,11 +357,7 @@ static int fill_grouped(struct batcher *b, struct bqueue *q, int64_t now, size_t
                 continue;
             }
             *pp = j->next;
-            q->rows -= j->rows;
-            q->jobs--;
-            q->padded -= j->rows * j->seq_len;
-            b->rows -= j->rows;
-            b->jobs--;
+            count_out(b, q, j);
         }
         l->tail = prev;
     }
@@ -487,11 +490,7 @@ static size_t take_matching(struct batcher *b, int (*match)(const struct job *, 
                 struct job *j = *pp;
                 if (match(j, arg)) {
                     *pp = j->next;
-                    q->rows -= j->rows;
-                    q->jobs--;
-                    q->padded -= j->rows * j->seq_len;
-                    b->rows -= j->rows;
-                    b->jobs--;
+                    count_out(b, q, j);
                     j->next = NULL;
                     **out_tail = j;
                     *out_tail = &j->next;

@@ -656,70 +656,98 @@ static int text_store(struct codec_request *j, const char *field, const struct s
     return 0;
 }
 
+/* A field's value in either encoding (exactly one of the two is set),
+ * walked by index the same way: text and token rows are read by one
+ * piece of code whichever encoding carried them. */
+struct wval {
+    const json_t *js;
+    const msgpack_object *mp;
+};
+
+static int wv_is_array(const struct wval *v)
+{
+    return v->js ? json_is_array(v->js) : v->mp->type == MSGPACK_OBJECT_ARRAY;
+}
+
+static size_t wv_len(const struct wval *v)
+{
+    return v->js ? json_array_size(v->js) : v->mp->via.array.size;
+}
+
+static struct wval wv_elem(const struct wval *v, size_t i)
+{
+    struct wval e = {NULL, NULL};
+    if (v->js) e.js = json_array_get(v->js, i);
+    else e.mp = &v->mp->via.array.ptr[i];
+    return e;
+}
+
+static const char *wv_type(const struct wval *v)
+{
+    return v->js ? js_type(v->js) : mp_type(v->mp);
+}
+
+/* 1 with *out set when v is a string, else 0. */
+static int wv_string(const struct wval *v, struct sview *out)
+{
+    if (v->js ? !json_is_string(v->js) : v->mp->type != MSGPACK_OBJECT_STR) return 0;
+    if (v->js) *out = (struct sview){json_string_value(v->js), json_string_length(v->js)};
+    else *out = (struct sview){v->mp->via.str.ptr, v->mp->via.str.size};
+    return 1;
+}
+
+/* The id of element e, 0..INT32_MAX; -1 for anything else. */
+static int64_t wv_id(const struct wval *e)
+{
+    if (e->js) {
+        if (!json_is_integer(e->js)) return -1;
+        json_int_t v = json_integer_value(e->js);
+        return v < 0 || v > INT32_MAX ? -1 : (int64_t)v;
+    }
+    if (e->mp->type != MSGPACK_OBJECT_POSITIVE_INTEGER || e->mp->via.u64 > INT32_MAX) return -1;
+    return (int64_t)e->mp->via.u64;
+}
+
 /* A text field's rows: a string is one row, an array of strings one row
  * each. *v (the caller frees) gets views into the parse. */
-static int text_rows_js(struct codec_request *j, const char *field, const json_t *t,
-                        const struct codec_limits *lim, struct sview **v, size_t *n)
+static int text_rows(struct codec_request *j, const char *field, const struct wval *t,
+                     const struct codec_limits *lim, struct sview **v, size_t *n)
 {
-    int one = json_is_string(t);
-    if (!one && !json_is_array(t))
+    struct sview one;
+    int is_one = wv_string(t, &one);
+    if (!is_one && !wv_is_array(t))
         return fail(j, PROTO_ERR_INVALID_INPUT,
                     "field %s: must be a string or an array of strings, got %s", field,
-                    js_type(t));
-    *n = one ? 1 : json_array_size(t);
+                    wv_type(t));
+    *n = is_one ? 1 : wv_len(t);
     if (*n == 0) return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: empty array", field);
     if (*n > lim->max_rows)
         return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: %zu rows, more than max_job_rows %zu",
                     field, *n, lim->max_rows);
     if (!(*v = malloc(*n * sizeof(**v))))
         return fail(j, PROTO_ERR_INFERENCE_FAILED, "out of memory");
+    if (is_one) {
+        (*v)[0] = one;
+        return 0;
+    }
     for (size_t i = 0; i < *n; i++) {
-        const json_t *e = one ? t : json_array_get(t, i);
-        if (!json_is_string(e))
+        struct wval e = wv_elem(t, i);
+        if (!wv_string(&e, &(*v)[i]))
             return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: row %zu is %s, not a string",
-                        field, i, js_type(e));
-        (*v)[i] = (struct sview){json_string_value(e), json_string_length(e)};
+                        field, i, wv_type(&e));
     }
     return 0;
 }
 
-static int text_rows_mp(struct codec_request *j, const char *field, const msgpack_object *t,
-                        const struct codec_limits *lim, struct sview **v, size_t *n)
-{
-    int one = t->type == MSGPACK_OBJECT_STR;
-    if (!one && t->type != MSGPACK_OBJECT_ARRAY)
-        return fail(j, PROTO_ERR_INVALID_INPUT,
-                    "field %s: must be a string or an array of strings, got %s", field,
-                    mp_type(t));
-    *n = one ? 1 : t->via.array.size;
-    if (*n == 0) return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: empty array", field);
-    if (*n > lim->max_rows)
-        return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: %zu rows, more than max_job_rows %zu",
-                    field, *n, lim->max_rows);
-    if (!(*v = malloc(*n * sizeof(**v))))
-        return fail(j, PROTO_ERR_INFERENCE_FAILED, "out of memory");
-    for (size_t i = 0; i < *n; i++) {
-        const msgpack_object *e = one ? t : &t->via.array.ptr[i];
-        if (e->type != MSGPACK_OBJECT_STR)
-            return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: row %zu is %s, not a string",
-                        field, i, mp_type(e));
-        (*v)[i] = (struct sview){e->via.str.ptr, e->via.str.size};
-    }
-    return 0;
-}
-
-/* text and text_pair (same number of rows) into the request. */
-static int take_text(struct codec_request *j, const json_t *jt, const json_t *jp,
-                     const msgpack_object *mt, const msgpack_object *mp,
+/* text and text_pair (same number of rows; pair may be NULL) into the
+ * request. */
+static int take_text(struct codec_request *j, const struct wval *text, const struct wval *pair,
                      const struct codec_limits *lim)
 {
     struct sview *tv = NULL, *pv = NULL;
     size_t nt = 0, np = 0;
-    int rc = jt ? text_rows_js(j, "text", jt, lim, &tv, &nt)
-                : text_rows_mp(j, "text", mt, lim, &tv, &nt);
-    if (rc == 0 && (jp || mp))
-        rc = jp ? text_rows_js(j, "text_pair", jp, lim, &pv, &np)
-                : text_rows_mp(j, "text_pair", mp, lim, &pv, &np);
+    int rc = text_rows(j, "text", text, lim, &tv, &nt);
+    if (rc == 0 && pair) rc = text_rows(j, "text_pair", pair, lim, &pv, &np);
     if (rc == 0 && pv && np != nt)
         rc = fail(j, PROTO_ERR_INVALID_INPUT,
                   "field text_pair: %zu rows, but text has %zu (one pair per row)", np, nt);
@@ -731,72 +759,30 @@ static int take_text(struct codec_request *j, const json_t *jt, const json_t *jp
     return rc;
 }
 
-/* Token rows as either encoding holds them, walked by index: the field is
- * an array of ids (one row) or an array of arrays of ids. */
-struct tok_src {
-    const json_t *js;
-    const msgpack_object *mp;
-};
-
-static size_t tok_len(const struct tok_src *t)
-{
-    return t->js ? json_array_size(t->js) : t->mp->via.array.size;
-}
-
-static int tok_is_array(const struct tok_src *t)
-{
-    return t->js ? json_is_array(t->js) : t->mp->type == MSGPACK_OBJECT_ARRAY;
-}
-
-static struct tok_src tok_elem(const struct tok_src *t, size_t i)
-{
-    struct tok_src e = {NULL, NULL};
-    if (t->js) e.js = json_array_get(t->js, i);
-    else e.mp = &t->mp->via.array.ptr[i];
-    return e;
-}
-
-static const char *tok_type(const struct tok_src *t)
-{
-    return t->js ? js_type(t->js) : mp_type(t->mp);
-}
-
-/* The id of element e, 0..INT32_MAX; -1 for anything else. */
-static int64_t tok_id(const struct tok_src *e)
-{
-    if (e->js) {
-        if (!json_is_integer(e->js)) return -1;
-        json_int_t v = json_integer_value(e->js);
-        return v < 0 || v > INT32_MAX ? -1 : (int64_t)v;
-    }
-    if (e->mp->type != MSGPACK_OBJECT_POSITIVE_INTEGER || e->mp->via.u64 > INT32_MAX) return -1;
-    return (int64_t)e->mp->via.u64;
-}
-
 /* Reads one token field into ids and offsets; shape_off (when not NULL)
  * is tokens' offsets, which this field's rows must match one for one. */
-static int tok_read(struct codec_request *j, const char *field, const struct tok_src *t,
+static int tok_read(struct codec_request *j, const char *field, const struct wval *t,
                     const struct codec_limits *lim, int32_t **ids, size_t **off,
                     size_t *rows_out, const size_t *shape_off, size_t shape_rows)
 {
-    if (!tok_is_array(t))
+    if (!wv_is_array(t))
         return fail(j, PROTO_ERR_INVALID_INPUT,
                     "field %s: must be an array of ids or of arrays of ids, got %s", field,
-                    tok_type(t));
-    size_t n = tok_len(t);
+                    wv_type(t));
+    size_t n = wv_len(t);
     if (n == 0) return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: empty array", field);
-    struct tok_src first = tok_elem(t, 0);
-    int nested = tok_is_array(&first);
+    struct wval first = wv_elem(t, 0);
+    int nested = wv_is_array(&first);
     size_t rows = nested ? n : 1, total = 0;
     if (rows > lim->max_rows)
         return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: %zu rows, more than max_job_rows %zu",
                     field, rows, lim->max_rows);
     for (size_t r = 0; r < rows; r++) {
-        struct tok_src row = nested ? tok_elem(t, r) : *t;
-        if (!tok_is_array(&row))
+        struct wval row = nested ? wv_elem(t, r) : *t;
+        if (!wv_is_array(&row))
             return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: row %zu is %s, not an array",
-                        field, r, tok_type(&row));
-        size_t len = tok_len(&row);
+                        field, r, wv_type(&row));
+        size_t len = wv_len(&row);
         if (len == 0) return fail(j, PROTO_ERR_INVALID_INPUT, "field %s: row %zu is empty", field, r);
         total += len;
         if (total > lim->max_tokens)
@@ -811,16 +797,16 @@ static int tok_read(struct codec_request *j, const char *field, const struct tok
         return fail(j, PROTO_ERR_INFERENCE_FAILED, "out of memory for %zu ids", total);
     size_t at = 0;
     for (size_t r = 0; r < rows; r++) {
-        struct tok_src row = nested ? tok_elem(t, r) : *t;
-        size_t len = tok_len(&row);
+        struct wval row = nested ? wv_elem(t, r) : *t;
+        size_t len = wv_len(&row);
         if (shape_off && len != shape_off[r + 1] - shape_off[r])
             return fail(j, PROTO_ERR_INVALID_INPUT,
                         "field %s: row %zu has %zu ids, tokens' row has %zu", field, r, len,
                         shape_off[r + 1] - shape_off[r]);
         (*off)[r] = at;
         for (size_t i = 0; i < len; i++) {
-            struct tok_src e = tok_elem(&row, i);
-            int64_t id = tok_id(&e);
+            struct wval e = wv_elem(&row, i);
+            int64_t id = wv_id(&e);
             if (id < 0)
                 return fail(j, PROTO_ERR_INVALID_INPUT,
                             "field %s: row %zu element %zu is not an id (an integer 0..%d)",
@@ -834,8 +820,8 @@ static int tok_read(struct codec_request *j, const char *field, const struct tok
 }
 
 /* tokens and type_ids (same shape) into the request. */
-static int take_tokens(struct codec_request *j, const struct tok_src *tok,
-                       const struct tok_src *types, const struct codec_limits *lim)
+static int take_tokens(struct codec_request *j, const struct wval *tok,
+                       const struct wval *types, const struct codec_limits *lim)
 {
     size_t rows = 0;
     if (tok_read(j, "tokens", tok, lim, &j->tokens, &j->token_off, &rows, NULL, 0) < 0)
@@ -877,9 +863,12 @@ static int take_rows(struct codec_request *j, const struct fields *f,
         return fail(j, PROTO_ERR_INVALID_INPUT, "field text_pair: only with text");
     if ((f->mp_types || f->js_types) && !has_tok)
         return fail(j, PROTO_ERR_INVALID_INPUT, "field type_ids: only with tokens");
-    if (has_text) return take_text(j, f->js_text, f->js_pair, f->mp_text, f->mp_pair, lim) < 0 ? -1 : 1;
+    if (has_text) {
+        struct wval text = {f->js_text, f->mp_text}, pair = {f->js_pair, f->mp_pair};
+        return take_text(j, &text, pair.js || pair.mp ? &pair : NULL, lim) < 0 ? -1 : 1;
+    }
     if (has_tok) {
-        struct tok_src tok = {f->js_tokens, f->mp_tokens}, ty = {f->js_types, f->mp_types};
+        struct wval tok = {f->js_tokens, f->mp_tokens}, ty = {f->js_types, f->mp_types};
         return take_tokens(j, &tok, ty.js || ty.mp ? &ty : NULL, lim) < 0 ? -1 : 1;
     }
     return 0;

@@ -125,20 +125,6 @@ static void model_seterr(char *errstr, size_t errstr_size, const char *fmt, ...)
     va_end(ap);
 }
 
-/* "[16,32]" for error messages. */
-static void model_shape_str(const struct st_tensor *t, char *buf, size_t n)
-{
-    size_t off = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; i < t->ndim && off < n; i++) {
-        int w = snprintf(buf + off, n - off, "%s%llu", i ? "," : "[",
-                         (unsigned long long)t->shape[i]);
-        if (w < 0) return;
-        off += (size_t)w;
-    }
-    if (off < n) snprintf(buf + off, n - off, "%s", t->ndim ? "]" : "[]");
-}
-
 /* Context for one layer's checks, so every message starts the same way:
  * "model NAME: layer I (OP): ...". */
 struct model_ctx {
@@ -182,7 +168,7 @@ static int model_check_vec(const struct model_ctx *c, const struct st_tensor *t,
         return 0;
     }
     char got[160];
-    model_shape_str(t, got, sizeof(got));
+    st_tensor_shape_str(t, got, sizeof(got));
     if (*w) LAYER_ERR(c, "tensor %s has shape %s, expected [%zu]", t->name, got, *w);
     else LAYER_ERR(c, "tensor %s has shape %s, expected [w] with 0 < w <= %d", t->name,
                    got, INT_MAX);
@@ -214,7 +200,7 @@ static int model_load_dense(const struct model_ctx *c, struct backend_layer *L,
              (*w == 0 || tw->shape[1] == *w);
     if (!ok) {
         char got[160];
-        model_shape_str(tw, got, sizeof(got));
+        st_tensor_shape_str(tw, got, sizeof(got));
         if (*w) LAYER_ERR(c, "tensor %s has shape %s, expected [*,%zu]", tw->name, got, *w);
         else LAYER_ERR(c, "tensor %s has shape %s, expected [out,in] with 0 < out,in <= %d",
                        tw->name, got, INT_MAX);
@@ -767,63 +753,4 @@ void model_cuda_describe(char *buf, size_t n)
                  devices == 1 ? "" : "s", what);
     else
         snprintf(buf, n, "cuda: built in; 0 usable devices (%s)", what);
-}
-
-/* splitmix64: a tiny, well-mixed generator so the demo weights depend only
- * on the seed, not on libc's rand. */
-static uint64_t model_rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [-bound, bound). */
-static float model_rng_uniform(uint64_t *s, float bound)
-{
-    double u = (double)(model_rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
-    return (float)((2.0 * u - 1.0) * bound);
-}
-
-/* Generates weights in memory and writes them with st_write, so the demo
- * file is a real safetensors file the normal load path reads. */
-int model_write_demo(const char *path, size_t in, size_t hidden, size_t out,
-                     uint64_t seed, char *errstr, size_t errstr_size)
-{
-    if (in == 0 || hidden == 0 || out == 0 || in > INT_MAX || hidden > INT_MAX ||
-        out > INT_MAX || hidden > SIZE_MAX / sizeof(float) / (in > out ? in : out)) {
-        model_seterr(errstr, errstr_size, "model demo: bad sizes in=%zu hidden=%zu out=%zu",
-                     in, hidden, out);
-        return -1;
-    }
-    int rc = -1;
-    float *w0 = malloc(hidden * in * sizeof(float));
-    float *b0 = malloc(hidden * sizeof(float));
-    float *w2 = malloc(out * hidden * sizeof(float));
-    float *b2 = malloc(out * sizeof(float));
-    if (!w0 || !b0 || !w2 || !b2) {
-        model_seterr(errstr, errstr_size, "model demo: out of memory");
-        goto fail;
-    }
-    uint64_t s = seed;
-    float bound0 = 1.0f / sqrtf((float)in), bound2 = 1.0f / sqrtf((float)hidden);
-    for (size_t i = 0; i < hidden * in; i++) w0[i] = model_rng_uniform(&s, bound0);
-    for (size_t i = 0; i < hidden; i++) b0[i] = model_rng_uniform(&s, bound0);
-    for (size_t i = 0; i < out * hidden; i++) w2[i] = model_rng_uniform(&s, bound2);
-    for (size_t i = 0; i < out; i++) b2[i] = model_rng_uniform(&s, bound2);
-    uint64_t sw0[2] = {hidden, in}, sb0[1] = {hidden}, sw2[2] = {out, hidden}, sb2[1] = {out};
-    struct st_write_tensor t[4] = {
-        {"0.weight", ST_F32, 2, sw0, w0},
-        {"0.bias", ST_F32, 1, sb0, b0},
-        {"2.weight", ST_F32, 2, sw2, w2},
-        {"2.bias", ST_F32, 1, sb2, b2},
-    };
-    rc = st_write(path, t, 4, errstr, errstr_size);
-fail:
-    free(w0);
-    free(b0);
-    free(w2);
-    free(b2);
-    return rc;
 }

@@ -81,6 +81,11 @@ static void st_shape_str(const uint64_t *shape, size_t ndim, char *buf, size_t n
     if (off < n) snprintf(buf + off, n - off, "]");
 }
 
+void st_tensor_shape_str(const struct st_tensor *t, char *buf, size_t n)
+{
+    st_shape_str(t->shape, t->ndim, buf, n);
+}
+
 /* Table lookups: bounds-checked so a corrupt enum value gives "?"/0,
  * never an out-of-bounds read. */
 const char *st_dtype_name(enum st_dtype dt)

@@ -81,6 +81,10 @@ const struct st_tensor *st_find(const struct st_file *f, const char *name);
 /* The value of "__metadata__"[key], borrowed from f, or NULL. */
 const char *st_metadata(const struct st_file *f, const char *key);
 
+/* t's shape as "[384,385]" into buf (n bytes), for messages; cut short
+ * quietly when it does not fit. */
+void st_tensor_shape_str(const struct st_tensor *t, char *buf, size_t n);
+
 /* "F32", "BF16", ...; "?" for an out-of-range value. */
 const char *st_dtype_name(enum st_dtype dt);
 /* Parses a dtype name into *out; returns 0, or -1 if it is not one. */

@@ -440,15 +440,22 @@ static void append_set(redisContext *rc, const struct kcfg *c, const char *ttl,
 
 /* ---- produce --------------------------------------------------------------- */
 
-/* The default model on the CPU runtime (what the tools read of it: its
- * width, or an encoder's tokenizer). Returns it with *rt set, or NULL
- * with the reason printed. */
-static struct model *default_model(const struct kcfg *c, struct model_runtime **rt)
+/* The default model, on the configured runtime with `threads` OpenBLAS
+ * threads, or (cpu set) on the CPU with the defaults: what the load tools
+ * read of it (its width, an encoder's tokenizer). Returns it with *rt
+ * set, or NULL with the reason printed. */
+static struct model *load_default_model(const struct kcfg *c, int cpu, int threads,
+                                        struct model_runtime **rt)
 {
     char err[512];
     struct model_runtime_conf rconf;
-    model_runtime_conf_defaults(&rconf);
-    rconf.backend = "cpu";
+    if (cpu) {
+        model_runtime_conf_defaults(&rconf);
+        rconf.backend = "cpu";
+    } else {
+        cfg_model_runtime(c, &rconf);
+        rconf.cpu_threads = threads;
+    }
     *rt = model_runtime_new(&rconf, err, sizeof(err));
     struct model *m =
         *rt ? model_load(*rt, &c->models[cfg_model_index(c, c->default_model)], err, sizeof(err))
@@ -467,7 +474,7 @@ static size_t job_width(const struct kcfg *c, const struct bench_opts *o)
 {
     if (o->width) return o->width;
     struct model_runtime *rt;
-    struct model *m = default_model(c, &rt);
+    struct model *m = load_default_model(c, 1, 0, &rt);
     size_t w = m ? model_input_width(m) : 0;
     model_destroy(m);
     model_runtime_destroy(rt);
@@ -510,7 +517,7 @@ static int cmd_produce(const struct kcfg *c, const struct bench_opts *o)
     struct jobgen g = {0};
     struct textgen tg = {0};
     struct model_runtime *mrt = NULL;
-    struct model *dm = o->width ? NULL : default_model(c, &mrt);
+    struct model *dm = o->width ? NULL : load_default_model(c, 1, 0, &mrt);
     const struct model_encoder_info *enc = dm ? model_encoder(dm) : NULL;
     size_t width = o->width ? o->width : dm ? model_input_width(dm) : 0;
     int ok = enc ? textgen_init(&tg, enc) == 0 && jobgen_init(&g, o->run, 1, 1) == 0
@@ -1353,19 +1360,9 @@ static int cmd_gemm(const struct kcfg *c, const struct bench_opts *o)
         fprintf(stderr, "kinfer bench gemm: --batch wants sizes like 1,32,128\n");
         return 1;
     }
-    char err[512];
-    struct model_runtime_conf rconf;
-    cfg_model_runtime(c, &rconf);
-    rconf.cpu_threads = o->threads;
-    struct model_runtime *rt = model_runtime_new(&rconf, err, sizeof(err));
-    struct model *m =
-        rt ? model_load(rt, &c->models[cfg_model_index(c, c->default_model)], err, sizeof(err))
-           : NULL;
-    if (!m) {
-        fprintf(stderr, "kinfer bench: %s\n", err);
-        model_runtime_destroy(rt);
-        return 1;
-    }
+    struct model_runtime *rt;
+    struct model *m = load_default_model(c, 0, o->threads, &rt);
+    if (!m) return 1;
     int rc = 0;
     size_t par = o->parallel;
     struct gemm_run *runs = calloc(par, sizeof(*runs));
@@ -1513,17 +1510,11 @@ static void *enc_thread(void *arg)
 static int cmd_encode(const struct kcfg *c, const struct bench_opts *o)
 {
     char err[512];
-    struct model_runtime_conf rconf;
-    cfg_model_runtime(c, &rconf);
-    rconf.cpu_threads = o->threads;
-    struct model_runtime *rt = model_runtime_new(&rconf, err, sizeof(err));
-    struct model *m =
-        rt ? model_load(rt, &c->models[cfg_model_index(c, c->default_model)], err, sizeof(err))
-           : NULL;
+    struct model_runtime *rt;
+    struct model *m = load_default_model(c, 0, o->threads, &rt);
     const struct model_encoder_info *e = m ? model_encoder(m) : NULL;
     if (!e) {
-        fprintf(stderr, "kinfer bench encode: %s\n",
-                m ? "the default model is not an encoder" : err);
+        if (m) fprintf(stderr, "kinfer bench encode: the default model is not an encoder\n");
         model_destroy(m);
         model_runtime_destroy(rt);
         return 1;

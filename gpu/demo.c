@@ -1,0 +1,302 @@
+/* demo.c - the demo models of gpu/model.h: model_write_demo (a 2-layer
+ * MLP as a safetensors file) and model_write_demo_bert (a small BERT
+ * folder as Hugging Face and sentence-transformers lay it out). Both are
+ * written with st_write, so the normal load paths read them, and both
+ * draw their weights from one seeded generator: the same seed, the same
+ * bytes.
+ *
+ * Threads: any; nothing is shared. */
+#include "model.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "safetensors.h"
+
+/* ---- the generator --------------------------------------------------------- */
+
+/* splitmix64: a tiny, well-mixed generator so the demo weights depend only
+ * on the seed, not on libc's rand. */
+static uint64_t demo_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-bound, bound). */
+static float demo_uniform(uint64_t *s, float bound)
+{
+    double u = (double)(demo_next(s) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)((2.0 * u - 1.0) * bound);
+}
+
+/* Generates weights in memory and writes them with st_write, so the demo
+ * file is a real safetensors file the normal load path reads. */
+int model_write_demo(const char *path, size_t in, size_t hidden, size_t out,
+                     uint64_t seed, char *errstr, size_t errstr_size)
+{
+    if (in == 0 || hidden == 0 || out == 0 || in > INT_MAX || hidden > INT_MAX ||
+        out > INT_MAX || hidden > SIZE_MAX / sizeof(float) / (in > out ? in : out)) {
+        snprintf(errstr, errstr_size, "model demo: bad sizes in=%zu hidden=%zu out=%zu", in,
+                 hidden, out);
+        return -1;
+    }
+    int rc = -1;
+    float *w0 = malloc(hidden * in * sizeof(float));
+    float *b0 = malloc(hidden * sizeof(float));
+    float *w2 = malloc(out * hidden * sizeof(float));
+    float *b2 = malloc(out * sizeof(float));
+    if (!w0 || !b0 || !w2 || !b2) {
+        snprintf(errstr, errstr_size, "model demo: out of memory");
+        goto fail;
+    }
+    uint64_t s = seed;
+    float bound0 = 1.0f / sqrtf((float)in), bound2 = 1.0f / sqrtf((float)hidden);
+    for (size_t i = 0; i < hidden * in; i++) w0[i] = demo_uniform(&s, bound0);
+    for (size_t i = 0; i < hidden; i++) b0[i] = demo_uniform(&s, bound0);
+    for (size_t i = 0; i < out * hidden; i++) w2[i] = demo_uniform(&s, bound2);
+    for (size_t i = 0; i < out; i++) b2[i] = demo_uniform(&s, bound2);
+    uint64_t sw0[2] = {hidden, in}, sb0[1] = {hidden}, sw2[2] = {out, hidden}, sb2[1] = {out};
+    struct st_write_tensor t[4] = {
+        {"0.weight", ST_F32, 2, sw0, w0},
+        {"0.bias", ST_F32, 1, sb0, b0},
+        {"2.weight", ST_F32, 2, sw2, w2},
+        {"2.bias", ST_F32, 1, sb2, b2},
+    };
+    rc = st_write(path, t, 4, errstr, errstr_size);
+fail:
+    free(w0);
+    free(b0);
+    free(w2);
+    free(b2);
+    return rc;
+}
+
+/* ---- the BERT folder ------------------------------------------------------ */
+
+/* dir/name into buf; 0, or -1 when it does not fit. */
+static int path_in(char *buf, size_t cap, const char *dir, const char *name)
+{
+    int n = snprintf(buf, cap, "%s/%s", dir, name);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+/* The demo vocabulary: specials, letters, digits, punctuation, a few
+ * hundred common English words and ## pieces. */
+static const char *const demo_words[] = {
+    "the", "a", "an", "of", "to", "and", "in", "is", "it", "that", "for", "on", "with", "as",
+    "was", "he", "she", "they", "we", "you", "i", "this", "be", "at", "by", "not", "are", "or",
+    "have", "from", "but", "what", "all", "were", "when", "there", "can", "more", "if", "no",
+    "out", "so", "up", "said", "about", "one", "two", "three", "new", "time", "good", "bad",
+    "great", "love", "like", "hate", "movie", "film", "book", "story", "food", "service",
+    "price", "product", "quality", "fast", "slow", "happy", "sad", "kafka", "redis", "gpu",
+    "worker", "job", "result", "model", "text", "search", "query", "document", "page", "user",
+    "day", "night", "world", "city", "car", "house", "water", "work", "play", "read", "write",
+    "run", "walk", "see", "look", "find", "make", "take", "give", "get", "go", "come", "know",
+    "think", "say", "very", "really", "not", "never", "always", "best", "worst", "ok", "fine",
+    "##s", "##ed", "##ing", "##ly", "##er", "##est", "##ness", "##ful", "##less", "##able",
+    "##tion", "##ment", "##al", "##ic", "##y", "##e", "##a", "##o", "##i", "##n", "##t", "##r",
+};
+
+static int write_text(const char *path, const char *text, char *errstr, size_t errstr_size)
+{
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        snprintf(errstr, errstr_size, "%s: %s", path, strerror(errno));
+        if (f) fclose(f);
+        return -1;
+    }
+    return 0;
+}
+
+int model_write_demo_bert(const char *dir, size_t layers, size_t hidden, size_t heads,
+                    size_t intermediate, size_t n_labels, uint64_t seed, char *errstr,
+                    size_t errstr_size)
+{
+    if (!layers || !hidden || !heads || hidden % heads || !intermediate || layers > 64 ||
+        hidden > 4096 || intermediate > 16384 || n_labels > 64) {
+        snprintf(errstr, errstr_size, "bert demo: bad sizes (layers %zu, hidden %zu, heads %zu, "
+                 "intermediate %zu, labels %zu)", layers, hidden, heads, intermediate, n_labels);
+        return -1;
+    }
+    char path[4200];
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        snprintf(errstr, errstr_size, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    /* vocab.txt: specials, then letters, digits, punctuation, words. */
+    size_t cap = 1 << 16, len = 0, vocab = 0;
+    char *v = malloc(cap);
+    if (!v) goto oom;
+#define ADD(tok)                                                                         \
+    do {                                                                                 \
+        len += (size_t)snprintf(v + len, cap - len, "%s\n", (tok));                      \
+        vocab++;                                                                         \
+    } while (0)
+    static const char *const specials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+    for (size_t i = 0; i < 5; i++) ADD(specials[i]);
+    char one[8];
+    for (int c = 33; c < 127; c++) {
+        if (c >= 'A' && c <= 'Z') continue; /* uncased */
+        snprintf(one, sizeof(one), "%c", c);
+        ADD(one);
+    }
+    for (char c = 'a'; c <= 'z'; c++) {
+        snprintf(one, sizeof(one), "##%c", c);
+        ADD(one);
+    }
+    for (size_t i = 0; i < sizeof(demo_words) / sizeof(demo_words[0]); i++) {
+        /* A word listed twice would make the vocabulary invalid. */
+        int dup = 0;
+        for (size_t k = 0; k < i; k++) dup |= !strcmp(demo_words[k], demo_words[i]);
+        if (!dup && strlen(demo_words[i]) > 1 && strncmp(demo_words[i], "##", 2) != 0) ADD(demo_words[i]);
+        else if (!dup && !strncmp(demo_words[i], "##", 2) && strlen(demo_words[i]) > 3) ADD(demo_words[i]);
+    }
+#undef ADD
+    if (path_in(path, sizeof(path), dir, "vocab.txt") < 0 ||
+        write_text(path, v, errstr, errstr_size) < 0)
+        goto fail;
+
+    char buf[2048];
+    int n = snprintf(buf, sizeof(buf),
+                     "{\n  \"model_type\": \"bert\",\n  \"architectures\": [\"%s\"],\n"
+                     "  \"vocab_size\": %zu,\n  \"hidden_size\": %zu,\n  \"num_hidden_layers\": %zu,\n"
+                     "  \"num_attention_heads\": %zu,\n  \"intermediate_size\": %zu,\n"
+                     "  \"hidden_act\": \"gelu\",\n  \"max_position_embeddings\": 128,\n"
+                     "  \"type_vocab_size\": 2,\n  \"layer_norm_eps\": 1e-12,\n"
+                     "  \"position_embedding_type\": \"absolute\"",
+                     n_labels ? "BertForSequenceClassification" : "BertModel", vocab, hidden,
+                     layers, heads, intermediate);
+    if (n_labels) {
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, ",\n  \"id2label\": {");
+        for (size_t i = 0; i < n_labels; i++)
+            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%zu\": \"label_%zu\"", i ? ", " : "",
+                          i, i);
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "}");
+    }
+    snprintf(buf + n, sizeof(buf) - (size_t)n, "\n}\n");
+    if (path_in(path, sizeof(path), dir, "config.json") < 0 ||
+        write_text(path, buf, errstr, errstr_size) < 0 ||
+        path_in(path, sizeof(path), dir, "tokenizer_config.json") < 0 ||
+        write_text(path, "{\"do_lower_case\": true, \"model_max_length\": 128}\n", errstr,
+                   errstr_size) < 0)
+        goto fail;
+    if (!n_labels) {
+        char sub[4200];
+        if (path_in(path, sizeof(path), dir, "modules.json") < 0 ||
+            write_text(path,
+                       "[{\"idx\": 0, \"name\": \"0\", \"path\": \"\", \"type\": "
+                       "\"sentence_transformers.models.Transformer\"},\n"
+                       " {\"idx\": 1, \"name\": \"1\", \"path\": \"1_Pooling\", \"type\": "
+                       "\"sentence_transformers.models.Pooling\"},\n"
+                       " {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", \"type\": "
+                       "\"sentence_transformers.models.Normalize\"}]\n",
+                       errstr, errstr_size) < 0)
+            goto fail;
+        if (path_in(sub, sizeof(sub), dir, "1_Pooling") < 0 || (mkdir(sub, 0755) && errno != EEXIST) ||
+            path_in(path, sizeof(path), sub, "config.json") < 0) {
+            snprintf(errstr, errstr_size, "%s/1_Pooling: %s", dir, strerror(errno));
+            goto fail;
+        }
+        snprintf(buf, sizeof(buf), "{\"word_embedding_dimension\": %zu, \"pooling_mode_cls_token\": "
+                 "false, \"pooling_mode_mean_tokens\": true, \"pooling_mode_max_tokens\": false}\n",
+                 hidden);
+        if (write_text(path, buf, errstr, errstr_size) < 0) goto fail;
+        if (path_in(sub, sizeof(sub), dir, "2_Normalize") < 0 || (mkdir(sub, 0755) && errno != EEXIST)) {
+            snprintf(errstr, errstr_size, "%s/2_Normalize: %s", dir, strerror(errno));
+            goto fail;
+        }
+    }
+
+    /* The weights, as PyTorch initializes BERT: normal-ish (here uniform
+     * with the same spread, 0.02) for matrices and embeddings, ones and
+     * zeros for LayerNorm, zeros for biases made small instead so they
+     * matter in tests. */
+    enum { MAXT = 8 + 16 * 64 + 4 };
+    struct st_write_tensor *t = calloc(MAXT, sizeof(*t));
+    uint64_t (*shapes)[2] = calloc(MAXT, sizeof(*shapes));
+    char (*names)[96] = calloc(MAXT, sizeof(*names));
+    float **data = calloc(MAXT, sizeof(float *));
+    size_t nt = 0;
+    uint64_t s = seed;
+    int rc = -1;
+    if (!t || !shapes || !names || !data) goto oom2;
+#define TENSOR(nm, d0, d1, kind)                                                         \
+    do {                                                                                 \
+        snprintf(names[nt], sizeof(names[nt]), "%s", (nm));                              \
+        size_t cnt = (size_t)(d0) * ((d1) ? (size_t)(d1) : 1);                           \
+        if (!(data[nt] = malloc(cnt * sizeof(float)))) goto oom2;                        \
+        for (size_t q = 0; q < cnt; q++)                                                 \
+            data[nt][q] = (kind) == 0   ? demo_uniform(&s, 0.0346f)                        \
+                          : (kind) == 1 ? 1.0f + demo_uniform(&s, 0.1f)                    \
+                                        : demo_uniform(&s, 0.05f);                         \
+        shapes[nt][0] = (d0);                                                            \
+        shapes[nt][1] = (d1);                                                            \
+        t[nt] = (struct st_write_tensor){names[nt], ST_F32, (d1) ? 2 : 1, shapes[nt], data[nt]}; \
+        nt++;                                                                            \
+    } while (0)
+    char nm[96];
+    TENSOR("embeddings.word_embeddings.weight", vocab, hidden, 0);
+    TENSOR("embeddings.position_embeddings.weight", 128, hidden, 0);
+    TENSOR("embeddings.token_type_embeddings.weight", 2, hidden, 0);
+    TENSOR("embeddings.LayerNorm.weight", hidden, 0, 1);
+    TENSOR("embeddings.LayerNorm.bias", hidden, 0, 2);
+    static const char *const lin[] = {"attention.self.query", "attention.self.key",
+                                      "attention.self.value", "attention.output.dense"};
+    for (size_t l = 0; l < layers; l++) {
+        for (int k = 0; k < 4; k++) {
+            snprintf(nm, sizeof(nm), "encoder.layer.%zu.%s.weight", l, lin[k]);
+            TENSOR(nm, hidden, hidden, 0);
+            snprintf(nm, sizeof(nm), "encoder.layer.%zu.%s.bias", l, lin[k]);
+            TENSOR(nm, hidden, 0, 2);
+        }
+        snprintf(nm, sizeof(nm), "encoder.layer.%zu.attention.output.LayerNorm.weight", l);
+        TENSOR(nm, hidden, 0, 1);
+        snprintf(nm, sizeof(nm), "encoder.layer.%zu.attention.output.LayerNorm.bias", l);
+        TENSOR(nm, hidden, 0, 2);
+        snprintf(nm, sizeof(nm), "encoder.layer.%zu.intermediate.dense.weight", l);
+        TENSOR(nm, intermediate, hidden, 0);
+        snprintf(nm, sizeof(nm), "encoder.layer.%zu.intermediate.dense.bias", l);
+        TENSOR(nm, intermediate, 0, 2);
+        snprintf(nm, sizeof(nm), "encoder.layer.%zu.output.dense.weight", l);
+        TENSOR(nm, hidden, intermediate, 0);
+        snprintf(nm, sizeof(nm), "encoder.layer.%zu.output.dense.bias", l);
+        TENSOR(nm, hidden, 0, 2);
+        snprintf(nm, sizeof(nm), "encoder.layer.%zu.output.LayerNorm.weight", l);
+        TENSOR(nm, hidden, 0, 1);
+        snprintf(nm, sizeof(nm), "encoder.layer.%zu.output.LayerNorm.bias", l);
+        TENSOR(nm, hidden, 0, 2);
+    }
+    if (n_labels) {
+        TENSOR("pooler.dense.weight", hidden, hidden, 0);
+        TENSOR("pooler.dense.bias", hidden, 0, 2);
+        TENSOR("classifier.weight", n_labels, hidden, 0);
+        TENSOR("classifier.bias", n_labels, 0, 2);
+    }
+#undef TENSOR
+    if (path_in(path, sizeof(path), dir, "model.safetensors") < 0) goto oom2;
+    rc = st_write(path, t, nt, errstr, errstr_size);
+    goto done;
+oom2:
+    snprintf(errstr, errstr_size, "bert demo: out of memory");
+done:
+    for (size_t i = 0; data && i < nt; i++) free(data[i]);
+    free(data);
+    free(names);
+    free(shapes);
+    free(t);
+    free(v);
+    return rc;
+oom:
+    snprintf(errstr, errstr_size, "bert demo: out of memory");
+fail:
+    free(v);
+    return -1;
+}
