@@ -877,12 +877,18 @@ static int take_rows(struct codec_request *j, const struct fields *f,
         return fail(j, PROTO_ERR_INVALID_INPUT, "field text_pair: only with text");
     if ((f->mp_types || f->js_types) && !has_tok)
         return fail(j, PROTO_ERR_INVALID_INPUT, "field type_ids: only with tokens");
-    if (has_text) return take_text(j, f->js_text, f->js_pair, f->mp_text, f->mp_pair, lim) < 0 ? -1 : 1;
-    if (has_tok) {
+    int rc = 0;
+    if (has_text) {
+        rc = take_text(j, f->js_text, f->js_pair, f->mp_text, f->mp_pair, lim) < 0 ? -1 : 1;
+    } else if (has_tok) {
         struct tok_src tok = {f->js_tokens, f->mp_tokens}, ty = {f->js_types, f->mp_types};
-        return take_tokens(j, &tok, ty.js || ty.mp ? &ty : NULL, lim) < 0 ? -1 : 1;
+        rc = take_tokens(j, &tok, ty.js || ty.mp ? &ty : NULL, lim) < 0 ? -1 : 1;
     }
-    return 0;
+    /* Like input_drop: a failed job keeps no half-copied rows (text
+     * stored before its pair failed, ids before type_ids did, a partly
+     * filled type_ids array) that a reader could take for rows to run. */
+    if (rc < 0) codec_request_fini_rows(j);
+    return rc;
 }
 
 /* deadline_ms and timeout_ms: both optional integers; the earlier of the
