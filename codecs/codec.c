@@ -863,15 +863,19 @@ static int take_rows(struct codec_request *j, const struct fields *f,
         return fail(j, PROTO_ERR_INVALID_INPUT, "field text_pair: only with text");
     if ((f->mp_types || f->js_types) && !has_tok)
         return fail(j, PROTO_ERR_INVALID_INPUT, "field type_ids: only with tokens");
+    int rc = 0;
     if (has_text) {
         struct wval text = {f->js_text, f->mp_text}, pair = {f->js_pair, f->mp_pair};
-        return take_text(j, &text, pair.js || pair.mp ? &pair : NULL, lim) < 0 ? -1 : 1;
-    }
-    if (has_tok) {
+        rc = take_text(j, &text, pair.js || pair.mp ? &pair : NULL, lim) < 0 ? -1 : 1;
+    } else if (has_tok) {
         struct wval tok = {f->js_tokens, f->mp_tokens}, ty = {f->js_types, f->mp_types};
-        return take_tokens(j, &tok, ty.js || ty.mp ? &ty : NULL, lim) < 0 ? -1 : 1;
+        rc = take_tokens(j, &tok, ty.js || ty.mp ? &ty : NULL, lim) < 0 ? -1 : 1;
     }
-    return 0;
+    /* Like input_drop: a failed job keeps no half-copied rows (text
+     * stored before its pair failed, ids before type_ids did, a partly
+     * filled type_ids array) that a reader could take for rows to run. */
+    if (rc < 0) codec_request_fini_rows(j);
+    return rc;
 }
 
 /* deadline_ms and timeout_ms: both optional integers; the earlier of the

@@ -2,9 +2,10 @@
  * untrusted record value: the MessagePack pre-scan, decoding a job (with
  * and without a record key and a content-type header, chosen from the
  * input's own bytes), and encoding the result of whatever decoded, so a
- * job the decoder accepts can always be answered. Built by `make fuzz`
- * with -fsanitize=fuzzer,address,undefined; any crash, leak, sanitizer
- * report or failed encode is a finding. */
+ * job the decoder accepts can always be answered (an encoder's text or
+ * token job with per-token output, or scores and labels, as its last
+ * byte picks). Built by `make fuzz` with -fsanitize=fuzzer,address,undefined;
+ * any crash, leak, sanitizer report or failed encode is a finding. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -17,9 +18,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    /* The worker's own limits: 1 MiB payloads, depth 32. */
+    /* The worker's own limits with its defaults: 1 MiB payloads, depth
+     * 32, 1024 rows a job, 65536 characters a row, max_batch_tokens
+     * (16384) plus 1024 rows of a 512-token model's ids (worker/intake.c).
+     * Left at 0, the rows limits would refuse every text or token job
+     * before its rows were read. */
     static const struct codec_limits lim = {.max_payload_bytes = 1 << 20,
-                                            .max_input_floats = 1 << 16, .max_depth = 32};
+                                            .max_input_floats = 1 << 16, .max_depth = 32,
+                                            .max_rows = 1024, .max_text_chars = 65536,
+                                            .max_tokens = 16384 + 1024 * 512};
     char err[256];
     int flags = size ? data[size - 1] : 0;
     const char *key = (flags & 1) ? "fuzz-key" : NULL;
@@ -33,7 +40,38 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct codec_result r = {.id = req.id, .model = req.model, .enc = req.enc,
                                  .err = req.err, .errmsg = req.errmsg, .meta = req.meta,
                                  .meta_len = req.meta_len, .total_ms = 100, .topic = "fuzz"};
-        if (req.err == PROTO_OK) {
+        size_t rows = req.n_text ? req.n_text : req.n_token_rows;
+        float *out = NULL;
+        size_t *lengths = NULL;
+        const char **labels = NULL;
+        if (req.err == PROTO_OK && rows) {
+            /* An encoder's job: answer it as the worker would, with each
+             * row's length (bytes or ids, capped) as per-token output
+             * (flags bit 3) or a classifier's scores and labels (bit 4). */
+            const size_t *off = req.n_text ? req.text_off : req.token_off;
+            size_t longest = 0;
+            lengths = calloc(rows, sizeof(*lengths));
+            labels = calloc(rows, sizeof(*labels));
+            if (!lengths || !labels) abort();
+            for (size_t i = 0; i < rows; i++) {
+                size_t n = off[i + 1] - off[i];
+                lengths[i] = n > 64 ? 64 : n;
+                if (lengths[i] > longest) longest = lengths[i];
+                labels[i] = i % 2 ? "neg" : "caf\xc3\xa9";
+            }
+            r.out_rows = rows;
+            r.out_width = 2;
+            if (flags & 8) {
+                r.out_tokens = longest ? longest : 1;
+                r.lengths = lengths;
+            }
+            if (flags & 16) r.labels = labels;
+            out = calloc(rows * (r.out_tokens ? r.out_tokens : 1) * 2, sizeof(float));
+            if (!out) abort();
+            r.output = out;
+            r.tokens = off[rows];
+            r.padded_tokens = rows * longest;
+        } else if (req.err == PROTO_OK) {
             r.output = req.input;
             r.out_rows = 1;
             r.out_width = req.n_input;
@@ -42,6 +80,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t len = 0;
         if (codec_encode_result(&r, &body, &len) != 0) abort();
         free(body);
+        free(out);
+        free(lengths);
+        free(labels);
     }
     mpscan_check(data, size, 8, err, sizeof(err));
     codec_request_fini(&req);

@@ -1,8 +1,11 @@
 /* seeds.c - writes the fuzz target's seed corpus into a directory: valid
  * jobs in every encoding the protocol allows (MessagePack bin and number
- * array, JSON; with model, deadline, timeout, priority and meta) and the
+ * array, JSON; with model, deadline, timeout, priority and meta; encoder
+ * jobs with text, text_pair, tokens, type_ids and truncate) and the
  * hostile inputs of docs/reliability.md (huge declared counts, deep nesting,
- * oversize ids, NaN/Inf, truncation, 0xc1). Run by `make fuzz`. */
+ * oversize ids, NaN/Inf, truncation, 0xc1; for encoder jobs, fields that
+ * exclude each other, bad shapes and ids, text that is not UTF-8). Run by
+ * `make fuzz`. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +32,100 @@ static void put_job(const char *dir, const char *name, const struct wire_job *j,
     if (wire_encode_job(j, e, &b, &n) < 0) exit(1);
     put(dir, name, b, n);
     free(b);
+}
+
+/* Writes a job in both encodings, as NAME.mp and NAME.json. */
+static void put_both(const char *dir, const char *name, const struct wire_job *j)
+{
+    char n[256];
+    snprintf(n, sizeof(n), "%s.mp", name);
+    put_job(dir, n, j, PROTO_ENC_MSGPACK);
+    snprintf(n, sizeof(n), "%s.json", name);
+    put_job(dir, n, j, PROTO_ENC_JSON);
+}
+
+/* Encoder jobs (docs/protocol.md v1.1): text as a string and as an array,
+ * with pairs, NUL and every UTF-8 width; token ids flat and nested, with
+ * type ids; truncate both ways. Then hostile ones: fields that exclude
+ * each other, wrong types, shapes that disagree, ids out of range, text
+ * that is not UTF-8, huge declared counts inside text and tokens, deep
+ * nesting where ids belong. */
+static void put_encoder_seeds(const char *dir)
+{
+    const char *one[] = {"Hello, world!"};
+    struct wire_job t = {.id = "seed-text", .timeout_ms = -1, .priority = -1, .text = one,
+                         .n_text = 1};
+    put_both(dir, "text", &t);
+    t.text_as_array = 1;
+    t.truncate = WIRE_TRUNCATE_FALSE;
+    put_both(dir, "text_array1", &t);
+
+    const char *rows[] = {"caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80", "", "a\0b"};
+    const size_t lens[] = {strlen(rows[0]), 0, 3};
+    const char *pairs[] = {"second", "\xc3\xa9", "x"};
+    struct wire_job tp = {.id = "seed-pair", .model = "bert", .timeout_ms = 1000,
+                          .priority = 3, .text = rows, .text_len = lens, .n_text = 3,
+                          .text_pair = pairs, .truncate = WIRE_TRUNCATE_TRUE,
+                          .meta_json = "{\"k\":[1,\"v\"]}"};
+    put_both(dir, "text_pair", &tp);
+
+    const int32_t ids[] = {101, 7592, 2088, 102, 101, 2023, 102, 0, 2147483647};
+    const int32_t types[] = {0, 0, 0, 0, 0, 1, 1, 1, 1};
+    const size_t flat[] = {0, 4};
+    struct wire_job k = {.id = "seed-tok", .timeout_ms = -1, .priority = -1, .tokens = ids,
+                         .token_off = flat, .n_token_rows = 1};
+    put_both(dir, "tokens", &k);
+    const size_t nested[] = {0, 4, 7, 9};
+    k.token_off = nested;
+    k.n_token_rows = 3;
+    k.type_ids = types;
+    k.truncate = WIRE_TRUNCATE_FALSE;
+    put_both(dir, "tokens_nested", &k);
+
+    /* hostile, as JSON text (the fuzzer finds the MessagePack forms from
+     * the valid ones) */
+    static const char *const bad_json[] = {
+        "{\"id\":\"h\",\"input\":[1],\"text\":\"x\",\"tokens\":[1]}",
+        "{\"id\":\"h\",\"text_pair\":\"x\",\"tokens\":[1],\"type_ids\":[0]}",
+        "{\"id\":\"h\",\"text\":[\"a\",\"b\"],\"text_pair\":[\"x\"]}",
+        "{\"id\":\"h\",\"text\":[\"a\",7,null,[\"b\"]]}",
+        "{\"id\":\"h\",\"text\":[],\"truncate\":\"no\"}",
+        "{\"id\":\"h\",\"text\":\"a\\u0000b\",\"model\":\"m\\u0000\"}",
+        "{\"id\":\"h\\u0000\",\"text\":\"\\u0000\"}",
+        "{\"id\":\"h\",\"tokens\":[-1,1.5,4294967296,9223372036854775807]}",
+        "{\"id\":\"h\",\"tokens\":[[1,2],[],3]}",
+        "{\"id\":\"h\",\"tokens\":[[1,2],[3]],\"type_ids\":[[0],[0,1]]}",
+        "{\"id\":\"h\",\"tokens\":[[1,2],[3,4]],\"type_ids\":[0,0,0,0]}",
+        "{\"id\":\"h\",\"tokens\":[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]}",
+    };
+    for (size_t i = 0; i < sizeof(bad_json) / sizeof(bad_json[0]); i++) {
+        char n[64];
+        snprintf(n, sizeof(n), "hostile_enc_%zu.json", i);
+        put(dir, n, bad_json[i], strlen(bad_json[i]));
+    }
+    /* MessagePack only: text that is not UTF-8; a text array and a token
+     * row declaring 2^32-1 elements; type_ids as an array16 chain */
+    static const unsigned char bad_utf8[] = {0x82, 0xa2, 'i', 'd', 0xa1, 'h', 0xa4, 't', 'e',
+                                             'x', 't', 0x92, 0xa2, 0xff, 0xfe, 0xa3, 0xe6,
+                                             0x97, 0x80};
+    put(dir, "hostile_enc_utf8.mp", bad_utf8, sizeof(bad_utf8));
+    static const unsigned char huge_text[] = {0x82, 0xa2, 'i', 'd', 0xa1, 'h', 0xa4, 't',
+                                              'e', 'x', 't', 0xdd, 0xff, 0xff, 0xff, 0xff};
+    put(dir, "hostile_enc_text_count.mp", huge_text, sizeof(huge_text));
+    static const unsigned char huge_row[] = {0x82, 0xa2, 'i', 'd', 0xa1, 'h', 0xa6, 't', 'o',
+                                             'k', 'e', 'n', 's', 0x91, 0xdd, 0xff, 0xff, 0xff,
+                                             0xff, 0x01};
+    put(dir, "hostile_enc_row_count.mp", huge_row, sizeof(huge_row));
+    unsigned char chain[24 + 3 * 32];
+    size_t n = 0;
+    memcpy(chain + n, "\x83\xa2id\xa1h", 6);
+    n += 6;
+    memcpy(chain + n, "\xa6tokens\x91\x01", 9);
+    n += 9;
+    memcpy(chain + n, "\xa8type_ids", 9);
+    n += 9;
+    for (int i = 0; i < 32; i++, n += 3) memcpy(chain + n, "\xdc\xff\xff", 3);
+    put(dir, "hostile_enc_types_chain.mp", chain, n);
 }
 
 int main(int argc, char **argv)
@@ -58,6 +155,8 @@ int main(int argc, char **argv)
     put_job(dir, "mp_nan", &j, PROTO_ENC_MSGPACK);
     in[3] = INFINITY;
     put_job(dir, "mp_inf", &j, PROTO_ENC_MSGPACK);
+
+    put_encoder_seeds(dir);
 
     static const unsigned char map32[] = {0xdf, 0x10, 0x00, 0x00, 0x00};
     put(dir, "hostile_map32", map32, sizeof(map32));
