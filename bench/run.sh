@@ -19,7 +19,10 @@
 #      forward pass alone on the GPU per precision and batch size (rows/s,
 #      TFLOP/s, % of the device's dense peak), and kinfer's saturation on
 #      the GPU for the tiny model and the MLP as ratios to the passthrough
-#      floor, with the device's busy ratio;
+#      floor, with the device's busy ratio; BERT-base- and MiniLM-shaped
+#      encoders at 128 tokens per precision and token budget (and PyTorch
+#      on the same GPU and batches, when its torch has CUDA), and kinfer
+#      end to end on text jobs on the GPU;
 #   6. a text encoder, MiniLM-L6-shaped (6 layers, hidden 384, 12 heads,
 #      random weights), on texts of mixed lengths: its forward pass alone
 #      and PyTorch's (Debian's python3-torch) on the very same batches with
@@ -69,6 +72,9 @@ BENCH_ENC=${BENCH_ENC:-1}          # 0 = skip the encoder rows (section 6)
 N_ENC=${N_ENC:-1500}               # text jobs for kinfer end to end on the encoder
 ENC_SEQS=${ENC_SEQS:-512}          # sequences of the forward-pass-alone runs
 ENC_SECONDS=${ENC_SECONDS:-3}      # at least this long per forward-pass-alone run
+GPU_ENC_TOKENS=${GPU_ENC_TOKENS:-"4096 16384"} # batching.max_batch_tokens of the GPU encoder rows
+GPU_ENC_SEQS=${GPU_ENC_SEQS:-2048} # sequences of the GPU encoder rows
+GPU_PYTHON=${GPU_PYTHON:-python3}  # a Python whose torch has CUDA, for the GPU comparison
 
 started=$(date +%s)
 mkdir -p "$OUT"
@@ -128,7 +134,7 @@ start_broker() {
   [ -n "$BROKERS" ] || die "broker $1 did not start: $(tail -n3 "$work/$1.log")"
 }
 gpu_topics=""
-[ "$GPU" = 1 ] && gpu_topics="gpu-tiny,gpu-mlp,"
+[ "$GPU" = 1 ] && gpu_topics="gpu-tiny,gpu-mlp,gpu-enc,"
 start_broker broker "$PARTITIONS" \
   "floor,$(for r in $(seq "$ROUNDS"); do printf 'pass-%s,tiny-%s,mlp-%s,' "$r" "$r" "$r"; done)${gpu_topics}enc-true,enc-false,results,jobs.dlq"
 brokers=$BROKERS
@@ -449,6 +455,60 @@ if [ "$GPU" = 1 ]; then
     GPU_ROWS+="| **kinfer on the GPU, $m model, saturation** | **$(k "$rate")k jobs/s** | **$(pct "$rate" "$floor")% of passthrough**; device busy $(P=2 calc "$busy / $wall"), worker CPU ${cpu} s in ${wall%.*} s, mean batch rows $(kv mean_batch_rows "$COLL") |"$'\n'
     say "  $(k "$rate")k jobs/s, device busy $(P=2 calc "$busy / $wall")"
   done
+  # Encoders on the GPU: BERT-base- and MiniLM-shaped random models, every
+  # text 128 tokens (the published anchors' length), per precision and
+  # token budget; PyTorch on the same GPU and batches when it has CUDA;
+  # then kinfer end to end on text jobs.
+  if [ "$BENCH_ENC" = 1 ]; then
+    $K model demo --kind bert -o "$work/bertbase" --layers 12 --hidden 768 --heads 12 \
+      --intermediate 3072 --seed 4 >/dev/null
+    torch_gpu=0
+    $GPU_PYTHON -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
+      2>/dev/null && torch_gpu=1
+    for m in bertbase minilm; do
+      write_cfg "genc-$m" enc-true "$m"
+      for p in $GPU_PRECISIONS; do
+        for tok in $GPU_ENC_TOKENS; do
+          say "  encoder $m forward pass alone, $p, $tok tokens per batch"
+          E=$($K bench encode -c "$work/genc-$m.cfg" --set "worker.backend=$BENCH_GPU_BACKEND" \
+                --set "gpu.precision=$p" --set "batching.max_batch_tokens=$tok" \
+                --set "batching.max_batch_rows=$((tok / 128))" --jobs "$GPU_ENC_SEQS" \
+                --length 128 --seconds "$ENC_SECONDS" --dump "$work/genc-$m-$tok.jsonl") \
+            || die "bench encode on the GPU ($m, $p)"
+          echo "$E" >>"$OUT/raw.log"
+          peak=$(peak_tflops "$GPU_DEV" "$p")
+          tf=$(P=1 calc "$(kv gflops "$E") / 1000")
+          GPU_ROWS+="| GPU encoder $m, 128 tokens, $p, $tok tokens/batch | $(kv seqs_per_s "$E") seq/s, $(k "$(kv tokens_per_s "$E")")k tokens/s, $tf TFLOP/s | $( [ "$peak" = - ] && echo "device peak unknown" || echo "$(P=1 calc "100 * $tf / $peak")% of $peak dense") |"$'\n'
+        done
+      done
+      if [ "$torch_gpu" = 1 ]; then
+        tok=${GPU_ENC_TOKENS##* }
+        for dt in float32 float16 bfloat16; do
+          T=$($GPU_PYTHON bench/torch_encoder_bench.py "$work/$m" "$work/genc-$m-$tok.jsonl" 1 \
+                "$ENC_SECONDS" cuda "$dt" 2>"$work/torch-gpu.err") \
+            || die "torch on the GPU: $(tail -n3 "$work/torch-gpu.err")"
+          echo "$T" >>"$OUT/raw.log"
+          GPU_ROWS+="| PyTorch $(kv version "$T") on the GPU, $m, $dt, same batches ($tok tokens) | $(kv seqs_per_s "$T") seq/s, $(k "$(kv tokens_per_s "$T")")k tokens/s | nn.TransformerEncoderLayer, inference mode |"$'\n'
+        done
+      fi
+    done
+    write_cfg gpu-enc gpu-enc minilm
+    mport=$(free_port)
+    say "kinfer on the GPU, encoder minilm, bf16: draining a backlog of $N_ENC text jobs"
+    produce gpu-enc "$work/gpu-enc.cfg" --rate 0 --jobs "$N_ENC"
+    collect_bg gpu-enc "$work/gpu-enc.cfg" --from dbsize --jobs "$N_ENC" --timeout 600
+    t0=$(date +%s.%N)
+    start_worker gpu-enc "$work/gpu-enc.cfg" --set "worker.backend=$BENCH_GPU_BACKEND" \
+      --set gpu.precision=bf16 --set "metrics.listen=127.0.0.1:$mport"
+    collect_wait gpu-enc
+    busy=$(metric kinfer_gpu_busy_seconds_total "$mport")
+    toks=$(metric kinfer_tokens_total "$mport")
+    wall=$(calc "$(date +%s.%N) - $t0")
+    stop_worker gpu-enc
+    rcli flushall
+    rate=$(kv per_s "$COLL")
+    GPU_ROWS+="| **kinfer on the GPU, encoder minilm (mixed lengths), bf16, saturation** | **$rate seq/s, $(k "$(calc "$rate * $toks / $N_ENC")")k tokens/s** | device busy $(P=2 calc "$busy / $wall"), mean batch rows $(kv mean_batch_rows "$COLL") |"$'\n'
+  fi
 fi
 
 # ---- 6. a text encoder ------------------------------------------------------------------------

@@ -67,9 +67,11 @@ def tensor(ts, name):
 class Encoder:
     """A folder's BERT encoder as PyTorch modules, in dtype."""
 
-    def __init__(self, folder, dtype=torch.float64):
+    def __init__(self, folder, dtype=torch.float64, device="cpu"):
+        self.device = device
         cfg = json.load(open(folder + "/config.json"))
-        ts = {k: v.to(dtype) for k, v in read_safetensors(folder + "/model.safetensors").items()}
+        ts = {k: v.to(dtype).to(device)
+              for k, v in read_safetensors(folder + "/model.safetensors").items()}
         self.ts = ts
         H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
         inter, eps = cfg["intermediate_size"], cfg.get("layer_norm_eps", 1e-12)
@@ -81,7 +83,7 @@ class Encoder:
                 tensor(ts, "embeddings.position_embeddings.weight"))
             self.typw = nn.Embedding.from_pretrained(
                 tensor(ts, "embeddings.token_type_embeddings.weight"))
-            self.ln = nn.LayerNorm(H, eps=eps).to(dtype)
+            self.ln = nn.LayerNorm(H, eps=eps).to(dtype).to(device)
             self.ln.weight.copy_(tensor(ts, "embeddings.LayerNorm.weight"))
             self.ln.bias.copy_(tensor(ts, "embeddings.LayerNorm.bias"))
             self.layers = []
@@ -89,7 +91,8 @@ class Encoder:
                 p = "encoder.layer.%d." % i
                 layer = nn.TransformerEncoderLayer(H, nh, dim_feedforward=inter, dropout=0.0,
                                                    activation=gelu, layer_norm_eps=eps,
-                                                   batch_first=True, norm_first=False).to(dtype)
+                                                   batch_first=True,
+                                                   norm_first=False).to(dtype).to(device)
                 layer.eval()
                 q, k, v = ("attention.self.query", "attention.self.key", "attention.self.value")
                 layer.self_attn.in_proj_weight.copy_(torch.cat(
@@ -123,8 +126,9 @@ class Encoder:
             ids[i, :len(r)] = torch.tensor(r)
             tys[i, :len(r)] = torch.tensor(types[i])
             pad[i, :len(r)] = False
+        ids, tys, pad = ids.to(self.device), tys.to(self.device), pad.to(self.device)
         with torch.no_grad():
-            pos = torch.arange(L).unsqueeze(0).expand(n, L)
+            pos = torch.arange(L, device=self.device).unsqueeze(0).expand(n, L)
             x = self.ln(self.word(ids) + self.posw(pos) + self.typw(tys))
             for layer in self.layers:
                 x = layer(x, src_key_padding_mask=pad)

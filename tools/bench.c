@@ -67,6 +67,7 @@ struct bench_opts {
     size_t parallel;       /* gemm: forward passes run at once, one per thread */
     size_t pipeline;       /* floor-redis, passthrough: SETs per round trip */
     const char *dump;      /* collect: file for one line per job, or NULL */
+    size_t length;         /* encode: every text this many tokens; 0 = the mix */
 };
 
 /* ---- small helpers ------------------------------------------------------- */
@@ -1535,7 +1536,7 @@ static int cmd_encode(const struct kcfg *c, const struct bench_opts *o)
         goto out;
     off[0] = 0;
     for (size_t i = 0; i < n; i++) {
-        const char *t = textgen_text(&tg, i);
+        const char *t = o->length ? textgen_fixed(&tg, i, o->length - 2) : textgen_text(&tg, i);
         int k = wp_encode(e->tokenizer, sc, t, strlen(t), NULL, 0, e->max_tokens, 1,
                           ids + off[i], NULL, cap - off[i], NULL, err, sizeof(err));
         if (k < 0) {
@@ -1669,9 +1670,9 @@ static const struct bench_cmd bench_cmds[] = {
      "thread (as E executors run them, each on its own slot and, on a GPU, its own\n"
      "stream; default 1); batch_ms is the mean time of one pass, tflops the\n"
      "dense layers' arithmetic rate (2 x in x out per row and layer).\n"},
-    {"encode", "ntSDe", cmd_encode,
+    {"encode", "ntSDeL", cmd_encode,
      "usage: kinfer bench encode -c FILE [--set K=V]... [--jobs N] [--threads T]\n"
-     "                           [--parallel E] [--seconds S] [--dump FILE]\n"
+     "                           [--parallel E] [--seconds S] [--dump FILE] [--length L]\n"
      "The default model (an encoder) alone on the configured backend: N texts of\n"
      "`bench produce`'s length mix, tokenized, cut into batches as the batcher does\n"
      "at saturation with group_by_length (by length, max_batch_rows rows,\n"
@@ -1680,7 +1681,8 @@ static const struct bench_cmd bench_cmds[] = {
      "each pass with T OpenBLAS threads. Prints sequences/s,\n"
      "tokens/s, the padding of those batches, and GFLOP/s (projections,\n"
      "feed-forward and attention). --dump writes the batches' ids, a JSON array of\n"
-     "arrays per line, for bench/torch_encoder_bench.py.\n"},
+     "arrays per line, for bench/torch_encoder_bench.py. --length L makes every\n"
+     "text L tokens instead (at most the model's limit).\n"},
 };
 
 static const char bench_usage[] =
@@ -1729,12 +1731,13 @@ static int parse_opts(const struct bench_cmd *cmd, int argc, char **argv,
         {"batch", required_argument, 0, 'b'},  {"threads", required_argument, 0, 't'},
         {"seconds", required_argument, 0, 'S'}, {"pipeline", required_argument, 0, 'P'},
         {"dump", required_argument, 0, 'D'},   {"help", no_argument, 0, 'h'},
+        {"length", required_argument, 0, 'L'},
         {"parallel", required_argument, 0, 'e'},
         {0, 0, 0, 0}};
     int ch;
     double v = 0;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "c:s:R:n:r:w:u:f:T:Nb:t:S:P:D:he:", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "c:s:R:n:r:w:u:f:T:Nb:t:S:P:D:he:L:", longs, NULL)) != -1) {
         if (ch == 'h') {
             fputs(cmd->usage, stdout);
             return 1;
@@ -1762,6 +1765,7 @@ static int parse_opts(const struct bench_cmd *cmd, int argc, char **argv,
         case 'P': bad = opt_num("pipeline", optarg, 1, 65536, &v); o->pipeline = (size_t)v; break;
         case 'D': o->dump = optarg; break;
         case 'e': bad = opt_num("parallel", optarg, 1, 256, &v); o->parallel = (size_t)v; break;
+        case 'L': bad = opt_num("length", optarg, 3, 65536, &v); o->length = (size_t)v; break;
         }
         if (bad) return -1;
     }

@@ -49,8 +49,8 @@ int textgen_init(struct textgen *t, const struct model_encoder_info *e)
         fprintf(stderr, "textgen: the vocabulary has no whole lower-case words\n");
         return -1;
     }
-    t->max_words = e->max_tokens > 127 ? 125 : e->max_tokens - 2;
-    t->cap = 126 * 64 + 1; /* 125 words of up to 63 bytes and their spaces */
+    t->max_words = e->max_tokens > 1024 ? 1022 : e->max_tokens - 2;
+    t->cap = (t->max_words + 1) * 64 + 1; /* words of up to 63 bytes and their spaces */
     if (!(t->buf = malloc(t->cap))) {
         fprintf(stderr, "textgen: out of memory\n");
         return -1;
@@ -67,7 +67,13 @@ void textgen_fini(struct textgen *t)
 
 const char *textgen_text(struct textgen *t, uint64_t seq)
 {
-    size_t n = text_words(t, seq), at = 0;
+    return textgen_fixed(t, seq, text_words(t, seq));
+}
+
+const char *textgen_fixed(struct textgen *t, uint64_t seq, size_t n)
+{
+    size_t at = 0;
+    if (n > t->max_words) n = t->max_words;
     for (size_t k = 0; k < n; k++) {
         uint64_t pick = mix64((seq << 8) ^ (k * 0x2545F4914F6CDD1Dull) ^ 0x51ED);
         const char *w = t->words[pick % t->n_words];

@@ -31,5 +31,8 @@ int textgen_init(struct textgen *t, const struct model_encoder_info *e);
 void textgen_fini(struct textgen *t);
 /* Text number seq (NUL-terminated, owned by t, valid until the next call). */
 const char *textgen_text(struct textgen *t, uint64_t seq);
+/* Text number seq with exactly `words` words (at most what the model
+ * takes, and 1022): `words` + 2 tokens. */
+const char *textgen_fixed(struct textgen *t, uint64_t seq, size_t words);
 
 #endif
