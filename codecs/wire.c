@@ -314,12 +314,19 @@ static int decode_msgpack(const void *body, size_t len, struct wire_result *r,
             if (d == 3) r->tokens_dim = (size_t)mp_num(&v->via.array.ptr[1]);
         } else if (mp_key_is(k, "lengths") && v->type == MSGPACK_OBJECT_ARRAY) {
             r->lengths = calloc(v->via.array.size + 1, sizeof(size_t));
+            r->n_lengths = r->lengths ? v->via.array.size : 0;
             for (uint32_t e = 0; r->lengths && e < v->via.array.size; e++)
                 r->lengths[e] = (size_t)mp_num(&v->via.array.ptr[e]);
         } else if (mp_key_is(k, "scores")) {
             r->has_scores = 1;
+            if (v->type == MSGPACK_OBJECT_BIN) {
+                size_t n = v->via.bin.size / 4;
+                r->scores = malloc(n ? n * 4 : 1);
+                if (r->scores) memcpy(r->scores, v->via.bin.ptr, n * 4);
+            }
         } else if (mp_key_is(k, "labels") && v->type == MSGPACK_OBJECT_ARRAY) {
             r->labels = calloc(v->via.array.size + 1, sizeof(char *));
+            r->n_labels = r->labels ? v->via.array.size : 0;
             for (uint32_t e = 0; r->labels && e < v->via.array.size; e++) {
                 const msgpack_object *l = &v->via.array.ptr[e];
                 if (l->type == MSGPACK_OBJECT_STR) r->labels[e] = strndup(l->via.str.ptr, l->via.str.size);
@@ -387,13 +394,22 @@ static int decode_json(const void *body, size_t len, struct wire_result *r,
     json_t *lens = json_object_get(o, "lengths");
     if (json_is_array(lens)) {
         r->lengths = calloc(json_array_size(lens) + 1, sizeof(size_t));
+        r->n_lengths = r->lengths ? json_array_size(lens) : 0;
         for (size_t i = 0; r->lengths && i < json_array_size(lens); i++)
             r->lengths[i] = (size_t)json_integer_value(json_array_get(lens, i));
     }
-    r->has_scores = json_object_get(o, "scores") != NULL;
+    json_t *scores = json_object_get(o, "scores");
+    r->has_scores = scores != NULL;
+    if (json_is_array(scores)) {
+        size_t n = json_array_size(scores);
+        r->scores = malloc(n ? n * sizeof(float) : 1);
+        for (size_t i = 0; r->scores && i < n; i++)
+            r->scores[i] = (float)json_number_value(json_array_get(scores, i));
+    }
     json_t *labels = json_object_get(o, "labels");
     if (json_is_array(labels)) {
         r->labels = calloc(json_array_size(labels) + 1, sizeof(char *));
+        r->n_labels = r->labels ? json_array_size(labels) : 0;
         for (size_t i = 0; r->labels && i < json_array_size(labels); i++)
             if ((s = json_string_value(json_array_get(labels, i)))) r->labels[i] = strdup(s);
     }
@@ -436,7 +452,9 @@ void wire_result_fini(struct wire_result *r)
     r->output = NULL;
     free(r->lengths);
     r->lengths = NULL;
-    for (size_t i = 0; r->labels && r->labels[i]; i++) free(r->labels[i]);
+    free(r->scores);
+    r->scores = NULL;
+    for (size_t i = 0; r->labels && i < r->n_labels; i++) free(r->labels[i]);
     free(r->labels);
     r->labels = NULL;
 }

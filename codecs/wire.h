@@ -53,9 +53,13 @@ struct wire_result {
     float *output;                 /* rows x width (x tokens) when ok */
     size_t rows, width;
     size_t tokens_dim;             /* per-token output: shape [rows, tokens_dim, width] */
-    size_t *lengths;               /* per-token output: each row's tokens (rows), owned */
-    int has_scores;                /* a classifier's: scores present, equal to output */
-    char **labels;                 /* a classifier's best label per row (rows), owned */
+    size_t *lengths;               /* per-token output: each row's tokens, owned */
+    size_t n_lengths;
+    int has_scores;                /* a classifier's: scores present */
+    float *scores;                 /* their values (rows x width), owned; NULL if absent */
+    char **labels;                 /* a classifier's best label per row, owned (an
+                                      entry that was not a string is NULL) */
+    size_t n_labels;
     int64_t tokens, padded_tokens; /* timing of an encoder's job; 0 otherwise */
     double queued_ms, infer_ms, total_ms;
     int64_t batch_rows;
