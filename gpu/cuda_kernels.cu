@@ -1,11 +1,15 @@
 // cuda_kernels.cu - the CUDA backend's kernels and their C launchers
 // (cuda_kernels.h). Elementwise kernels use a grid-stride loop; row
 // kernels give each row one block and reduce in float32 through warp
-// shuffles and a shared-memory array of the warps' partial results.
+// shuffles and a shared-memory array of the warps' partial results;
+// attention's softmax gives each row one warp (its rows are short and
+// many).
 //
 // Each kernel has its CPU twin in gpu/backend_cpu.c (the same formulas:
-// erfc-form gelu, the overflow-safe sigmoid, two-pass layernorm) and
-// tests/test_gpu.c checks them against the float64 reference.
+// erfc-form gelu, tanh gelu, the overflow-safe sigmoid, two-pass
+// layernorm, the encoder's embeddings, attention and pooling) and
+// tests/test_gpu.c checks them against the float64 reference (layer
+// models) or the CPU backend (encoders).
 //
 // Threads: launchers are called by executor threads on their own streams.
 #include "cuda_kernels.h"
@@ -14,6 +18,8 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 namespace {
 
@@ -39,6 +45,8 @@ __device__ __forceinline__ float act_fn(float x, int act)
         float e = expf(x);
         return e / (1.0f + e);
     }
+    case KC_GELU_TANH:  // sqrt(2/pi) = 0.7978845608028654
+        return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
     default: return x;
     }
 }
@@ -80,27 +88,41 @@ __device__ float block_reduce(float v, int op, float *shared)
     return r;
 }
 
+// Layernorm of one row of w values, read through get(i) as float32 and
+// written to out, with two-pass float32 statistics over the block (biased
+// variance, as PyTorch). get is called once per element in each pass, so
+// a computed row (a residual sum, the embeddings' sum) is never rounded
+// to the storage type before its statistics; out may be what get reads,
+// since each thread reads and then writes only its own elements. Every
+// thread of the block must call it.
+template <typename T, typename Get>
+__device__ void ln_row(T *out, Get get, const float *gamma, const float *beta, float eps,
+                       size_t w, float *shared)
+{
+    float s = 0.0f;
+    for (size_t i = threadIdx.x; i < w; i += blockDim.x) s += get(i);
+    float mean = block_reduce(s, 0, shared) / (float)w;
+    float q = 0.0f;
+    for (size_t i = threadIdx.x; i < w; i += blockDim.x) {
+        float d = get(i) - mean;
+        q += d * d;
+    }
+    float inv = rsqrtf(block_reduce(q, 0, shared) / (float)w + eps);
+    for (size_t i = threadIdx.x; i < w; i += blockDim.x) {
+        float v = (get(i) - mean) * inv;
+        if (gamma) v *= gamma[i];
+        if (beta) v += beta[i];
+        st(out, i, v);
+    }
+}
+
 template <typename T>
 __global__ void layernorm_kernel(T *x, const float *gamma, const float *beta, float eps,
                                  size_t w)
 {
     __shared__ float shared[kWarps];
     T *row = x + blockIdx.x * w;
-    float s = 0.0f;
-    for (size_t i = threadIdx.x; i < w; i += blockDim.x) s += ld(row, i);
-    float mean = block_reduce(s, 0, shared) / (float)w;
-    float q = 0.0f;
-    for (size_t i = threadIdx.x; i < w; i += blockDim.x) {
-        float d = ld(row, i) - mean;
-        q += d * d;
-    }
-    float inv = rsqrtf(block_reduce(q, 0, shared) / (float)w + eps);
-    for (size_t i = threadIdx.x; i < w; i += blockDim.x) {
-        float v = (ld(row, i) - mean) * inv;
-        if (gamma) v *= gamma[i];
-        if (beta) v += beta[i];
-        st(row, i, v);
-    }
+    ln_row(row, [row](size_t i) { return ld(row, i); }, gamma, beta, eps, w, shared);
 }
 
 template <typename T>
@@ -132,6 +154,124 @@ __global__ void l2norm_kernel(T *x, size_t w)
     for (size_t i = threadIdx.x; i < w; i += blockDim.x) st(row, i, ld(row, i) * inv);
 }
 
+// ---- text encoders -------------------------------------------------------
+
+// One token per block: the three embeddings summed in float32, then the
+// layernorm (gpu/backend_cpu.c's cpu_bert_embed).
+template <typename T>
+__global__ void embed_kernel(T *x, const T *word, const T *pos, const T *type,
+                             const float *gamma, const float *beta, float eps,
+                             const uint32_t *ids, const uint32_t *types, const uint32_t *seq,
+                             const uint32_t *offsets, size_t w)
+{
+    __shared__ float shared[kWarps];
+    size_t t = blockIdx.x;
+    const T *we = word + (size_t)ids[t] * w;
+    const T *pe = pos + (t - offsets[seq[t]]) * w;
+    const T *te = type + (size_t)types[t] * w;
+    ln_row(x + t * w, [=](size_t i) { return ld(we, i) + ld(pe, i) + ld(te, i); }, gamma, beta,
+           eps, w, shared);
+}
+
+template <typename T>
+__global__ void add_layernorm_kernel(T *x, const T *y, const float *gamma, const float *beta,
+                                     float eps, size_t w)
+{
+    __shared__ float shared[kWarps];
+    T *row = x + blockIdx.x * w;
+    const T *add = y + blockIdx.x * w;
+    ln_row(row, [=](size_t i) { return ld(row, i) + ld(add, i); }, gamma, beta, eps, w, shared);
+}
+
+// One thread per element of the padded q/k/v (consecutive threads take
+// consecutive elements of a head's row, so reads and writes coalesce).
+template <typename T>
+__global__ void attn_gather_kernel(const T *qkv, const uint32_t *offsets, size_t heads, size_t L,
+                                   size_t dh, size_t total, T *q, T *k, T *v)
+{
+    size_t w = heads * dh;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        size_t d = idx % dh, l = idx / dh % L, b = idx / (dh * L);
+        size_t i = b / heads, h = b % heads, o = offsets[i];
+        if (l < offsets[i + 1] - o) {
+            const T *src = qkv + (o + l) * 3 * w + h * dh + d;
+            q[idx] = src[0];
+            k[idx] = src[w];
+            v[idx] = src[2 * w];
+        } else {
+            st(q, idx, 0.0f);
+            st(k, idx, 0.0f);
+            st(v, idx, 0.0f);
+        }
+    }
+}
+
+// The warp's sum (op 0) or max (op 1) of v, returned to every lane.
+__device__ __forceinline__ float warp_reduce(float v, int op)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = op ? fmaxf(v, u) : v + u;
+    }
+    return v;
+}
+
+// One warp per row of scores; a whole warp leaves or stays together, so
+// the shuffles always see all 32 lanes.
+template <typename T>
+__global__ void attn_softmax_kernel(T *scores, const uint32_t *offsets, size_t heads, size_t L,
+                                    size_t rows)
+{
+    size_t row = blockIdx.x * (size_t)kWarps + (threadIdx.x >> 5);
+    unsigned lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    size_t q = row % L, i = row / L / heads, len = offsets[i + 1] - offsets[i];
+    T *p = scores + row * L;
+    if (q >= len) {
+        for (size_t k = lane; k < L; k += 32) st(p, k, 0.0f);
+        return;
+    }
+    float m = -INFINITY;
+    for (size_t k = lane; k < len; k += 32) m = fmaxf(m, ld(p, k));
+    m = warp_reduce(m, 1);
+    float sum = 0.0f;
+    for (size_t k = lane; k < len; k += 32) sum += expf(ld(p, k) - m);
+    float inv = 1.0f / warp_reduce(sum, 0);
+    for (size_t k = lane; k < L; k += 32) st(p, k, k < len ? expf(ld(p, k) - m) * inv : 0.0f);
+}
+
+template <typename T>
+__global__ void attn_scatter_kernel(const T *ctxp, const uint32_t *seq, const uint32_t *offsets,
+                                    size_t heads, size_t L, size_t dh, size_t total, T *ctx)
+{
+    size_t w = heads * dh;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        size_t t = idx / w, c = idx % w, i = seq[t], l = t - offsets[i];
+        ctx[idx] = ctxp[((i * heads + c / dh) * L + l) * dh + c % dh];
+    }
+}
+
+// One sequence per block, one column per thread (gpu/backend_cpu.c's
+// cpu_bert_pool).
+template <typename T, typename U>
+__global__ void pool_kernel(const T *x, const uint32_t *offsets, size_t w, int mode, U *y)
+{
+    size_t i = blockIdx.x, o = offsets[i], len = offsets[i + 1] - o;
+    const T *first = x + o * w;
+    for (size_t c = threadIdx.x; c < w; c += blockDim.x) {
+        float v = ld(first, c);
+        if (mode == KC_POOL_MAX) {
+            for (size_t t = 1; t < len; t++) v = fmaxf(v, ld(first, t * w + c));
+        } else if (mode == KC_POOL_MEAN) {
+            for (size_t t = 1; t < len; t++) v += ld(first, t * w + c);
+            v /= (float)len;
+        }
+        st(y, i * w + c, v);
+    }
+}
+
 __global__ void fault_kernel(int *p)
 {
     *(volatile int *)p = 1;
@@ -150,36 +290,41 @@ unsigned blocks_for(size_t n)
 // refused rather than silently skipped.
 bool rows_ok(size_t rows) { return rows > 0 && rows <= 0x7fffffffu; }
 
+// Calls f with a null pointer of the storage type t names, so a launcher
+// writes its launch once for the three types; then reports the launch.
+template <typename F>
+cudaError_t with_type(enum kc_type t, F f)
+{
+    switch (t) {
+    case KC_F32: f((float *)nullptr); break;
+    case KC_F16: f((__half *)nullptr); break;
+    case KC_BF16: f((__nv_bfloat16 *)nullptr); break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+// The storage type of with_type's argument.
+#define KC_T(p) std::remove_pointer_t<decltype(p)>
+
 }  // namespace
 
 extern "C" cudaError_t kc_from_f32(cudaStream_t s, enum kc_type t, const float *x, void *y,
                                    size_t n)
 {
     if (n == 0) return cudaSuccess;
-    switch (t) {
-    case KC_F32: convert_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, (float *)y, n); break;
-    case KC_F16: convert_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, (__half *)y, n); break;
-    case KC_BF16:
-        convert_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, (__nv_bfloat16 *)y, n);
-        break;
-    default: return cudaErrorInvalidValue;
-    }
-    return cudaGetLastError();
+    return with_type(t, [&](auto *p) {
+        convert_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, (KC_T(p) *)y, n);
+    });
 }
 
 extern "C" cudaError_t kc_to_f32(cudaStream_t s, enum kc_type t, const void *x, float *y,
                                  size_t n)
 {
     if (n == 0) return cudaSuccess;
-    switch (t) {
-    case KC_F32: convert_kernel<<<blocks_for(n), kThreads, 0, s>>>((const float *)x, y, n); break;
-    case KC_F16: convert_kernel<<<blocks_for(n), kThreads, 0, s>>>((const __half *)x, y, n); break;
-    case KC_BF16:
-        convert_kernel<<<blocks_for(n), kThreads, 0, s>>>((const __nv_bfloat16 *)x, y, n);
-        break;
-    default: return cudaErrorInvalidValue;
-    }
-    return cudaGetLastError();
+    return with_type(t, [&](auto *p) {
+        convert_kernel<<<blocks_for(n), kThreads, 0, s>>>((const KC_T(p) *)x, y, n);
+    });
 }
 
 extern "C" cudaError_t kc_bias_act(cudaStream_t s, enum kc_type t, void *x, const void *bias,
@@ -187,61 +332,115 @@ extern "C" cudaError_t kc_bias_act(cudaStream_t s, enum kc_type t, void *x, cons
 {
     size_t n = rows * w;
     if (n == 0) return cudaSuccess;
-    unsigned g = blocks_for(n);
-    switch (t) {
-    case KC_F32:
-        bias_act_kernel<<<g, kThreads, 0, s>>>((float *)x, (const float *)bias, rows, w, (int)act);
-        break;
-    case KC_F16:
-        bias_act_kernel<<<g, kThreads, 0, s>>>((__half *)x, (const __half *)bias, rows, w,
-                                               (int)act);
-        break;
-    case KC_BF16:
-        bias_act_kernel<<<g, kThreads, 0, s>>>((__nv_bfloat16 *)x, (const __nv_bfloat16 *)bias,
-                                               rows, w, (int)act);
-        break;
-    default: return cudaErrorInvalidValue;
-    }
-    return cudaGetLastError();
+    return with_type(t, [&](auto *p) {
+        bias_act_kernel<<<blocks_for(n), kThreads, 0, s>>>((KC_T(p) *)x, (const KC_T(p) *)bias,
+                                                           rows, w, (int)act);
+    });
 }
 
 extern "C" cudaError_t kc_layernorm(cudaStream_t s, enum kc_type t, void *x, const float *gamma,
                                     const float *beta, float eps, size_t rows, size_t w)
 {
     if (!rows_ok(rows) || w == 0) return cudaErrorInvalidValue;
-    switch (t) {
-    case KC_F32: layernorm_kernel<<<(unsigned)rows, kThreads, 0, s>>>((float *)x, gamma, beta, eps, w); break;
-    case KC_F16: layernorm_kernel<<<(unsigned)rows, kThreads, 0, s>>>((__half *)x, gamma, beta, eps, w); break;
-    case KC_BF16:
-        layernorm_kernel<<<(unsigned)rows, kThreads, 0, s>>>((__nv_bfloat16 *)x, gamma, beta, eps, w);
-        break;
-    default: return cudaErrorInvalidValue;
-    }
-    return cudaGetLastError();
+    return with_type(t, [&](auto *p) {
+        layernorm_kernel<<<(unsigned)rows, kThreads, 0, s>>>((KC_T(p) *)x, gamma, beta, eps, w);
+    });
 }
 
 extern "C" cudaError_t kc_softmax(cudaStream_t s, enum kc_type t, void *x, size_t rows, size_t w)
 {
     if (!rows_ok(rows) || w == 0) return cudaErrorInvalidValue;
-    switch (t) {
-    case KC_F32: softmax_kernel<<<(unsigned)rows, kThreads, 0, s>>>((float *)x, w); break;
-    case KC_F16: softmax_kernel<<<(unsigned)rows, kThreads, 0, s>>>((__half *)x, w); break;
-    case KC_BF16: softmax_kernel<<<(unsigned)rows, kThreads, 0, s>>>((__nv_bfloat16 *)x, w); break;
-    default: return cudaErrorInvalidValue;
-    }
-    return cudaGetLastError();
+    return with_type(t, [&](auto *p) {
+        softmax_kernel<<<(unsigned)rows, kThreads, 0, s>>>((KC_T(p) *)x, w);
+    });
 }
 
 extern "C" cudaError_t kc_l2norm(cudaStream_t s, enum kc_type t, void *x, size_t rows, size_t w)
 {
     if (!rows_ok(rows) || w == 0) return cudaErrorInvalidValue;
-    switch (t) {
-    case KC_F32: l2norm_kernel<<<(unsigned)rows, kThreads, 0, s>>>((float *)x, w); break;
-    case KC_F16: l2norm_kernel<<<(unsigned)rows, kThreads, 0, s>>>((__half *)x, w); break;
-    case KC_BF16: l2norm_kernel<<<(unsigned)rows, kThreads, 0, s>>>((__nv_bfloat16 *)x, w); break;
-    default: return cudaErrorInvalidValue;
-    }
-    return cudaGetLastError();
+    return with_type(t, [&](auto *p) {
+        l2norm_kernel<<<(unsigned)rows, kThreads, 0, s>>>((KC_T(p) *)x, w);
+    });
+}
+
+extern "C" cudaError_t kc_embed(cudaStream_t s, enum kc_type t, void *x, const void *word,
+                                const void *pos, const void *type, const float *gamma,
+                                const float *beta, float eps, const uint32_t *ids,
+                                const uint32_t *types, const uint32_t *seq,
+                                const uint32_t *offsets, size_t tokens, size_t w)
+{
+    if (!rows_ok(tokens) || w == 0) return cudaErrorInvalidValue;
+    return with_type(t, [&](auto *p) {
+        using T = KC_T(p);
+        embed_kernel<<<(unsigned)tokens, kThreads, 0, s>>>((T *)x, (const T *)word,
+                                                           (const T *)pos, (const T *)type,
+                                                           gamma, beta, eps, ids, types, seq,
+                                                           offsets, w);
+    });
+}
+
+extern "C" cudaError_t kc_add_layernorm(cudaStream_t s, enum kc_type t, void *x, const void *y,
+                                        const float *gamma, const float *beta, float eps,
+                                        size_t rows, size_t w)
+{
+    if (!rows_ok(rows) || w == 0) return cudaErrorInvalidValue;
+    return with_type(t, [&](auto *p) {
+        add_layernorm_kernel<<<(unsigned)rows, kThreads, 0, s>>>((KC_T(p) *)x, (const KC_T(p) *)y,
+                                                                 gamma, beta, eps, w);
+    });
+}
+
+extern "C" cudaError_t kc_attn_gather(cudaStream_t s, enum kc_type t, const void *qkv,
+                                      const uint32_t *offsets, size_t n, size_t heads, size_t L,
+                                      size_t dh, void *q, void *k, void *v)
+{
+    size_t total = n * heads * L * dh;
+    if (total == 0) return cudaErrorInvalidValue;
+    return with_type(t, [&](auto *p) {
+        using T = KC_T(p);
+        attn_gather_kernel<<<blocks_for(total), kThreads, 0, s>>>(
+            (const T *)qkv, offsets, heads, L, dh, total, (T *)q, (T *)k, (T *)v);
+    });
+}
+
+extern "C" cudaError_t kc_attn_softmax(cudaStream_t s, enum kc_type t, void *scores,
+                                       const uint32_t *offsets, size_t n, size_t heads, size_t L)
+{
+    size_t rows = n * heads * L, blocks = (rows + kWarps - 1) / kWarps;
+    if (!rows_ok(blocks) || L == 0) return cudaErrorInvalidValue;
+    return with_type(t, [&](auto *p) {
+        attn_softmax_kernel<<<(unsigned)blocks, kThreads, 0, s>>>((KC_T(p) *)scores, offsets,
+                                                                  heads, L, rows);
+    });
+}
+
+extern "C" cudaError_t kc_attn_scatter(cudaStream_t s, enum kc_type t, const void *ctxp,
+                                       const uint32_t *seq, const uint32_t *offsets,
+                                       size_t tokens, size_t heads, size_t L, size_t dh, void *ctx)
+{
+    size_t total = tokens * heads * dh;
+    if (total == 0 || L == 0) return cudaErrorInvalidValue;
+    return with_type(t, [&](auto *p) {
+        using T = KC_T(p);
+        attn_scatter_kernel<<<blocks_for(total), kThreads, 0, s>>>((const T *)ctxp, seq, offsets,
+                                                                   heads, L, dh, total, (T *)ctx);
+    });
+}
+
+extern "C" cudaError_t kc_pool(cudaStream_t s, enum kc_type t, const void *x,
+                               const uint32_t *offsets, size_t n, size_t w, enum kc_pool mode,
+                               void *y, int y_f32)
+{
+    if (!rows_ok(n) || w == 0) return cudaErrorInvalidValue;
+    return with_type(t, [&](auto *p) {
+        using T = KC_T(p);
+        if (y_f32)
+            pool_kernel<<<(unsigned)n, kThreads, 0, s>>>((const T *)x, offsets, w, (int)mode,
+                                                         (float *)y);
+        else
+            pool_kernel<<<(unsigned)n, kThreads, 0, s>>>((const T *)x, offsets, w, (int)mode,
+                                                         (T *)y);
+    });
 }
 
 extern "C" cudaError_t kc_fault(cudaStream_t s)
