@@ -289,6 +289,10 @@ struct cuda_enc_ws {
     float *res;              /* float32 result on the device (unless x or logits are) */
     float *h_res;            /* pinned: the result */
     struct enc_gemm g[EG_N];
+    /* With gpu.graphs: the batch shapes seen lately, and a captured graph
+     * for those that came back (gpu/plan.h's plan_shape_use). */
+    struct plan_shapes shapes;
+    cudaGraphExec_t graph[PLAN_SHAPE_SLOTS];
 };
 
 struct cuda_ws {
@@ -716,6 +720,8 @@ fail:
 static void enc_ws_free(const struct lt_api *cl, struct cuda_enc_ws *e)
 {
     if (!e) return;
+    for (size_t i = 0; i < PLAN_SHAPE_SLOTS; i++)
+        if (e->graph[i]) cudaGraphExecDestroy(e->graph[i]);
     for (size_t i = 0; i < EG_N; i++) {
         struct enc_gemm *g = &e->g[i];
         if (g->op) cl->MatmulDescDestroy(g->op);
@@ -1005,10 +1011,16 @@ static int ws_build(struct cuda_ws *ws, char *errstr, size_t errstr_size)
  * The GEMMs' shapes change with every batch, so their layouts are set per
  * batch (cuBLASLt layouts are host-side descriptors) and the heuristic
  * asked again only when a shape differs from the previous batch's: a few
- * host calls per batch, none per layer. No CUDA graphs yet: a graph fixes
- * its shapes, so it would need the token count and the longest length
- * padded to buckets, and one graph per (rows bucket, tokens bucket,
- * length bucket); docs/gpu.md says what that would take. */
+ * host calls per batch, none per layer.
+ *
+ * Graphs (gpu.graphs): a graph fixes every shape, so it serves one
+ * (sequences, tokens, padded length) exactly; nothing is padded to make
+ * shapes meet. Each workspace remembers its last PLAN_SHAPE_SLOTS shapes
+ * (gpu/plan.c): a shape seen a second time is captured, later ones replay
+ * it, the least recently used gives its slot up. Traffic of fixed lengths
+ * (a benchmark, clients that pad, one text per job of similar size) then
+ * runs on graphs; a shape seen once runs eagerly, as before. One graph is
+ * captured at start-up, so a backend that cannot capture fails there. */
 
 /* Sets g's layouts to d (A, B, C) with batch matrices each, and picks its
  * algorithm, unless the previous batch had the same shape. FFN1's fused
@@ -1141,6 +1153,9 @@ static int enc_gemm_new(struct cuda_ws *ws, struct enc_gemm *g, const char *what
     return 0;
 }
 
+static int enc_capture(struct cuda_ws *ws, size_t slot, size_t n, size_t T, size_t L,
+                       char *errstr, size_t errstr_size);
+
 /* An encoder's workspace: device buffers for max_tokens tokens (T) and
  * max_rows sequences (R), after checking they fit the device's free
  * memory, pinned buffers for the tokens and the result, and one GEMM of
@@ -1234,7 +1249,18 @@ static int ws_build_enc(struct cuda_ws *ws, size_t max_tokens, char *errstr, siz
                 enc_gemm_new(ws, &g[EG_CLS], "classifier", CUBLAS_OP_T, CUBLASLT_EPILOGUE_BIAS,
                              w->cls_b, errstr, errstr_size) < 0))
         return -1;
-    return enc_shapes(ws, 1, L, Lp, errstr, errstr_size);
+    if (enc_shapes(ws, 1, L, Lp, errstr, errstr_size) < 0) return -1;
+    if (!be->graphs) return 0;
+    /* With graphs on, one is captured here, for one sequence of the
+     * longest length, so a batch's work that cannot be captured fails
+     * at start-up (set gpu.graphs = false then), not at a later batch. */
+    size_t slot;
+    int evict;
+    plan_shape_use(&e->shapes, (struct plan_shape){1, L, Lp}, &slot, &evict);
+    if (enc_capture(ws, slot, 1, L, Lp, errstr, errstr_size) < 0) return -1;
+    e->shapes.slot[slot].seen = 2;
+    e->shapes.slot[slot].graph = 1;
+    return 0;
 }
 
 /* The head, from the final hidden states x: the classifier's scores,
@@ -1339,6 +1365,25 @@ static int enc_enqueue(struct cuda_ws *ws, size_t n, size_t T, size_t L, char *e
     size_t count;
     if (enc_head(ws, n, T, offs, &res, &count, errstr, errstr_size) < 0) return -1;
     return CU(cudaMemcpyAsync(e->h_res, res, count * sizeof(float), cudaMemcpyDeviceToHost, s));
+}
+
+/* Captures a batch's work (its shapes already set) into e->graph[slot].
+ * The memcpy of the tokens is part of the graph: it reads the pinned
+ * buffer when the graph is launched. */
+static int enc_capture(struct cuda_ws *ws, size_t slot, size_t n, size_t T, size_t L,
+                       char *errstr, size_t errstr_size)
+{
+    struct cuda_enc_ws *e = ws->enc;
+    cudaGraph_t g = NULL;
+    if (CU(cudaStreamBeginCapture(ws->stream, cudaStreamCaptureModeThreadLocal)) < 0) return -1;
+    int rc = enc_enqueue(ws, n, T, L, errstr, errstr_size);
+    /* End the capture whatever happened, so the stream is usable again. */
+    cudaError_t end = cudaStreamEndCapture(ws->stream, &g);
+    if (rc == 0 && end != cudaSuccess)
+        rc = cuda_fail(end, "cudaStreamEndCapture", __FILE__, __LINE__, errstr, errstr_size);
+    if (rc == 0) rc = CU(cudaGraphInstantiate(&e->graph[slot], g, 0));
+    if (g) cudaGraphDestroy(g);
+    return rc;
 }
 
 /* ---- both kinds ------------------------------------------------------------------ */
@@ -1471,11 +1516,29 @@ static int cuda_encode(void *wsp, const struct model_seqs *s, const float **out,
     for (size_t i = 0; i < n; i++)
         for (size_t t = s->offsets[i]; t < s->offsets[i + 1]; t++) seq[t] = (uint32_t)i;
     memcpy(seq + T, s->offsets, (n + 1) * sizeof(uint32_t));
-    if (CU(cudaSetDevice(ws->dev->index)) < 0 ||
-        enc_shapes(ws, n, T, Lp, errstr, errstr_size) < 0 ||
-        batch_begin(ws, errstr, errstr_size) < 0 ||
-        enc_enqueue(ws, n, T, Lp, errstr, errstr_size) < 0 || batch_end(ws, errstr, errstr_size) < 0)
+    /* With graphs, a shape that came back replays (or is captured now):
+     * the shapes and capture are host work before the start event. */
+    size_t slot = 0;
+    int evict = 0;
+    enum plan_shape_action act = PLAN_SHAPE_EAGER;
+    if (ws->be->graphs) act = plan_shape_use(&e->shapes, (struct plan_shape){n, T, Lp}, &slot, &evict);
+    if (CU(cudaSetDevice(ws->dev->index)) < 0) return MODEL_EFATAL;
+    if (evict && e->graph[slot]) {
+        if (CU(cudaGraphExecDestroy(e->graph[slot])) < 0) return MODEL_EFATAL;
+        e->graph[slot] = NULL;
+    }
+    if (act != PLAN_SHAPE_GRAPH && enc_shapes(ws, n, T, Lp, errstr, errstr_size) < 0)
         return MODEL_EFATAL;
+    if (act == PLAN_SHAPE_CAPTURE) {
+        if (enc_capture(ws, slot, n, T, Lp, errstr, errstr_size) < 0) return MODEL_EFATAL;
+        e->shapes.slot[slot].graph = 1;
+        act = PLAN_SHAPE_GRAPH;
+    }
+    int rc = batch_begin(ws, errstr, errstr_size);
+    if (rc == 0)
+        rc = act == PLAN_SHAPE_GRAPH ? CU(cudaGraphLaunch(e->graph[slot], ws->stream))
+                                     : enc_enqueue(ws, n, T, Lp, errstr, errstr_size);
+    if (rc < 0 || batch_end(ws, errstr, errstr_size) < 0) return MODEL_EFATAL;
     *out = e->h_res;
     return MODEL_OK;
 }

@@ -117,3 +117,30 @@ int plan_convert(const struct st_tensor *t, enum model_precision p, void *dst)
     }
     return 0;
 }
+
+/* A linear scan: PLAN_SHAPE_SLOTS entries, once per batch. */
+enum plan_shape_action plan_shape_use(struct plan_shapes *t, struct plan_shape key, size_t *slot,
+                                      int *evict)
+{
+    *evict = 0;
+    t->tick++;
+    size_t victim = 0;
+    for (size_t i = 0; i < PLAN_SHAPE_SLOTS; i++) {
+        if (t->slot[i].last && t->slot[i].key.n == key.n && t->slot[i].key.tokens == key.tokens &&
+            t->slot[i].key.len == key.len) {
+            t->slot[i].last = t->tick;
+            t->slot[i].seen++;
+            *slot = i;
+            if (t->slot[i].graph) return PLAN_SHAPE_GRAPH;
+            return t->slot[i].seen >= 2 ? PLAN_SHAPE_CAPTURE : PLAN_SHAPE_EAGER;
+        }
+        if (t->slot[i].last < t->slot[victim].last) victim = i; /* free (0) or older */
+    }
+    *evict = t->slot[victim].graph;
+    t->slot[victim].key = key;
+    t->slot[victim].last = t->tick;
+    t->slot[victim].seen = 1;
+    t->slot[victim].graph = 0;
+    *slot = victim;
+    return PLAN_SHAPE_EAGER;
+}

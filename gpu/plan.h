@@ -3,9 +3,11 @@
  * sizes get a captured graph (buckets) and which bucket a batch pads up
  * to, which device an executor's workspace lives on, and each weight's
  * bytes in the chosen precision (F16/BF16 weights are taken as they are
- * when the precision matches, never round-tripped through float32).
+ * when the precision matches, never round-tripped through float32), and
+ * which encoder batch shapes keep a captured graph.
  *
- * Threads: any; no state. */
+ * Threads: any; no state but a struct plan_shapes, which is one
+ * workspace's. */
 #ifndef KINFER_PLAN_H
 #define KINFER_PLAN_H
 
@@ -53,5 +55,44 @@ int plan_convert(const struct st_tensor *t, enum model_precision p, void *dst);
 /* Writes t as float32 (layernorm's parameters stay float32 in every
  * precision). Returns 0, or -1 when t's dtype is not loadable. */
 int plan_convert_f32(const struct st_tensor *t, float *dst);
+
+/* ---- encoder graphs -------------------------------------------------- */
+
+/* An encoder batch's shape as a captured graph fixes it: sequences,
+ * tokens, and the padded length attention runs at. */
+struct plan_shape {
+    size_t n, tokens, len;
+};
+
+#define PLAN_SHAPE_SLOTS 32 /* shapes (and graphs) one workspace remembers */
+
+/* The shapes one workspace has seen lately, and which of them have a
+ * graph. Zero it to start. */
+struct plan_shapes {
+    struct {
+        struct plan_shape key;
+        uint64_t last;      /* tick of its last use; 0 = a free slot */
+        unsigned seen;      /* batches of this shape since it took the slot */
+        int graph;          /* the caller holds a graph for this slot */
+    } slot[PLAN_SHAPE_SLOTS];
+    uint64_t tick;
+};
+
+/* What to do with a batch of a shape. */
+enum plan_shape_action {
+    PLAN_SHAPE_EAGER = 0, /* run its calls one by one */
+    PLAN_SHAPE_CAPTURE,   /* capture them into slot's graph, then launch it */
+    PLAN_SHAPE_GRAPH,     /* launch slot's graph */
+};
+
+/* A batch of shape key: a shape with a graph replays it; one seen for
+ * the second time while it holds its slot is captured (a shape seen once
+ * may never come back, and capturing costs more than a run); others run
+ * eagerly. A new shape takes a free slot, else the least recently used
+ * one: *evict is then set when that slot's graph must be destroyed first.
+ * *slot gets the slot (for CAPTURE and GRAPH). After a successful
+ * capture the caller sets t->slot[*slot].graph = 1. */
+enum plan_shape_action plan_shape_use(struct plan_shapes *t, struct plan_shape key, size_t *slot,
+                                      int *evict);
 
 #endif

@@ -763,6 +763,51 @@ static void test_encoder_alone(void **state)
     }
 }
 
+/* gpu.graphs on an encoder: a shape's first batch runs eagerly, its
+ * second is captured, later ones replay the graph; with two shapes
+ * interleaved (A B A B A B) every result equals, bit for bit, what a
+ * runtime with graphs off gives for the same batch. */
+static void test_encoder_graph_equals_eager(void **state)
+{
+    (void)state;
+    enc_folders();
+    struct model_spec s = enc_spec(enc_a, MODEL_POOL_MEAN, 1, -1);
+    for (int p = 0; p < MODEL_N_PRECISIONS; p++) {
+        struct model_runtime *rg = cuda_rt((enum model_precision)p, 1);
+        struct model_runtime *re = cuda_rt((enum model_precision)p, 0);
+        struct model *mg = load_spec(rg, &s), *me = load_spec(re, &s);
+        struct model_ws *wg = enc_ws(mg, 0), *we = enc_ws(me, 0);
+        struct tbatch b[2];
+        rand_batch(model_encoder(mg), 0, 0, &b[0]);
+        do rand_batch(model_encoder(mg), 0, 0, &b[1]);
+        while (b[1].n == b[0].n && b[1].offsets[b[1].n] == b[0].offsets[b[0].n]);
+        size_t count[2];
+        float *want[2];
+        for (int k = 0; k < 2; k++) {
+            count[k] = enc_count(me, &b[k]);
+            want[k] = malloc(count[k] * sizeof(float));
+            assert_non_null(want[k]);
+            memcpy(want[k], encode_ok(me, we, &b[k], "eager"), count[k] * sizeof(float));
+        }
+        for (int round = 0; round < 6; round++) {
+            int k = round % 2;
+            char label[96];
+            snprintf(label, sizeof(label), "%s, shape %d, its run %d (graphs on)",
+                     model_precision_name((enum model_precision)p), k, round / 2 + 1);
+            const float *got = encode_ok(mg, wg, &b[k], label);
+            if (memcmp(got, want[k], count[k] * sizeof(float)) != 0)
+                fail_msg("%s: differs from graphs off", label);
+        }
+        for (int k = 0; k < 2; k++) free(want[k]);
+        model_ws_destroy(wg);
+        model_ws_destroy(we);
+        model_destroy(mg);
+        model_destroy(me);
+        model_runtime_destroy(rg);
+        model_runtime_destroy(re);
+    }
+}
+
 /* What model_encode refuses on CUDA, before anything reaches the device;
  * the workspace still works after every one. */
 static void test_encoder_einval(void **state)
@@ -986,6 +1031,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_encoders),
         cmocka_unit_test(test_encoder_gelu_new),
         cmocka_unit_test(test_encoder_alone),
+        cmocka_unit_test(test_encoder_graph_equals_eager),
         cmocka_unit_test(test_encoder_einval),
         cmocka_unit_test(test_encoder_stats),
         /* The two fault tests stay last. */

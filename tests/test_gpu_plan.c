@@ -211,6 +211,64 @@ static void test_convert(void **state)
 }
 
 /* Precision names round-trip and unknown ones are refused. */
+/* plan_shape_use: once eager, twice captured, then replayed; the least
+ * recently used shape gives its slot up, its graph with it. */
+static void test_shapes(void **state)
+{
+    (void)state;
+    struct plan_shapes t;
+    memset(&t, 0, sizeof(t));
+    size_t slot, a_slot;
+    int evict;
+    struct plan_shape a = {4, 100, 32}, b = {4, 101, 32};
+    assert_int_equal(plan_shape_use(&t, a, &a_slot, &evict), PLAN_SHAPE_EAGER);
+    assert_false(evict);
+    assert_int_equal(plan_shape_use(&t, b, &slot, &evict), PLAN_SHAPE_EAGER);
+    assert_int_not_equal(slot, a_slot);
+    assert_int_equal(plan_shape_use(&t, a, &slot, &evict), PLAN_SHAPE_CAPTURE);
+    assert_int_equal(slot, a_slot);
+    /* a failed capture leaves no graph: the next one tries again */
+    assert_int_equal(plan_shape_use(&t, a, &slot, &evict), PLAN_SHAPE_CAPTURE);
+    t.slot[slot].graph = 1;
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(plan_shape_use(&t, a, &slot, &evict), PLAN_SHAPE_GRAPH);
+        assert_int_equal(slot, a_slot);
+        assert_false(evict);
+    }
+    /* every field of the shape counts */
+    struct plan_shape c[3] = {{5, 100, 32}, {4, 100, 40}, {4, 99, 32}};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(plan_shape_use(&t, c[i], &slot, &evict), PLAN_SHAPE_EAGER);
+        assert_int_not_equal(slot, a_slot);
+    }
+    /* Fill every slot with new shapes while using a now and then: b (used
+     * least recently) goes first, a (with its graph) stays. */
+    size_t taken = 0;
+    for (size_t i = 0; i < PLAN_SHAPE_SLOTS; i++) {
+        struct plan_shape n = {1, 1000 + i, 8};
+        plan_shape_use(&t, n, &slot, &evict);
+        assert_false(evict);
+        taken++;
+        assert_int_equal(plan_shape_use(&t, a, &slot, &evict), PLAN_SHAPE_GRAPH);
+    }
+    assert_int_equal(plan_shape_use(&t, b, &slot, &evict), PLAN_SHAPE_EAGER); /* forgotten */
+    assert_true(taken == PLAN_SHAPE_SLOTS);
+    /* Now a and b hold two slots, the other 30 older shapes the rest:
+     * 30 new ones replace those, and the next new one evicts a (now the
+     * least recently used), graph and all. */
+    for (size_t i = 0; i + 2 < PLAN_SHAPE_SLOTS; i++) {
+        struct plan_shape n = {2, 5000 + i, 8};
+        plan_shape_use(&t, n, &slot, &evict);
+        assert_false(evict);
+    }
+    struct plan_shape last = {3, 7, 8};
+    assert_int_equal(plan_shape_use(&t, last, &slot, &evict), PLAN_SHAPE_EAGER);
+    assert_true(evict);
+    assert_int_equal(slot, a_slot);
+    assert_false(t.slot[slot].graph);
+    assert_int_equal(plan_shape_use(&t, a, &slot, &evict), PLAN_SHAPE_EAGER);
+}
+
 static void test_precision_names(void **state)
 {
     (void)state;
@@ -232,7 +290,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_devices),  cmocka_unit_test(test_slots),
         cmocka_unit_test(test_buckets),  cmocka_unit_test(test_convert),
-        cmocka_unit_test(test_precision_names),
+        cmocka_unit_test(test_precision_names), cmocka_unit_test(test_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
