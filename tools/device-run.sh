@@ -17,8 +17,12 @@
 #   - test_gpu under compute-sanitizer (memcheck, racecheck), without its
 #     deliberate illegal-address test;
 #   - make demo's script with worker.backend=cuda;
+#   - the text-jobs suite with every worker on the CUDA backend;
 #   - kinfer bench gemm on the 768->3072->768 MLP in every precision and
-#     at batch sizes up to 4096 (rows/s and TFLOP/s).
+#     at batch sizes up to 4096 (rows/s and TFLOP/s);
+#   - kinfer bench encode on BERT-base- and MiniLM-shaped encoders at 128
+#     tokens in every precision, graphs on and off, and PyTorch on the
+#     same GPU and batches when the machine's python3 has torch with CUDA.
 # STEPS="test_gpu demo" runs only the named steps. It stops nothing and
 # fails nothing: read the summary.
 set -u
@@ -62,6 +66,8 @@ if command -v compute-sanitizer >/dev/null; then
   step racecheck env KINFER_TEST_NO_FAULT=1 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$B/tests/test_gpu"
 fi
+step text_jobs_cuda env KINFER_TEST_BACKEND=cuda KINFER_TEST_NO_TORCH=1 KINFER_BIN="$K" \
+  "$B/tests/test_text_jobs"
 step demo_cuda env KINFER_BIN="$K" DEMO_SETS="--set worker.backend=cuda" tests/demo.sh
 
 gemm() {
@@ -84,5 +90,31 @@ CFG
   done
 }
 step bench_gemm gemm
+
+encode() {
+  local work m p g tok=16384
+  work=$(mktemp -d)
+  "$K" model demo --kind bert -o "$work/bertbase" --layers 12 --hidden 768 --heads 12 \
+    --intermediate 3072 --seed 4 >/dev/null
+  "$K" model demo --kind bert -o "$work/minilm" --layers 6 --hidden 384 --heads 12 \
+    --intermediate 1536 --seed 3 >/dev/null
+  for m in bertbase minilm; do
+    printf 'models = ( { name = "%s"; path = "%s"; } );\nworker = { backend = "cuda"; };\n' \
+      "$m" "$m" >"$work/$m.cfg"
+    for p in fp32 tf32 fp16 bf16; do
+      for g in true false; do
+        "$K" bench encode -c "$work/$m.cfg" --set gpu.precision="$p" --set gpu.graphs="$g" \
+          --set batching.max_batch_tokens=$tok --set batching.max_batch_rows=$((tok / 128)) \
+          --jobs 4096 --length 128 --seconds 2 --dump "$work/$m.jsonl" | sed "s/^encode:/encode: graphs=$g/"
+      done
+    done
+    if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+      for dt in float32 float16 bfloat16; do
+        python3 bench/torch_encoder_bench.py "$work/$m" "$work/$m.jsonl" 1 2 cuda "$dt"
+      done
+    fi
+  done
+}
+step bench_encode encode
 echo "device-run: summary in $OUT/summary.txt"
 cat "$OUT/summary.txt"
