@@ -17,6 +17,7 @@
 #include <math.h>
 #include <msgpack.h>
 
+#include "../codecs/utf8.h"
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
 #include "harness.h"
@@ -119,6 +120,8 @@ struct reply_rec {
     char ct[64];
     char hdr_code[64];
     char hdr_topic[64];
+    char hdr_error[PROTO_ERRMSG_MAX + 8];
+    size_t hdr_error_len;
 };
 
 /* Reads up to max records from topic until `want` records came or
@@ -150,6 +153,10 @@ static size_t read_topic(const char *topic, struct reply_rec *out, size_t max, s
                     snprintf(r->hdr_code, sizeof(r->hdr_code), "%.*s", (int)vs, (const char *)v);
                 if (rd_kafka_header_get_last(h, "x-source-topic", &v, &vs) == 0)
                     snprintf(r->hdr_topic, sizeof(r->hdr_topic), "%.*s", (int)vs, (const char *)v);
+                if (rd_kafka_header_get_last(h, "x-error", &v, &vs) == 0) {
+                    r->hdr_error_len = vs < sizeof(r->hdr_error) ? vs : sizeof(r->hdr_error) - 1;
+                    memcpy(r->hdr_error, v, r->hdr_error_len);
+                }
             }
         }
         rd_kafka_message_destroy(m);
@@ -382,6 +389,136 @@ static void test_errors_and_dead_letters(void **state)
     assert_int_equal(h_stop(w, SIGTERM, 30), 0);
     /* Everything, dead letters included, was committed on the way out. */
     assert_int_equal(h_committed_sum(brokers, "g-bad", "bad.jobs", PARTS), (long long)nc + 3);
+}
+
+/* ---- hostile field values: far deadlines, ill-formed UTF-8 ------------------ */
+
+/* 1 when every str in o (keys included) is well-formed UTF-8. */
+static int mp_strs_valid(const msgpack_object *o)
+{
+    switch (o->type) {
+    case MSGPACK_OBJECT_STR: return utf8_valid(o->via.str.ptr, o->via.str.size);
+    case MSGPACK_OBJECT_ARRAY:
+        for (uint32_t i = 0; i < o->via.array.size; i++)
+            if (!mp_strs_valid(&o->via.array.ptr[i])) return 0;
+        return 1;
+    case MSGPACK_OBJECT_MAP:
+        for (uint32_t i = 0; i < o->via.map.size; i++)
+            if (!mp_strs_valid(&o->via.map.ptr[i].key) || !mp_strs_valid(&o->via.map.ptr[i].val))
+                return 0;
+        return 1;
+    default: return 1;
+    }
+}
+
+/* A MessagePack job whose meta holds a str of ill-formed UTF-8. */
+static void produce_bad_meta(rd_kafka_t *p, const char *topic, const char *id, const float *in)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 3);
+    msgpack_pack_str_with_body(&pk, "id", 2);
+    msgpack_pack_str_with_body(&pk, id, strlen(id));
+    msgpack_pack_str_with_body(&pk, "input", 5);
+    msgpack_pack_bin_with_body(&pk, in, IN_W * sizeof(float));
+    msgpack_pack_str_with_body(&pk, "meta", 4);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "k\xff", 2);
+    msgpack_pack_str_with_body(&pk, "v\xc3(", 3);
+    assert_int_equal(h_produce(p, topic, id, strlen(id), sb.data, sb.size, NULL), 0);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+/* Deadlines at and past where `(deadline_ms - now_ms) * 1000` overflows
+ * int64 (9.3e15 ms and up, 2^63-1, and timeout_ms 2^63-1) are far in the
+ * future, so the jobs run and are answered ok, not deadline_exceeded.
+ * Ill-formed UTF-8 in a job's model and meta comes back repaired (U+FFFD),
+ * so every str of the result is well-formed and a strict client can read
+ * the error code; a JSON record with ill-formed UTF-8 is dead-lettered
+ * with an x-error header that is well-formed too. */
+static void test_hostile_fields_answered(void **state)
+{
+    (void)state;
+    const char *cfg = write_config("hostile", "hostile.jobs", "hostile.results", "hostile.dlq",
+                                   "g-hostile", NULL);
+    pid_t w = start_worker(cfg, "hostile");
+    rd_kafka_t *p = h_producer(brokers);
+    float in[IN_W];
+    for (int k = 0; k < IN_W; k++) in[k] = tu_randf(-1, 1);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    static const struct {
+        const char *id;
+        int64_t deadline_ms, timeout_ms;
+        const char *model;
+        const char *code; /* NULL: ok */
+    } cases[] = {
+        {"far-9p3e15", 9300000000000000LL, -1, NULL, NULL},
+        {"far-1e16", 10000000000000000LL, -1, NULL, NULL},
+        {"far-2p62", 4611686018427387904LL, -1, NULL, NULL},
+        {"far-max", INT64_MAX, -1, NULL, NULL},
+        {"far-timeout-max", 0, INT64_MAX, NULL, NULL},
+        {"near-minute", -60000, -1, NULL, NULL}, /* now + 60 s */
+        {"past", 1, -1, NULL, "deadline_exceeded"},
+        {"bad-utf8-model", 0, -1, "\xc3\x28", "unknown_model"},
+    };
+    size_t nc = sizeof(cases) / sizeof(cases[0]);
+    static char ids[16][64];
+    for (size_t i = 0; i < nc; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "%s", cases[i].id);
+        struct wire_job j = {.id = cases[i].id, .model = cases[i].model, .input = in,
+                             .n_input = IN_W, .timeout_ms = cases[i].timeout_ms, .priority = -1};
+        j.deadline_ms = cases[i].deadline_ms < 0 ? now_ms - cases[i].deadline_ms
+                                                 : cases[i].deadline_ms;
+        unsigned char *body;
+        size_t len;
+        assert_int_equal(wire_encode_job(&j, PROTO_ENC_MSGPACK, &body, &len), 0);
+        assert_int_equal(h_produce(p, "hostile.jobs", j.id, strlen(j.id), body, len, NULL), 0);
+        free(body);
+    }
+    snprintf(ids[nc], sizeof(ids[nc]), "bad-utf8-meta");
+    produce_bad_meta(p, "hostile.jobs", ids[nc], in);
+    const char bad_json[] = "{\"id\":\"dead-utf8\",\"model\":\"\xc3(\",\"input\":[1]}";
+    assert_int_equal(h_produce(p, "hostile.jobs", NULL, 0, bad_json, strlen(bad_json), NULL), 0);
+    assert_int_equal(rd_kafka_flush(p, 10000), 0);
+    rd_kafka_destroy(p);
+
+    static char *bodies[16];
+    static size_t lens[16];
+    assert_int_equal(wait_results("hostile", ids, nc + 1, bodies, lens, 60), nc + 1);
+    for (size_t i = 0; i <= nc; i++) {
+        msgpack_unpacked up;
+        msgpack_unpacked_init(&up);
+        assert_int_equal(msgpack_unpack_next(&up, bodies[i], lens[i], NULL), MSGPACK_UNPACK_SUCCESS);
+        if (!mp_strs_valid(&up.data)) fail_msg("%s: a str of the result is not UTF-8", ids[i]);
+        msgpack_unpacked_destroy(&up);
+        struct wire_result r;
+        char err[256];
+        assert_int_equal(wire_decode_result(bodies[i], lens[i], &r, err, sizeof(err)), 0);
+        const char *code = i < nc ? cases[i].code : NULL;
+        if (code) {
+            if (r.ok || strcmp(r.code, code) != 0)
+                fail_msg("%s: %s, expected %s (%s)", ids[i], r.ok ? "ok" : r.code, code, r.message);
+        } else {
+            if (!r.ok) fail_msg("%s: %s (%s), expected ok", ids[i], r.code, r.message);
+            check_values(&r, in, 1);
+        }
+        if (i < nc && cases[i].model) {
+            assert_string_equal(r.model, "\xef\xbf\xbd(");
+            assert_non_null(strstr(r.message, "\xef\xbf\xbd("));
+        }
+        wire_result_fini(&r);
+        free(bodies[i]);
+    }
+    struct reply_rec dead[4];
+    assert_int_equal(read_topic("hostile.dlq", dead, 4, 1, 30), 1);
+    assert_true(dead[0].hdr_error_len > 0);
+    assert_true(utf8_valid(dead[0].hdr_error, dead[0].hdr_error_len));
+    free(dead[0].val);
+    assert_int_equal(h_stop(w, SIGTERM, 30), 0);
 }
 
 /* ---- SIGTERM under load, then restart: nothing lost ----------------------- */
@@ -680,7 +817,7 @@ static int setup(void **state)
     ref_mlp_load(&reference_model, model_path);
     if (h_start_broker(KINFER, "good.jobs,good.results,good.dlq,bad.jobs,bad.results,bad.dlq,"
                                "term.jobs,term.results,term.dlq,batch.jobs,batch.results,batch.dlq,"
-                               "pause.jobs,pause.results,pause.dlq,"
+                               "pause.jobs,pause.results,pause.dlq,hostile.jobs,hostile.results,hostile.dlq,"
                                "fault.jobs,fault.results,fault.dlq", PARTS, brokers,
                        sizeof(brokers)) < 0)
         return -1;
@@ -704,10 +841,14 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_results_every_encoding),
         cmocka_unit_test(test_errors_and_dead_letters),
+        cmocka_unit_test(test_hostile_fields_answered),
         cmocka_unit_test(test_sigterm_restart_loses_nothing),
         cmocka_unit_test(test_burst_and_trickle),
         cmocka_unit_test(test_backlog_through_pauses),
         cmocka_unit_test(test_device_fault_exits_2),
     };
+    /* KINFER_TEST_FILTER=test_hostile* runs only the matching cases. */
+    const char *filter = getenv("KINFER_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -206,17 +206,15 @@ static void take_record(struct intake *in, const rd_kafka_message_t *m)
     /* The configured default timeout bounds every job; a job's own
      * deadline may only make it earlier. */
     int64_t now_ms = wall_ms();
-    j->deadline_ms = opts->ignore_deadlines ? 0 : j->req.deadline_ms;
-    if (cfg->batching.default_timeout_ms > 0 && !opts->ignore_deadlines) {
-        int64_t d = j->record_ts_ms + cfg->batching.default_timeout_ms;
-        if (!j->deadline_ms || d < j->deadline_ms) j->deadline_ms = d;
-    }
+    j->deadline_ms = opts->ignore_deadlines ? 0
+                     : job_effective_deadline_ms(j->req.deadline_ms, j->record_ts_ms,
+                                                 cfg->batching.default_timeout_ms);
     if (j->deadline_ms && j->deadline_ms <= now_ms) {
         job_fail(j, PROTO_ERR_DEADLINE_EXCEEDED, "deadline passed before the job was queued");
         answer_now(in, j);
         return;
     }
-    if (j->deadline_ms) j->deadline_us = j->arrived_us + (j->deadline_ms - now_ms) * 1000;
+    if (j->deadline_ms) j->deadline_us = job_deadline_us(j->deadline_ms, now_ms, j->arrived_us);
     j->rows = rows;
     j->weight = rows;
     in->inflight_rows += rows;
