@@ -199,6 +199,25 @@ static void check_single_row_results(char **bodies, const size_t *lens,
     }
 }
 
+/* Prints and counts the warning and error lines a worker's log holds up to
+ * its first partitions_assigned line: what a clean start must not have. */
+static size_t start_warnings(const char *name)
+{
+    char path[300], line[4096];
+    snprintf(path, sizeof(path), "%s/%s.worker.log", h_dir(), name);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = 0;
+    while (fgets(line, sizeof(line), f) && !strstr(line, "event=partitions_assigned")) {
+        if (strstr(line, " level=warn ") || strstr(line, " level=error ")) {
+            fprintf(stderr, "start: %s", line);
+            n++;
+        }
+    }
+    fclose(f);
+    return n;
+}
+
 /* ---- good jobs in every encoding ----------------------------------------- */
 
 #define N_GOOD 120
@@ -299,6 +318,9 @@ static void test_results_every_encoding(void **state)
     for (size_t k = 0; k < n; k++) free(recs[k].val);
     for (size_t i = 0; i < N_GOOD; i++) free(bodies[i]);
     assert_int_equal(h_stop(w, SIGTERM, 30), 0);
+    /* A clean start warns about nothing (its config holds consumer-only
+     * librdkafka properties, which the producer must not be given). */
+    assert_int_equal(start_warnings("good"), 0);
 }
 
 /* ---- error results and dead letters -------------------------------------- */
