@@ -70,6 +70,7 @@ struct stats {
     /* liveness and readiness */
     atomic_int_fast64_t loop_last_us[STATS_N_LOOPS]; /* 0 = not watched */
     atomic_int cond[STATS_N_COND];
+    atomic_int early[STATS_N_COND];
     atomic_int draining;
     atomic_int watchdog_ms;
     double start_time_s; /* written once by stats_new */
@@ -304,6 +305,15 @@ void stats_set_cond(struct stats *st, enum stats_cond cond, int ok)
 {
     if ((unsigned)cond >= STATS_N_COND) return;
     atomic_store(&st->cond[cond], ok ? 1 : 0);
+}
+
+/* The first statistics come statistics.interval.ms after a client starts,
+ * but a producer that holds metadata has reached a broker well before, and
+ * a consumer with a member id has joined: readiness need not wait. */
+void stats_set_early(struct stats *st, enum stats_cond cond, int ok)
+{
+    if ((unsigned)cond >= STATS_N_COND) return;
+    atomic_store(&st->early[cond], ok ? 1 : 0);
 }
 
 /* One-way: a draining worker never becomes ready again. */
@@ -578,7 +588,10 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
     out->brokers_up_consumer = atomic_load(&st->brokers_up_consumer);
     out->brokers_up_producer = atomic_load(&st->brokers_up_producer);
     out->group_joined = atomic_load(&st->group_joined);
-    for (int c = 0; c < STATS_N_COND; c++) out->cond[c] = atomic_load(&st->cond[c]);
+    for (int c = 0; c < STATS_N_COND; c++) {
+        out->cond[c] = atomic_load(&st->cond[c]);
+        out->early[c] = atomic_load(&st->early[c]);
+    }
     out->draining = atomic_load(&st->draining);
     out->start_time_s = st->start_time_s;
 
@@ -635,12 +648,15 @@ int stats_ready(const struct stats_snapshot *s, const char **reasons, size_t max
     if (s->draining) why[n++] = "worker: draining, stopping";
     if (!s->healthy) why[n++] = "worker: watchdog tripped (see /healthz)";
     if (!s->cond[STATS_COND_MODEL]) why[n++] = "model: not loaded";
-    if (!s->cond[STATS_COND_CONSUMER] && s->assigned <= 0)
-        why[n++] = "consumer: not joined to the group";
-    if (!s->cond[STATS_COND_PRODUCER])
-        why[n++] = s->brokers_up_producer < 0
-                       ? "producer: no statistics from librdkafka yet"
-                       : "producer: no connection to any Kafka broker";
+    /* Before a client's first statistics, what its own calls show. */
+    int consumer_ok = s->cond[STATS_COND_CONSUMER] || s->assigned > 0 ||
+                      (s->brokers_up_consumer < 0 && s->early[STATS_COND_CONSUMER]);
+    int producer_ok = s->cond[STATS_COND_PRODUCER] ||
+                      (s->brokers_up_producer < 0 && s->early[STATS_COND_PRODUCER]);
+    if (!consumer_ok) why[n++] = "consumer: not joined to the group";
+    if (!producer_ok)
+        why[n++] = s->brokers_up_producer < 0 ? "producer: no Kafka broker reached yet"
+                                              : "producer: no connection to any Kafka broker";
     if (!s->cond[STATS_COND_REDIS]) why[n++] = "redis: not reachable";
     for (size_t i = 0; i < n && i < max; i++) reasons[i] = why[i];
     if (n_reasons) *n_reasons = n;

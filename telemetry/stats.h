@@ -135,6 +135,7 @@ struct stats_snapshot {
     int watchdog_ms;
     /* readiness inputs */
     int cond[STATS_N_COND];
+    int early[STATS_N_COND]; /* stats_set_early: before a client's first statistics */
     int draining;
     /* identity */
     double start_time_s; /* Unix time the stats were made */
@@ -204,6 +205,13 @@ void stats_alive(struct stats *st, int loop);
 void stats_loop_stop(struct stats *st, int loop);
 /* Sets one readiness condition (nonzero = holds). */
 void stats_set_cond(struct stats *st, enum stats_cond cond, int ok);
+/* What a client's own calls show before its first statistics arrive
+ * (statistics.interval.ms after it starts, 5 s by default): for
+ * STATS_COND_PRODUCER that the producer has reached a broker (it holds
+ * cluster metadata), for STATS_COND_CONSUMER that the consumer has a group
+ * member id. Until that client's first statistics, its condition holds
+ * when this does; from then on the statistics alone decide. Poll thread. */
+void stats_set_early(struct stats *st, enum stats_cond cond, int ok);
 /* The worker is stopping: /readyz answers 503 from now on. */
 void stats_set_draining(struct stats *st);
 /* A heartbeat write or Redis check failed (heartbeat thread). */

@@ -1038,6 +1038,33 @@ static void test_worker_metrics(void **state)
     json_decref(doc);
 }
 
+/* ---- ready before the first statistics ------------------------------------------- */
+
+/* librdkafka's statistics are held back a minute here, so readiness can
+ * only come from what the clients' own calls show (a producer holding
+ * cluster metadata, a consumer with a group member id): /readyz must
+ * answer 200 within seconds of the group join, not after the first
+ * statistics (5 s by default, a minute here). */
+static void test_ready_before_statistics(void **state)
+{
+    (void)state;
+    int port = h_free_port();
+    const char *cfg = write_config("early", port, NULL);
+    char log[300];
+    snprintf(log, sizeof(log), "%s/early.worker.log", h_dir());
+    char *argv[] = {(char *)KINFER, "worker", "-c", (char *)cfg, "--set",
+                    "kafka.properties.statistics.interval.ms=60000", NULL};
+    double t0 = h_now();
+    pid_t w = h_spawn(argv, NULL, log);
+    char *body = NULL;
+    int code = wait_ready(port, 200, 30, &body);
+    double took = h_now() - t0;
+    if (code != 200) fail_msg("/readyz %d after %.1f s: %s", code, took, body ? body : "");
+    fprintf(stderr, "test_ops: ready %.1f s after start, statistics every 60 s\n", took);
+    free(body);
+    assert_int_equal(h_stop(w, SIGTERM, 60), 0);
+}
+
 /* ---- readiness follows the brokers ------------------------------------------------ */
 
 /* Brokers down: not ready (but alive); brokers back: ready, and working. */
@@ -1113,7 +1140,8 @@ static int setup(void **state)
         return -1;
     }
     broker_pid = start_broker_ctl("ops.lag.jobs,ops.run.jobs,ops.run.results,ops.run.dlq,"
-                                  "ops.flip.jobs,ops.flip.results,ops.flip.dlq",
+                                  "ops.flip.jobs,ops.flip.results,ops.flip.dlq,"
+                                  "ops.early.jobs,ops.early.results,ops.early.dlq",
                                   PARTS);
     if (broker_pid < 0) return -1;
     if (h_start_redis(&redis_port) < 0) return -1;
@@ -1143,8 +1171,12 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_broker_control),
         cmocka_unit_test(test_lag_without_worker),
         cmocka_unit_test(test_worker_metrics),
+        cmocka_unit_test(test_ready_before_statistics),
         cmocka_unit_test(test_readyz_follows_brokers),
         cmocka_unit_test(test_broker_outlives_stdin),
     };
+    /* KINFER_TEST_FILTER=test_ready* runs only the matching cases. */
+    const char *filter = getenv("KINFER_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -616,7 +616,7 @@ static void test_readiness(void **state)
     assert_int_equal(n, 4);
     assert_string_equal(reasons[0], "model: not loaded");
     assert_string_equal(reasons[1], "consumer: not joined to the group");
-    assert_string_equal(reasons[2], "producer: no statistics from librdkafka yet");
+    assert_string_equal(reasons[2], "producer: no Kafka broker reached yet");
     assert_string_equal(reasons[3], "redis: not reachable");
     assert_int_equal(metrics_render_ready(&s, &body, &len), 0);
     assert_non_null(strstr(body, "{\"ready\":false,\"reasons\":[\"model: not loaded\","));
@@ -678,6 +678,49 @@ static void test_readiness(void **state)
     stats_destroy(st);
 }
 
+/* Before a client's first statistics, what its own calls show decides its
+ * condition (a producer with metadata, a consumer with a member id);
+ * once the statistics come, they alone do. */
+static void test_readiness_before_statistics(void **state)
+{
+    (void)state;
+    struct stats *st = stats_new();
+    struct stats_snapshot s;
+    const char *reasons[8];
+    size_t n;
+    stats_set_cond(st, STATS_COND_MODEL, 1);
+    stats_set_cond(st, STATS_COND_REDIS, 1);
+    stats_set_early(st, STATS_COND_PRODUCER, 1);
+    stats_set_early(st, STATS_COND_CONSUMER, 1);
+    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_ready(&s, reasons, 8, &n), 1);
+    stats_snapshot_fini(&s);
+    /* The statistics say otherwise: they win. */
+    const char *down = "{\"type\":\"producer\",\"brokers\":{\"b/1\":{\"source\":\"configured\","
+                       "\"state\":\"DOWN\"}}}";
+    assert_int_equal(stats_rdkafka_json(st, down, strlen(down)), 0);
+    const char *cons = "{\"type\":\"consumer\",\"cgrp\":{\"state\":\"up\",\"join_state\":"
+                       "\"wait-join\"},\"brokers\":{}}";
+    assert_int_equal(stats_rdkafka_json(st, cons, strlen(cons)), 0);
+    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_ready(&s, reasons, 8, &n), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(reasons[0], "consumer: not joined to the group");
+    assert_string_equal(reasons[1], "producer: no connection to any Kafka broker");
+    stats_snapshot_fini(&s);
+    /* Without early signs and without statistics: not ready, saying so. */
+    stats_destroy(st);
+    st = stats_new();
+    stats_set_cond(st, STATS_COND_MODEL, 1);
+    stats_set_cond(st, STATS_COND_REDIS, 1);
+    stats_set_early(st, STATS_COND_PRODUCER, 0);
+    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_ready(&s, reasons, 8, &n), 0);
+    assert_string_equal(reasons[1], "producer: no Kafka broker reached yet");
+    stats_snapshot_fini(&s);
+    stats_destroy(st);
+}
+
 /* One cmocka group; no fixtures: each case makes its own stats. */
 int main(void)
 {
@@ -686,7 +729,7 @@ int main(void)
         cmocka_unit_test(test_job_done),         cmocka_unit_test(test_rdkafka_samples),
         cmocka_unit_test(test_rdkafka_edges),    cmocka_unit_test(test_label_escaping),
         cmocka_unit_test(test_rates_and_drain),  cmocka_unit_test(test_watchdog),
-        cmocka_unit_test(test_readiness),
+        cmocka_unit_test(test_readiness),      cmocka_unit_test(test_readiness_before_statistics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

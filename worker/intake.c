@@ -562,6 +562,16 @@ int intake_assigned(const struct intake *in)
     return in->n_assigned;
 }
 
+/* The group coordinator gave this consumer a member id: it has joined,
+ * seconds before its first statistics say so. */
+int intake_has_member(struct intake *in)
+{
+    char *id = rd_kafka_memberid(in->consumer);
+    int joined = id && *id;
+    if (id) rd_kafka_mem_free(in->consumer, id);
+    return joined;
+}
+
 int intake_paused(const struct intake *in)
 {
     return in->paused;

@@ -87,6 +87,8 @@ void intake_destroy(struct intake *in);
  * and whether fetching is paused. */
 size_t intake_inflight_rows(const struct intake *in);
 int intake_assigned(const struct intake *in);
+/* 1 once the consumer holds a group member id (it joined its group). */
+int intake_has_member(struct intake *in);
 int intake_paused(const struct intake *in);
 
 #endif

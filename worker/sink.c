@@ -273,6 +273,15 @@ int sink_redis_ping(struct sink *s)
     return rsink_ping(s->rsink);
 }
 
+/* Cluster metadata (its controller's id) comes only from a broker's
+ * answer, so once the producer holds it, it has reached one: known within
+ * milliseconds of start, where its first statistics take
+ * statistics.interval.ms. */
+int sink_broker_reached(struct sink *s)
+{
+    return rd_kafka_controllerid(s->producer, 0) >= 0;
+}
+
 uint64_t sink_redis_errors(const struct sink *s)
 {
     return rsink_errors(s->rsink);

@@ -49,6 +49,9 @@ int sink_redis_ping(struct sink *s);
 
 /* Failed Redis attempts so far (any thread). */
 uint64_t sink_redis_errors(const struct sink *s);
+/* 1 once the producer has had an answer from a broker (it holds cluster
+ * metadata); never blocks. */
+int sink_broker_reached(struct sink *s);
 
 /* Starts the sink thread. Returns 0, or -1 when it cannot start. */
 int sink_start(struct sink *s);

@@ -153,6 +153,9 @@ static void publish_gauges(struct worker *w, int64_t now)
     int assigned = intake_assigned(w->intake);
     stats_set_partitions(w->stats, assigned, intake_paused(w->intake) ? assigned : 0);
     stats_set_redis_errors(w->stats, sink_redis_errors(w->sink));
+    /* Readiness before the clients' first statistics (stats.h). */
+    stats_set_early(w->stats, STATS_COND_PRODUCER, sink_broker_reached(w->sink));
+    stats_set_early(w->stats, STATS_COND_CONSUMER, intake_has_member(w->intake));
 }
 
 /* Reliability rule 7: a hung loop (an executor stuck in the model, say)
