@@ -45,6 +45,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <poll.h>
+#include <sys/resource.h>
 
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
@@ -1065,6 +1066,121 @@ static void test_ready_before_statistics(void **state)
     assert_int_equal(h_stop(w, SIGTERM, 60), 0);
 }
 
+/* ---- probes answered whatever idle sockets are open ---------------------------- */
+
+/* One GET of path on 127.0.0.1:port with a deadline of timeout_s for the
+ * whole exchange (connect, send, the status line): the status code, or 0
+ * when none came in time. */
+static int probe(int port, const char *path, double timeout_s)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (long)timeout_s) * 1e6)};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int code = 0;
+    double until = h_now() + timeout_s;
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+        char req[128], buf[256];
+        int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                         path);
+        if (send(fd, req, (size_t)n, MSG_NOSIGNAL) == n) {
+            size_t got = 0;
+            while (got < 12 && h_now() < until) {
+                ssize_t r = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
+                if (r <= 0) break;
+                got += (size_t)r;
+            }
+            buf[got] = '\0';
+            if (got >= 12 && strncmp(buf, "HTTP/1.", 7) == 0 && h_now() <= until)
+                code = atoi(buf + 9);
+        }
+    }
+    close(fd);
+    return code;
+}
+
+/* The port a worker logged it listens on (metrics_listening ... port=N),
+ * waiting up to timeout_s for the line. */
+static int logged_port(const char *log, double timeout_s)
+{
+    double until = h_now() + timeout_s;
+    while (h_now() < until) {
+        char *text = read_file(log);
+        const char *l = text ? strstr(text, "event=metrics_listening") : NULL;
+        const char *p = l ? strstr(l, " port=") : NULL;
+        int port = p ? atoi(p + 6) : 0;
+        free(text);
+        if (port > 0) return port;
+        h_sleep_ms(50);
+    }
+    return 0;
+}
+
+#define N_IDLE 1000
+
+/* metrics.listen with port 0: the worker picks a free port and logs it.
+ * Then 1,000 connections from 127.0.0.2 are opened and left idle (a
+ * loopback alias, no setup needed): a probe from 127.0.0.1 must still get
+ * its 200 within a second, /healthz, /readyz and /metrics alike. */
+static void test_idle_sockets_do_not_block_probes(void **state)
+{
+    (void)state;
+    struct rlimit rl;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur < N_IDLE + 256) {
+        rl.rlim_cur = rl.rlim_max < N_IDLE + 256 ? rl.rlim_max : N_IDLE + 256;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur < N_IDLE + 64) skip();
+    const char *cfg = write_config("idle", 0, NULL);
+    char log[300];
+    snprintf(log, sizeof(log), "%s/idle.worker.log", h_dir());
+    char *argv[] = {(char *)KINFER, "worker", "-c", (char *)cfg, "--set",
+                    "metrics.listen=127.0.0.1:0", NULL};
+    pid_t w = h_spawn(argv, NULL, log);
+    int port = logged_port(log, 30);
+    if (!port) fail_msg("no metrics_listening line with a port in %s", log);
+    fprintf(stderr, "test_ops: metrics.listen 127.0.0.1:0 took port %d\n", port);
+    char *body = NULL;
+    assert_int_equal(wait_ready(port, 200, 60, &body), 200);
+    free(body);
+
+    static int fds[N_IDLE];
+    int opened = 0;
+    for (int i = 0; i < N_IDLE; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        assert_true(fd >= 0);
+        struct sockaddr_in src = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000002)};
+        struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        assert_int_equal(bind(fd, (struct sockaddr *)&src, sizeof(src)), 0);
+        if (connect(fd, (struct sockaddr *)&dst, sizeof(dst)) == 0 || errno == EINPROGRESS)
+            opened++;
+        fds[i] = fd;
+    }
+    h_sleep_ms(300); /* the server has seen them all */
+    fprintf(stderr, "test_ops: %d idle connections from 127.0.0.2\n", opened);
+    static const char *const paths[] = {"/healthz", "/readyz", "/metrics"};
+    double slowest = 0;
+    for (int round = 0; round < 3; round++) {
+        for (size_t k = 0; k < 3; k++) {
+            double t0 = h_now();
+            int code = probe(port, paths[k], 1.0);
+            double took = h_now() - t0;
+            if (code != 200)
+                fail_msg("%s from 127.0.0.1 with %d idle connections open: %d after %.2f s",
+                         paths[k], opened, code, took);
+            if (took > slowest) slowest = took;
+        }
+    }
+    fprintf(stderr, "test_ops: 9 probes answered 200, the slowest in %.1f ms\n", slowest * 1e3);
+    for (int i = 0; i < N_IDLE; i++) close(fds[i]);
+    assert_int_equal(h_stop(w, SIGTERM, 60), 0);
+}
+
 /* ---- readiness follows the brokers ------------------------------------------------ */
 
 /* Brokers down: not ready (but alive); brokers back: ready, and working. */
@@ -1141,7 +1257,8 @@ static int setup(void **state)
     }
     broker_pid = start_broker_ctl("ops.lag.jobs,ops.run.jobs,ops.run.results,ops.run.dlq,"
                                   "ops.flip.jobs,ops.flip.results,ops.flip.dlq,"
-                                  "ops.early.jobs,ops.early.results,ops.early.dlq",
+                                  "ops.early.jobs,ops.early.results,ops.early.dlq,"
+                                  "ops.idle.jobs,ops.idle.results,ops.idle.dlq",
                                   PARTS);
     if (broker_pid < 0) return -1;
     if (h_start_redis(&redis_port) < 0) return -1;
@@ -1172,6 +1289,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_lag_without_worker),
         cmocka_unit_test(test_worker_metrics),
         cmocka_unit_test(test_ready_before_statistics),
+        cmocka_unit_test(test_idle_sockets_do_not_block_probes),
         cmocka_unit_test(test_readyz_follows_brokers),
         cmocka_unit_test(test_broker_outlives_stdin),
     };

@@ -353,8 +353,9 @@ static int check_listen(const char *value, char *why, size_t why_size)
         if (*p < '0' || *p > '9' || port > 65535) port = -1;
         else port = port * 10 + (*p - '0');
     }
-    if (port < 1 || port > 65535) {
-        snprintf(why, why_size, "'%s': the port must be a number in 1..65535", value);
+    if (port < 0 || port > 65535) {
+        snprintf(why, why_size, "'%s': the port must be a number in 0..65535 (0: any free port)",
+                 value);
         return -1;
     }
     return 0;
