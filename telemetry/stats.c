@@ -88,6 +88,9 @@ struct stats {
     double rows_ps, jobs_ps;
     int tripped;
     char tripped_why[160];
+    char cond_why[STATS_N_COND][160];
+    int64_t sink_since_us[STATS_N_SINK]; /* first failure since the last success; 0 = none */
+    char sink_why[STATS_N_SINK][160];
 };
 
 /* The monotonic clock every "silent for" and rate computation uses. */
@@ -305,6 +308,32 @@ void stats_set_cond(struct stats *st, enum stats_cond cond, int ok)
 {
     if ((unsigned)cond >= STATS_N_COND) return;
     atomic_store(&st->cond[cond], ok ? 1 : 0);
+}
+
+/* The reason is kept beside the flag, under the mutex (it is text); the
+ * flag stays an atomic so readers of it alone never wait. */
+void stats_set_cond_why(struct stats *st, enum stats_cond cond, int ok, const char *why)
+{
+    if ((unsigned)cond >= STATS_N_COND) return;
+    pthread_mutex_lock(&st->mu);
+    snprintf(st->cond_why[cond], sizeof(st->cond_why[cond]), "%s", ok || !why ? "" : why);
+    pthread_mutex_unlock(&st->mu);
+    stats_set_cond(st, cond, ok);
+}
+
+/* Only the start of a failure and the text of the latest one are kept:
+ * readiness asks how long the path has been failing, not how often. */
+void stats_sink_failing(struct stats *st, enum stats_sink path, const char *why)
+{
+    if ((unsigned)path >= STATS_N_SINK) return;
+    pthread_mutex_lock(&st->mu);
+    if (!why) {
+        st->sink_since_us[path] = 0;
+    } else {
+        if (!st->sink_since_us[path]) st->sink_since_us[path] = stats_now_us();
+        snprintf(st->sink_why[path], sizeof(st->sink_why[path]), "%s", why);
+    }
+    pthread_mutex_unlock(&st->mu);
 }
 
 /* The first statistics come statistics.interval.ms after a client starts,
@@ -604,6 +633,17 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
     out->rows_per_s = st->rows_ps;
     out->jobs_per_s = st->jobs_ps;
     check_loops(st, now_us, out);
+    for (int c = 0; c < STATS_N_COND; c++)
+        if (st->cond_why[c][0])
+            snprintf(out->cond_reason[c], sizeof(out->cond_reason[c]), "%s", st->cond_why[c]);
+    static const char *const sink_names[STATS_N_SINK] = {"kafka", "redis"};
+    for (int p = 0; p < STATS_N_SINK; p++) {
+        out->sink_failing_s[p] = -1;
+        if (!st->sink_since_us[p]) continue;
+        out->sink_failing_s[p] = (double)(now_us - st->sink_since_us[p]) / 1e6;
+        snprintf(out->sink_reason[p], sizeof(out->sink_reason[p]), "sink: %s: %s",
+                 sink_names[p], st->sink_why[p]);
+    }
     out->lag_known = st->lag_known;
     if (st->n_parts) {
         out->parts = malloc(st->n_parts * sizeof(*out->parts));
@@ -643,7 +683,7 @@ void stats_snapshot_fini(struct stats_snapshot *s)
 int stats_ready(const struct stats_snapshot *s, const char **reasons, size_t max,
                 size_t *n_reasons)
 {
-    const char *why[8];
+    const char *why[8 + STATS_N_SINK];
     size_t n = 0;
     if (s->draining) why[n++] = "worker: draining, stopping";
     if (!s->healthy) why[n++] = "worker: watchdog tripped (see /healthz)";
@@ -657,7 +697,11 @@ int stats_ready(const struct stats_snapshot *s, const char **reasons, size_t max
     if (!producer_ok)
         why[n++] = s->brokers_up_producer < 0 ? "producer: no Kafka broker reached yet"
                                               : "producer: no connection to any Kafka broker";
-    if (!s->cond[STATS_COND_REDIS]) why[n++] = "redis: not reachable";
+    if (!s->cond[STATS_COND_REDIS])
+        why[n++] = s->cond_reason[STATS_COND_REDIS][0] ? s->cond_reason[STATS_COND_REDIS]
+                                                       : "redis: not reachable";
+    for (int p = 0; p < STATS_N_SINK; p++)
+        if (s->sink_failing_s[p] >= STATS_SINK_FAILING_S) why[n++] = s->sink_reason[p];
     for (size_t i = 0; i < n && i < max; i++) reasons[i] = why[i];
     if (n_reasons) *n_reasons = n;
     return n == 0;

@@ -1181,6 +1181,105 @@ static void test_idle_sockets_do_not_block_probes(void **state)
     assert_int_equal(h_stop(w, SIGTERM, 60), 0);
 }
 
+/* ---- readiness says what failed, and the log stays small -------------------------- */
+
+/* Polls /readyz until its body contains needle; returns the last body. */
+static char *wait_reason(int port, const char *needle, double timeout_s)
+{
+    double until = h_now() + timeout_s;
+    char *body = NULL;
+    while (h_now() < until) {
+        free(body);
+        body = NULL;
+        http(port, "GET", "/readyz", &body, NULL, 0);
+        if (body && strstr(body, needle)) break;
+        h_sleep_ms(200);
+    }
+    return body;
+}
+
+/* Size of a file in bytes (0 when it cannot be read). */
+static long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : 0;
+}
+
+#define N_SICK 200
+
+/* Redis that answers but refuses (OOM: maxmemory 1) and a broker that
+ * refuses every Produce (TOPIC_AUTHORIZATION_FAILED, injected through the
+ * control channel): /readyz turns 503 and says what Redis or the broker
+ * said, the heartbeat's view ("redis: OOM ...") and the sink's ("sink:
+ * redis: ...", "sink: kafka: ..."); the log grows by a few lines a second,
+ * not one per job per retry; when the fault clears, readiness comes back
+ * and every job is delivered. Batches sleep 1.5 s so that the results are
+ * produced after the fault is set. */
+static void test_readyz_names_the_failure(void **state)
+{
+    (void)state;
+    int port = h_free_port();
+    const char *cfg = write_config("sick", port, NULL);
+    char log[300], answer[256];
+    snprintf(log, sizeof(log), "%s/sick.worker.log", h_dir());
+    char *argv[] = {(char *)KINFER, "worker", "-c", (char *)cfg, "--set",
+                    "debug.batch_sleep_ms=1500", NULL};
+    pid_t w = h_spawn(argv, NULL, log);
+    char *body = NULL;
+    assert_int_equal(wait_ready(port, 200, 60, &body), 200);
+    free(body);
+    redisContext *rc = redisConnect("127.0.0.1", redis_port);
+    assert_true(rc && !rc->err);
+
+    /* Redis out of memory: every write refused. */
+    redisReply *r = redisCommand(rc, "CONFIG SET maxmemory 1");
+    freeReplyObject(r);
+    rd_kafka_t *p = h_producer(brokers);
+    static char ids[N_SICK][32];
+    for (int i = 0; i < 5; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "oom-%d", i);
+        produce_job(p, "ops.sick.jobs", ids[i], IN_W);
+    }
+    assert_int_equal(rd_kafka_flush(p, 10000), 0);
+    body = wait_reason(port, "sink: redis: OOM", 30);
+    r = redisCommand(rc, "CONFIG SET maxmemory 0");
+    freeReplyObject(r);
+    if (!body || !strstr(body, "sink: redis: OOM")) fail_msg("/readyz during OOM: %s", body);
+    assert_non_null(strstr(body, "\"redis: OOM command not allowed"));
+    fprintf(stderr, "test_ops: /readyz with Redis out of memory: %s", body);
+    free(body);
+    assert_int_equal(wait_ready(port, 200, 30, &body), 200);
+    free(body);
+    assert_int_equal(wait_keys("sick", ids, 5, 30), 5);
+
+    /* Every Produce refused by the broker. */
+    for (int i = 0; i < N_SICK; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "auth-%d", i);
+        produce_job(p, "ops.sick.jobs", ids[i], IN_W);
+    }
+    assert_int_equal(rd_kafka_flush(p, 10000), 0);
+    rd_kafka_destroy(p);
+    broker_cmd("error Produce 10000 TOPIC_AUTHORIZATION_FAILED", answer, sizeof(answer));
+    assert_string_equal(answer, "ok");
+    body = wait_reason(port, "sink: kafka: ", 30);
+    long size0 = file_size(log);
+    h_sleep_ms(5000);
+    double kb_per_s = (double)(file_size(log) - size0) / 1024.0 / 5.0;
+    char *during = wait_reason(port, "sink: kafka: ", 1);
+    broker_cmd("clear Produce", answer, sizeof(answer));
+    if (!body || !strstr(body, "sink: kafka: ")) fail_msg("/readyz while Produce fails: %s", body);
+    fprintf(stderr, "test_ops: /readyz while every Produce fails: %s", during ? during : body);
+    fprintf(stderr, "test_ops: the log grew %.1f KB/s meanwhile\n", kb_per_s);
+    free(body);
+    free(during);
+    assert_true(kb_per_s < 8.0);
+    assert_int_equal(wait_ready(port, 200, 60, &body), 200);
+    free(body);
+    assert_int_equal(wait_keys("sick", ids, N_SICK, 60), N_SICK);
+    redisFree(rc);
+    assert_int_equal(h_stop(w, SIGTERM, 60), 0);
+}
+
 /* ---- readiness follows the brokers ------------------------------------------------ */
 
 /* Brokers down: not ready (but alive); brokers back: ready, and working. */
@@ -1258,7 +1357,8 @@ static int setup(void **state)
     broker_pid = start_broker_ctl("ops.lag.jobs,ops.run.jobs,ops.run.results,ops.run.dlq,"
                                   "ops.flip.jobs,ops.flip.results,ops.flip.dlq,"
                                   "ops.early.jobs,ops.early.results,ops.early.dlq,"
-                                  "ops.idle.jobs,ops.idle.results,ops.idle.dlq",
+                                  "ops.idle.jobs,ops.idle.results,ops.idle.dlq,"
+                                  "ops.sick.jobs,ops.sick.results,ops.sick.dlq",
                                   PARTS);
     if (broker_pid < 0) return -1;
     if (h_start_redis(&redis_port) < 0) return -1;
@@ -1290,6 +1390,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_worker_metrics),
         cmocka_unit_test(test_ready_before_statistics),
         cmocka_unit_test(test_idle_sockets_do_not_block_probes),
+        cmocka_unit_test(test_readyz_names_the_failure),
         cmocka_unit_test(test_readyz_follows_brokers),
         cmocka_unit_test(test_broker_outlives_stdin),
     };

@@ -52,6 +52,11 @@ size_t exec_threads(const struct exec *ex);
 /* Batches taken by an executor and not yet written out by the sink. */
 int exec_inflight_batches(const struct exec *ex);
 
+/* Cuts short the Redis calls of the executors (their attempt counters),
+ * in progress and to come: when a stop must keep its deadline with Redis
+ * not answering. Any thread; before exec_stop. Accepts NULL. */
+void exec_cut(struct exec *ex);
+
 /* Stops the batcher and the threads (each finishes its batch) and frees
  * ex. Accepts NULL. */
 void exec_stop(struct exec *ex);

@@ -56,6 +56,11 @@ int sink_broker_reached(struct sink *s);
 /* Starts the sink thread. Returns 0, or -1 when it cannot start. */
 int sink_start(struct sink *s);
 
+/* Cuts short the Redis write in progress and every later one (they fail
+ * at once; their jobs stay uncommitted): when a stop must keep its
+ * deadline with Redis not answering. Any thread; before sink_stop. */
+void sink_cut(struct sink *s);
+
 /* Stops the sink thread after its current round (a Redis retry gives up)
  * and closes the input queue's batch accounting. */
 void sink_stop(struct sink *s);

@@ -100,6 +100,7 @@ struct worker {
     struct intake *intake;
     struct exec *exec;
     int64_t started_us;
+    int64_t stop_by_us;        /* the drain deadline once stopping; 0 before */
 };
 
 /* The finished jobs by outcome, from the stats (the one telemetry path). */
@@ -341,7 +342,7 @@ static void teardown(struct worker *w)
     offsets_destroy(w->offsets);
     ranges_destroy(w->ranges);
     models_free(&w->models);
-    hb_stop(w->hb);
+    hb_stop(w->hb, w->stop_by_us);
     metrics_stop(w->metrics);
     stats_destroy(w->stats);
 }
@@ -378,19 +379,38 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
 
     /* tear down: drain what was taken in (unless the process is failing),
      * stop the executors, then the sink, deliver what the producer still
-     * owes, store and commit what finished, leave the group. */
+     * owes, store and commit what finished, leave the group, all within
+     * worker.drain_timeout_ms of the stop (its supervisor's grace period
+     * counts on it). What the drain leaves unfinished is stuck (Redis not
+     * answering, say): the Redis calls that hold it are cut, not waited
+     * out. */
     int fatal = atomic_load(&w->fatal);
     stats_set_draining(w->stats);
     LOG_I("draining", "reason=%s inflight_rows=%zu",
           fatal ? "fatal_error" : *stop ? "signal" : "ranges_done",
           intake_inflight_rows(w->intake));
-    if (!fatal) intake_drain(w->intake, c->worker.drain_timeout_ms);
+    int64_t drain_us = (int64_t)c->worker.drain_timeout_ms * 1000;
+    w->stop_by_us = stats_now_us() + drain_us;
+    /* What comes after the drain (stopping threads, flushing, committing,
+     * leaving the group, the heartbeat's DEL) gets a fifth of the budget,
+     * at most a second. */
+    int64_t tail_us = drain_us / 5 < 1000000 ? drain_us / 5 : 1000000;
+    size_t stuck = 0;
+    if (!fatal) stuck = intake_drain(w->intake, (int)((drain_us - tail_us) / 1000));
     stats_loop_stop(w->stats, STATS_LOOP_POLL);
+    if (stuck) {
+        LOG_W("drain_timeout", "unfinished=%zu drain_timeout_ms=%d note=\"cutting Redis calls "
+              "short; unfinished jobs stay uncommitted and run again\"", stuck,
+              c->worker.drain_timeout_ms);
+        exec_cut(w->exec);
+        sink_cut(w->sink);
+    }
     exec_stop(w->exec);
     w->exec = NULL;
     sink_stop(w->sink);
     intake_pipeline_stopped(w->intake);
-    sink_flush(w->sink, 5000);
+    int64_t left_ms = (w->stop_by_us - stats_now_us()) / 1000;
+    sink_flush(w->sink, left_ms < 5000 ? (left_ms > 0 ? (int)left_ms : 0) : 5000);
     intake_collect(w->intake);
     size_t left = intake_pending(w->intake);
     intake_close(w->intake);
