@@ -297,7 +297,13 @@ static const struct bad_case bad_cases[] = {
     {"queued_below_batch", M "batching = {\n  max_batch_rows = 64;\n  max_queued_rows = 32;\n};\n",
      NULL, 4, "batching.max_queued_rows: max_queued_rows (32) must be >= max_batch_rows (64)"},
     {"queued_below_job", M "batching = {\n  max_job_rows = 8192;\n};\n", NULL, 3,
-     "batching.max_job_rows: max_queued_rows (4096) must be >= max_job_rows (8192)"},
+     "batching.max_job_rows: max_queued_rows (4096) must be >= 2 x max_job_rows (8192)"},
+    {"queued_below_two_jobs", M "batching = {\n  max_job_rows = 2049;\n};\n", NULL, 3,
+     "batching.max_job_rows: max_queued_rows (4096) must be >= 2 x max_job_rows (2049): the "
+     "queue must hold two of the largest jobs, or it fills and stops fetching after every job; "
+     "lower max_job_rows to 2048 or raise max_queued_rows to 4098"},
+    {"queued_one_job", M "batching = {\n  max_queued_rows = 128;\n  max_job_rows = 128;\n};\n",
+     NULL, 3, "batching.max_queued_rows: max_queued_rows (128) must be >= 2 x max_job_rows (128)"},
     {"batch_above_default_queue", M "batching = {\n  max_batch_rows = 5000; max_job_rows = 16;\n};\n",
      NULL, 3, "batching.max_batch_rows: max_queued_rows (4096) must be >= max_batch_rows (5000)"},
     /* --set */
@@ -629,9 +635,9 @@ static void test_listen_port_zero(void **state)
 static void test_set_before_validation(void **state)
 {
     (void)state;
-    const char *sets[] = {"batching.max_queued_rows=8192"};
+    const char *sets[] = {"batching.max_queued_rows=16384"};
     struct kcfg *c = load_good(M "batching = { max_job_rows = 8192; };\n", sets, 1);
-    assert_int_equal(c->batching.max_queued_rows, 8192);
+    assert_int_equal(c->batching.max_queued_rows, 16384);
     cfg_destroy(c);
 }
 

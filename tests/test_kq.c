@@ -125,6 +125,56 @@ static void test_no_confwarn(void **state)
     assert_int_equal(skipped, 5); /* four consumer-only to the producer, linger.ms to the consumer */
 }
 
+/* Crash recovery (docs/reliability.md): the consumer's session timeout is
+ * kinfer's own default unless the file gives one, and a worker_id set on
+ * purpose makes the worker a static member under that id, unless
+ * kafka.static_membership is 0. The producer never gets either. */
+static void test_static_membership(void **state)
+{
+    (void)state;
+    struct kcfg c;
+    memset(&c, 0, sizeof(c));
+    c.kafka.brokers = "127.0.0.1:1";
+    c.kafka.group = "kq-test";
+    c.kafka.static_membership = 1;
+    char err[512], buf[256];
+    size_t n;
+    struct {
+        const char *worker_id;
+        int on;
+        const char *want; /* group.instance.id, or NULL for none */
+    } cases[] = {{"", 1, NULL}, {NULL, 1, NULL}, {"kinfer-2", 1, "kinfer-2"}, {"kinfer-2", 0, NULL}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        c.metrics.worker_id = (char *)cases[i].worker_id;
+        c.kafka.static_membership = cases[i].on;
+        rd_kafka_conf_t *cc = kq_conf_new(&c, KQ_CONSUMER, err, sizeof(err));
+        assert_non_null(cc);
+        assert_string_equal(conf_value(cc, "session.timeout.ms"), "10000");
+        n = sizeof(buf);
+        rd_kafka_conf_res_t r = rd_kafka_conf_get(cc, "group.instance.id", buf, &n);
+        if (cases[i].want) {
+            assert_int_equal(r, RD_KAFKA_CONF_OK);
+            assert_string_equal(buf, cases[i].want);
+        } else {
+            /* unset reads back as an empty string */
+            assert_true(r != RD_KAFKA_CONF_OK || buf[0] == '\0');
+        }
+        rd_kafka_conf_destroy(cc);
+        rd_kafka_conf_t *pc = kq_conf_new(&c, KQ_PRODUCER, err, sizeof(err));
+        assert_non_null(pc);
+        n = sizeof(buf);
+        r = rd_kafka_conf_get(pc, "group.instance.id", buf, &n);
+        assert_true(r != RD_KAFKA_CONF_OK || buf[0] == '\0');
+        rd_kafka_conf_destroy(pc);
+    }
+    /* The file's own session timeout wins (make_cfg's list gives 7000). */
+    make_cfg(&c);
+    rd_kafka_conf_t *cc = kq_conf_new(&c, KQ_CONSUMER, err, sizeof(err));
+    assert_non_null(cc);
+    assert_string_equal(conf_value(cc, "session.timeout.ms"), "7000");
+    rd_kafka_conf_destroy(cc);
+}
+
 /* A misspelt property still stops the client from being made. */
 static void test_unknown_refused(void **state)
 {
@@ -148,6 +198,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_scope_from_librdkafka),
         cmocka_unit_test(test_no_confwarn),
         cmocka_unit_test(test_unknown_refused),
+        cmocka_unit_test(test_static_membership),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

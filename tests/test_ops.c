@@ -505,6 +505,7 @@ static void test_ops_files(void **state)
         {"ops/keda-scaledobject.yaml", "ScaledObject:kafka"},
         {"ops/keda-scaledobject-prometheus.yaml", "ScaledObject:prometheus"},
         {"ops/kinfer-deployment.yaml", "Namespace Deployment Service"},
+        {"ops/kinfer-statefulset.yaml", "StatefulSet"},
         {"ops/kinfer-podmonitor.yaml", "PodMonitor"},
         {"docker/docker-compose.yml", "grafana kafka kafka-init kinfer kinfer-gpu prometheus redis"},
         {"docker/grafana/provisioning/datasources/prometheus.yml", "apiVersion datasources"},

@@ -33,6 +33,7 @@ struct kcfg {
         size_t n_properties;
         int revoke_timeout_ms;  /* 10000: in-flight budget on partition revoke */
         int resume_seek;        /* 1: seek resumed partitions to restart fetching */
+        int static_membership;  /* 1: metrics.worker_id, when set, is group.instance.id */
     } kafka;
     struct {
         char *host;             /* "127.0.0.1" */
@@ -54,6 +55,7 @@ struct kcfg {
         int default_timeout_ms; /* 0 = none; a job may only shorten it */
         int default_priority;   /* 5: for jobs that give none, unless their topic has one */
         int aging_ms;           /* 1000: a waiting job gains one priority level per aging_ms */
+        int pause_after_ms;     /* 500: full this long (not taking records) before pausing */
         size_t preferred_sizes[16]; /* increasing; empty = none */
         size_t n_preferred_sizes;
         struct cfg_topic_prio *topic_priorities; /* default priority per input topic */

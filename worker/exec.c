@@ -172,6 +172,20 @@ static int solo_allowed(struct exec_thread *t, struct job *j)
     return 0;
 }
 
+/* A job that ran and was encoded holds only its result's body: from now
+ * on it weighs that, in rows of its model's input, plus one, and the rows
+ * it sheds go to the intake's count (exec.h, `lightened`). */
+static void lighten(struct exec *ex, struct job *j)
+{
+    if (!ex->c.lightened || j->model_idx < 0 || !j->rows) return;
+    const struct model *m = ex->c.models[j->model_idx];
+    size_t row_bytes = model_input_width(m) * sizeof(float);
+    size_t w = 1 + j->body_len / (row_bytes ? row_bytes : 1);
+    if (w >= j->weight) return;
+    atomic_fetch_add(ex->c.lightened, j->weight - w);
+    j->weight = w;
+}
+
 /* Encodes every job of a batch (already run) and hands the batch to the
  * sink; its last job marks the end of an in-flight batch. */
 static void finish_batch(struct exec *ex, struct job *batch, enum batcher_reason why,
@@ -197,6 +211,9 @@ static void finish_batch(struct exec *ex, struct job *batch, enum batcher_reason
             LOG_E("out_of_memory", "where=encode id=%s", j->req.id);
             atomic_store(ex->c.fatal, 1);
         }
+        free(j->output); /* the body holds it now */
+        j->output = NULL;
+        lighten(ex, j);
         j->batch_last = j->next == NULL;
     }
     jobq_push(ex->c.out, batch);

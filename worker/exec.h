@@ -37,6 +37,11 @@ struct exec_conf {
     atomic_int *fatal;            /* set when the process must stop */
     size_t max_record_bytes;      /* a result larger than this is answered an error */
     int count_attempts;           /* attempt counters in Redis (rule 10) */
+    /* A job that ran keeps only its result (its input is freed), so from
+     * then on it counts against the in-flight bound by the result's size
+     * in input rows: its weight drops, and the rows it shed are added
+     * here for the intake to take off its count (intake_conf). */
+    atomic_size_t *lightened;
 };
 
 struct exec;

@@ -108,6 +108,14 @@ rd_kafka_conf_t *kq_conf_new(const struct kcfg *c, enum kq_role role,
          * librdkafka can opt in through kafka.properties. */
         {"partition.assignment.strategy", "range,roundrobin"},
         {"enable.partition.eof", "false"},
+        /* How long the group waits for a member that stopped heartbeating
+         * (a crash, a frozen host) before its partitions move: librdkafka's
+         * 45 s default stalled them 45 s per kill -9. Heartbeats come from
+         * librdkafka's own thread, not from the poll loop or the model, so a
+         * live worker under any load keeps its membership; 10 s leaves
+         * three heartbeats (heartbeat.interval.ms 3000) to be lost first.
+         * docs/reliability.md, "Crash recovery", has the trade-off. */
+        {"session.timeout.ms", "10000"},
         {"statistics.interval.ms", "5000"}, /* consumer lag for the metrics */
     };
     static const char *const producer_base[][2] = {
@@ -120,6 +128,13 @@ rd_kafka_conf_t *kq_conf_new(const struct kcfg *c, enum kq_role role,
         goto fail;
     if (role == KQ_CONSUMER) {
         if (kq_set(conf, "group.id", c->kafka.group, errstr, errstr_size) < 0)
+            goto fail;
+        /* Static membership: a worker restarted under the same id (a
+         * StatefulSet's pod name) takes its partitions back at once, with no
+         * rebalance and no wait for its old session to time out. Only an id
+         * set on purpose: the default <hostname>-<pid> changes each start. */
+        if (c->kafka.static_membership && c->metrics.worker_id && *c->metrics.worker_id &&
+            kq_set(conf, "group.instance.id", c->metrics.worker_id, errstr, errstr_size) < 0)
             goto fail;
         for (size_t i = 0; i < sizeof(consumer_base) / sizeof(consumer_base[0]); i++)
             if (kq_set(conf, consumer_base[i][0], consumer_base[i][1], errstr,

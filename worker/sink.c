@@ -171,7 +171,11 @@ static void *sink_main(void *arg)
     struct job **results = NULL;
     while (!atomic_load(&s->stop)) {
         stats_alive(s->c.stats, STATS_LOOP_SINK);
-        struct job *list = jobq_take(s->c.in, 5);
+        /* While deliveries are owed, their reports are served every
+         * millisecond rather than after a 5 ms wait for new jobs: a job is
+         * finished (and its rows free for the intake) only once its report
+         * is in, which matters most when few jobs may be in flight. */
+        struct job *list = jobq_take(s->c.in, rd_kafka_outq_len(s->producer) > 0 ? 1 : 5);
         size_t n = 0;
         for (struct job *j = list; j; j = j->next) n++;
         if (n > cap) {

@@ -99,6 +99,7 @@ struct worker {
     struct sink *sink;
     struct intake *intake;
     struct exec *exec;
+    atomic_size_t lightened;   /* exec -> intake: rows shed by jobs that ran */
     int64_t started_us;
     int64_t stop_by_us;        /* the drain deadline once stopping; 0 before */
 };
@@ -303,7 +304,8 @@ static int setup(struct worker *w)
                              .model_override = override, .batcher = w->batcher,
                              .sink = &w->sinkq, .offsets = w->offsets, .ranges = w->ranges,
                              .stats = w->stats, .fatal = &w->fatal,
-                             .max_record_bytes = sink_max_record_bytes(w->sink)};
+                             .max_record_bytes = sink_max_record_bytes(w->sink),
+                             .lightened = &w->lightened};
     if (!(w->intake = intake_new(&ic, err, sizeof(err)))) {
         LOG_E("kafka_client", "client=consumer error=\"%s\"", err);
         return -1;
@@ -321,7 +323,8 @@ static int setup(struct worker *w)
                            .fatal = &w->fatal,
                            .max_record_bytes = sink_max_record_bytes(w->sink),
                            .count_attempts = c->worker.max_attempts > 0 &&
-                                             w->opts.redis != WORKER_REDIS_OFF};
+                                             w->opts.redis != WORKER_REDIS_OFF,
+                           .lightened = &w->lightened};
     if (!(w->exec = exec_start(&ec, err, sizeof(err)))) {
         LOG_E("thread_failed", "thread=executor error=\"%s\"", err);
         return -1;
@@ -357,6 +360,7 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
     if (opts) w->opts = *opts;
     else w->opts.priority = -1;
     atomic_init(&w->fatal, 0);
+    atomic_init(&w->lightened, 0);
     jobq_init(&w->sinkq);
     jobq_init(&w->doneq);
 
