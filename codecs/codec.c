@@ -34,6 +34,7 @@
  *   inference_failed rather than dead-lettering a job that may be fine. */
 #include "codec.h"
 #include "mpscan.h"
+#include "utf8.h"
 
 #include <float.h>
 #include <inttypes.h>
@@ -215,6 +216,7 @@ static enum codec_rc dead(struct dctx *c, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(c->errstr, c->errstr_size, fmt, ap);
         va_end(ap);
+        utf8_repair_str(c->errstr, c->errstr_size); /* it may quote the record */
     }
     struct codec_request *j = c->req;
     codec_request_fini(j);
@@ -387,6 +389,7 @@ static int fail(struct codec_request *j, enum proto_err e, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(j->errmsg, sizeof(j->errmsg), fmt, ap);
         va_end(ap);
+        utf8_repair_str(j->errmsg, sizeof(j->errmsg)); /* it may quote the record */
     }
     return -1;
 }
@@ -406,13 +409,42 @@ static int meta_store(struct codec_request *j, struct gbuf *b, int rc)
     return 0;
 }
 
+static int mp_str_n(msgpack_packer *pk, const char *s, size_t n);
+
+/* Packs o as msgpack_pack_object does, except that a str that is not
+ * well-formed UTF-8 is packed repaired (utf8.h): meta goes back to the
+ * client, whose decoder may refuse such a str and with it the result.
+ * Recursion is bounded by the pre-scan's depth limit. */
+static int mp_pack_clean(msgpack_packer *pk, const msgpack_object *o)
+{
+    int r = 0;
+    switch (o->type) {
+    case MSGPACK_OBJECT_STR:
+        return mp_str_n(pk, o->via.str.ptr, o->via.str.size);
+    case MSGPACK_OBJECT_ARRAY:
+        r = msgpack_pack_array(pk, o->via.array.size);
+        for (uint32_t i = 0; i < o->via.array.size && r == 0; i++)
+            r = mp_pack_clean(pk, &o->via.array.ptr[i]);
+        return r;
+    case MSGPACK_OBJECT_MAP:
+        r = msgpack_pack_map(pk, o->via.map.size);
+        for (uint32_t i = 0; i < o->via.map.size && r == 0; i++) {
+            r = mp_pack_clean(pk, &o->via.map.ptr[i].key);
+            if (r == 0) r = mp_pack_clean(pk, &o->via.map.ptr[i].val);
+        }
+        return r;
+    default:
+        return msgpack_pack_object(pk, *o);
+    }
+}
+
 /* Re-encodes a MessagePack meta value into the job (new bytes, owned). */
 static int meta_mp(struct codec_request *j, const msgpack_object *o)
 {
     struct gbuf b = {.limit = PROTO_META_MAX};
     msgpack_packer pk;
     msgpack_packer_init(&pk, &b, gbuf_mp_write);
-    return meta_store(j, &b, msgpack_pack_object(&pk, *o));
+    return meta_store(j, &b, mp_pack_clean(&pk, o));
 }
 
 /* Re-encodes a JSON meta value into the job (new bytes, owned). Full
@@ -471,8 +503,10 @@ static int take_model(struct codec_request *j, const struct fval *m)
                     PROTO_MODEL_MAX);
     if (m->len && memchr(m->s, '\0', m->len))
         return fail(j, PROTO_ERR_INVALID_INPUT, "field model: contains a NUL byte");
-    if (m->len) memcpy(j->model, m->s, m->len);
-    j->model[m->len] = '\0';
+    /* The name goes back in the result and into messages: ill-formed
+     * UTF-8 is repaired here, once (no model is named so, so the job is
+     * answered unknown_model under the repaired name). */
+    utf8_repair(j->model, sizeof(j->model), m->s, m->len);
     return 0;
 }
 
@@ -1137,11 +1171,26 @@ static int output_count(const struct codec_result *j, size_t *n)
     return 0;
 }
 
+/* Packs n bytes as a str, repaired when they are not well-formed UTF-8
+ * (every str of a result must be: see utf8.h). A str longer than
+ * PROTO_META_MAX is cut there first: no result field is longer, and meta
+ * that long is refused whole anyway. */
+static int mp_str_n(msgpack_packer *pk, const char *s, size_t n)
+{
+    if (utf8_valid(s, n)) return msgpack_pack_str_with_body(pk, s, n);
+    if (n > PROTO_META_MAX + 1) n = PROTO_META_MAX + 1;
+    char *t = malloc(3 * n + 1);
+    if (!t) return -1;
+    size_t len = utf8_repair(t, 3 * n + 1, s, n);
+    int r = msgpack_pack_str_with_body(pk, t, len);
+    free(t);
+    return r;
+}
+
 /* Packs a NUL-terminated string. */
 static int mp_str(msgpack_packer *pk, const char *s)
 {
-    size_t n = strlen(s);
-    return msgpack_pack_str_with_body(pk, s, n);
+    return mp_str_n(pk, s, strlen(s));
 }
 
 /* The body of a bin of n float32, little-endian. */
@@ -1242,17 +1291,17 @@ static int encode_mp(const struct codec_result *j, struct gbuf *b)
 }
 
 /* A JSON string from a C string that should be UTF-8 but may not be (a
- * model name from config, a message quoting something): bytes outside
- * ASCII are replaced by '?' rather than failing the whole result. */
+ * model name from config, a message quoting something): ill-formed
+ * sequences are replaced by U+FFFD (utf8.h) rather than failing the whole
+ * result. */
 static json_t *js_str(const char *s)
 {
     json_t *v = json_string(s ? s : "");
-    if (v) return v;
+    if (v || !s) return v;
     size_t n = strlen(s);
-    char *t = malloc(n + 1);
+    char *t = malloc(3 * n + 1);
     if (!t) return NULL;
-    for (size_t i = 0; i < n; i++) t[i] = (unsigned char)s[i] < 0x80 ? s[i] : '?';
-    t[n] = '\0';
+    utf8_repair(t, 3 * n + 1, s, n);
     v = json_string(t);
     free(t);
     return v;

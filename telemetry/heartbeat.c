@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "../worker/log.h"
+#include "../worker/rconn.h"
 
 #ifndef KINFER_VERSION
 #define KINFER_VERSION "dev"
@@ -75,6 +76,8 @@ struct hb {
     long pid;
     int64_t started_at_ms;
     redisContext *rc;  /* heartbeat thread only */
+    struct rconn_guard guard; /* hb_stop cuts a beat that Redis does not answer */
+    int guard_ok;
     int failing;       /* heartbeat thread only: the last beat failed */
     char parts[HB_PARTS_MAX]; /* heartbeat thread only */
 
@@ -82,6 +85,7 @@ struct hb {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* on CLOCK_MONOTONIC */
     int stop;          /* under mu */
+    int64_t stop_deadline_us; /* under mu: the final DEL must end by then; 0 = none */
 };
 
 /* Wall-clock ms: updated_at_ms is compared across machines by `kinfer
@@ -109,41 +113,14 @@ const char *hb_worker_id(const struct kcfg *c, char *buf, size_t cap)
 }
 
 /* Connects, applies the timeout to every command, authenticates and
- * selects the database: the same steps after every reconnect. Returns a
- * usable context or NULL with err filled. */
+ * selects the database, as every Redis client of kinfer does
+ * (worker/rconn.c). Returns a usable context or NULL with err filled. */
 redisContext *hb_redis_open(const char *host, int port, const char *password, int db,
                             int timeout_ms, char *err, size_t cap)
 {
-    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    redisContext *c = redisConnectWithTimeout(host, port, tv);
-    if (!c || c->err) {
-        snprintf(err, cap, "connect %s:%d: %s", host, port, c ? c->errstr : "out of memory");
-        if (c) redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, tv);
-    redisReply *r = NULL;
-    if (password && *password) {
-        const char *argv[] = {"AUTH", password};
-        r = redisCommandArgv(c, 2, argv, NULL);
-        if (!r || r->type == REDIS_REPLY_ERROR) goto refused;
-        freeReplyObject(r);
-    }
-    if (db) {
-        char dbs[16];
-        snprintf(dbs, sizeof(dbs), "%d", db);
-        const char *argv[] = {"SELECT", dbs};
-        r = redisCommandArgv(c, 2, argv, NULL);
-        if (!r || r->type == REDIS_REPLY_ERROR) goto refused;
-        freeReplyObject(r);
-    }
-    return c;
-refused:
-    snprintf(err, cap, "%s:%d: %s", host, port,
-             r ? r->str : c->errstr[0] ? c->errstr : "no reply");
-    if (r) freeReplyObject(r);
-    redisFree(c);
-    return NULL;
+    struct rconn_conf rc = {.host = host, .port = port, .password = password, .db = db,
+                            .timeout_ms = timeout_ms};
+    return rconn_open(&rc, NULL, err, cap);
 }
 
 /* "topic:partition,..." of the assigned partitions the consumer reported. */
@@ -165,7 +142,9 @@ static void partitions_text(const struct stats_snapshot *s, char *buf, size_t ca
 static int beat_once(struct hb *h, char *err, size_t cap)
 {
     if (!h->rc) {
-        h->rc = hb_redis_open(h->host, h->port, h->password, h->db, h->timeout_ms, err, cap);
+        struct rconn_conf rc = {.host = h->host, .port = h->port, .password = h->password,
+                                .db = h->db, .timeout_ms = h->timeout_ms};
+        h->rc = rconn_open(&rc, &h->guard, err, cap);
         if (!h->rc) return -1;
     }
     int want = 1;
@@ -228,20 +207,20 @@ static int beat_once(struct hb *h, char *err, size_t cap)
     for (int i = 0; i < want; i++) {
         void *rp = NULL;
         if (redisGetReply(h->rc, &rp) != REDIS_OK || !rp) {
-            snprintf(err, cap, "%s:%d: %s", h->host, h->port,
+            snprintf(err, cap, "no answer from %s:%d: %s", h->host, h->port,
                      h->rc->errstr[0] ? h->rc->errstr : "no reply");
             rc = -1;
             break;
         }
         redisReply *r = rp;
         if (r->type == REDIS_REPLY_ERROR) {
-            snprintf(err, cap, "%s:%d: %s", h->host, h->port, r->str);
+            snprintf(err, cap, "%s", r->str); /* what Redis said: OOM, WRONGPASS, ... */
             rc = -1;
         }
         freeReplyObject(r);
     }
     if (rc < 0) {
-        redisFree(h->rc);
+        rconn_close(h->rc, &h->guard);
         h->rc = NULL;
     }
     return rc;
@@ -251,9 +230,11 @@ static int beat_once(struct hb *h, char *err, size_t cap)
  * counter, and one log line when Redis goes away or comes back. */
 static void beat(struct hb *h)
 {
-    char err[256];
+    char err[256], why[300];
     int ok = beat_once(h, err, sizeof(err)) == 0;
-    stats_set_cond(h->st, STATS_COND_REDIS, ok);
+    if (!ok && strcmp(err, "cancelled") == 0) return; /* hb_stop cut it: not Redis's doing */
+    snprintf(why, sizeof(why), "redis: %s", ok ? "" : err);
+    stats_set_cond_why(h->st, STATS_COND_REDIS, ok, why);
     if (!ok) stats_heartbeat_error(h->st);
     if (!ok && !h->failing) LOG_W("heartbeat_failed", "error=\"%s\"", err);
     if (ok && h->failing) LOG_I("heartbeat_ok", "key=%s", h->key ? h->key : "(ping only)");
@@ -288,16 +269,27 @@ static void *hb_main(void *arg)
         if (stop) break;
     }
     stats_loop_stop(h->st, STATS_LOOP_HEARTBEAT);
-    if (h->key) {
+    rconn_close(h->rc, &h->guard);
+    h->rc = NULL;
+    /* The DEL, on a connection of its own (hb_stop may have cut the last
+     * one), gets whatever is left before the stop deadline: a Redis that
+     * does not answer costs that, not another redis.timeout_ms. */
+    pthread_mutex_lock(&h->mu);
+    int64_t deadline = h->stop_deadline_us;
+    pthread_mutex_unlock(&h->mu);
+    int64_t left_ms = deadline ? (deadline - stats_now_us()) / 1000 : h->timeout_ms;
+    if (left_ms > h->timeout_ms) left_ms = h->timeout_ms;
+    if (h->key && left_ms >= 10) {
         char err[256];
-        if (!h->rc)
-            h->rc = hb_redis_open(h->host, h->port, h->password, h->db, h->timeout_ms, err,
-                               sizeof(err));
-        if (h->rc) {
+        struct rconn_conf rc = {.host = h->host, .port = h->port, .password = h->password,
+                                .db = h->db, .timeout_ms = (int)left_ms};
+        redisContext *c = rconn_open(&rc, NULL, err, sizeof(err));
+        if (c) {
             const char *argv[] = {"DEL", h->key};
-            redisReply *r = redisCommandArgv(h->rc, 2, argv, NULL);
+            redisReply *r = redisCommandArgv(c, 2, argv, NULL);
             if (r) freeReplyObject(r);
         }
+        rconn_close(c, NULL);
     }
     return NULL;
 }
@@ -305,7 +297,8 @@ static void *hb_main(void *arg)
 /* Frees the copies; the thread is not running. */
 static void hb_free(struct hb *h)
 {
-    if (h->rc) redisFree(h->rc);
+    rconn_close(h->rc, h->guard_ok ? &h->guard : NULL);
+    if (h->guard_ok) rconn_guard_fini(&h->guard);
     free(h->host);
     free(h->password);
     free(h->key);
@@ -346,6 +339,8 @@ struct hb *hb_start(const struct kcfg *c, struct stats *st, char *errstr, size_t
         if (!(h->key = malloc(n))) goto oom;
         snprintf(h->key, n, "%s%s:%s", prefix, c->kafka.group, id);
     }
+    if (rconn_guard_init(&h->guard) < 0) goto oom;
+    h->guard_ok = 1;
     if (pthread_mutex_init(&h->mu, NULL) != 0) goto oom;
     mu_ok = 1;
     pthread_condattr_init(&ca);
@@ -371,15 +366,18 @@ fail:
     return NULL;
 }
 
-/* Wakes the thread out of its interval wait; it deletes the hash on its
- * way out, so a clean stop disappears from `kinfer status` at once. */
-void hb_stop(struct hb *h)
+/* Wakes the thread out of its interval wait, cutting short a beat that
+ * Redis does not answer; it deletes the hash on its way out, so a clean
+ * stop disappears from `kinfer status` at once. */
+void hb_stop(struct hb *h, int64_t deadline_us)
 {
     if (!h) return;
     pthread_mutex_lock(&h->mu);
     h->stop = 1;
+    h->stop_deadline_us = deadline_us;
     pthread_cond_signal(&h->cv);
     pthread_mutex_unlock(&h->mu);
+    rconn_cancel(&h->guard);
     pthread_join(h->thr, NULL);
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);

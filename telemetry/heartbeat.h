@@ -19,6 +19,7 @@
 
 #include <hiredis/hiredis.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../worker/config.h"
 #include "stats.h"
@@ -32,9 +33,12 @@ struct hb;
  * error: the thread keeps trying). */
 struct hb *hb_start(const struct kcfg *c, struct stats *st, char *errstr, size_t errstr_size);
 
-/* Stops the thread, deletes this worker's hash (best effort: a failure
- * leaves it to expire), frees h. Accepts NULL. */
-void hb_stop(struct hb *h);
+/* Stops the thread (a beat in progress is cut short: rconn_cancel),
+ * deletes this worker's hash (best effort: a failure leaves it to expire),
+ * frees h. The DEL gets until deadline_us (stats_now_us's clock; 0 = no
+ * deadline, redis.timeout_ms): with Redis frozen, hb_stop returns by then.
+ * Accepts NULL. */
+void hb_stop(struct hb *h, int64_t deadline_us);
 
 /* The worker id a config gives: metrics.worker_id, else
  * "<hostname>-<pid>". Writes into buf (cap bytes) and returns buf. */

@@ -514,8 +514,20 @@ static int split_listen(const char *listen, char *host, size_t hcap, char *port,
     return 0;
 }
 
+/* Who may hold the server's connections, and for how long. Probes (a
+ * kubelet's, Prometheus's) use one connection at a time; without a bound
+ * per client, a few idle sockets from anyone (64 took every slot) made
+ * every probe fail and a kubelet would restart a healthy worker. A client
+ * address holds at most HTTP_MAX_PER_IP connections (more are closed as
+ * they arrive); a connection idle for HTTP_IDLE_TIMEOUT_S is closed;
+ * HTTP_MAX_CONNECTIONS bounds the file descriptors all of them take. The
+ * server is event driven (epoll, one thread), so idle and slow
+ * connections cost no thread. */
+enum { HTTP_MAX_CONNECTIONS = 256, HTTP_MAX_PER_IP = 8, HTTP_IDLE_TIMEOUT_S = 5 };
+
 /* Resolves and binds at startup, so a bad or taken address stops the
- * worker with a message instead of leaving it unobservable. */
+ * worker with a message instead of leaving it unobservable. Port 0 binds
+ * any free port; the log line names the one bound (metrics_port too). */
 struct metrics *metrics_start(const struct kcfg *c, struct stats *st, char *errstr,
                               size_t errstr_size)
 {
@@ -550,9 +562,10 @@ struct metrics *metrics_start(const struct kcfg *c, struct stats *st, char *errs
     atomic_store(&m->starting, 1);
     m->daemon = MHD_start_daemon(
         flags, (uint16_t)atoi(port), NULL, NULL, on_request, m, MHD_OPTION_SOCK_ADDR,
-        ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
-        m, MHD_OPTION_END);
+        ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_MAX_CONNECTIONS,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_MAX_PER_IP,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, m, MHD_OPTION_END);
     int saved = errno;
     atomic_store(&m->starting, 0);
     if (!m->daemon) {

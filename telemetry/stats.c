@@ -71,6 +71,7 @@ struct stats {
     /* liveness and readiness */
     atomic_int_fast64_t loop_last_us[STATS_N_LOOPS]; /* 0 = not watched */
     atomic_int cond[STATS_N_COND];
+    atomic_int early[STATS_N_COND];
     atomic_int draining;
     atomic_int watchdog_ms;
     double start_time_s; /* written once by stats_new */
@@ -88,6 +89,9 @@ struct stats {
     double rows_ps, jobs_ps, tokens_ps, padded_ps;
     int tripped;
     char tripped_why[160];
+    char cond_why[STATS_N_COND][160];
+    int64_t sink_since_us[STATS_N_SINK]; /* first failure since the last success; 0 = none */
+    char sink_why[STATS_N_SINK][160];
 };
 
 /* The monotonic clock every "silent for" and rate computation uses. */
@@ -311,6 +315,41 @@ void stats_set_cond(struct stats *st, enum stats_cond cond, int ok)
 {
     if ((unsigned)cond >= STATS_N_COND) return;
     atomic_store(&st->cond[cond], ok ? 1 : 0);
+}
+
+/* The reason is kept beside the flag, under the mutex (it is text); the
+ * flag stays an atomic so readers of it alone never wait. */
+void stats_set_cond_why(struct stats *st, enum stats_cond cond, int ok, const char *why)
+{
+    if ((unsigned)cond >= STATS_N_COND) return;
+    pthread_mutex_lock(&st->mu);
+    snprintf(st->cond_why[cond], sizeof(st->cond_why[cond]), "%s", ok || !why ? "" : why);
+    pthread_mutex_unlock(&st->mu);
+    stats_set_cond(st, cond, ok);
+}
+
+/* Only the start of a failure and the text of the latest one are kept:
+ * readiness asks how long the path has been failing, not how often. */
+void stats_sink_failing(struct stats *st, enum stats_sink path, const char *why)
+{
+    if ((unsigned)path >= STATS_N_SINK) return;
+    pthread_mutex_lock(&st->mu);
+    if (!why) {
+        st->sink_since_us[path] = 0;
+    } else {
+        if (!st->sink_since_us[path]) st->sink_since_us[path] = stats_now_us();
+        snprintf(st->sink_why[path], sizeof(st->sink_why[path]), "%s", why);
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* The first statistics come statistics.interval.ms after a client starts,
+ * but a producer that holds metadata has reached a broker well before, and
+ * a consumer with a member id has joined: readiness need not wait. */
+void stats_set_early(struct stats *st, enum stats_cond cond, int ok)
+{
+    if ((unsigned)cond >= STATS_N_COND) return;
+    atomic_store(&st->early[cond], ok ? 1 : 0);
 }
 
 /* One-way: a draining worker never becomes ready again. */
@@ -596,7 +635,10 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
     out->brokers_up_consumer = atomic_load(&st->brokers_up_consumer);
     out->brokers_up_producer = atomic_load(&st->brokers_up_producer);
     out->group_joined = atomic_load(&st->group_joined);
-    for (int c = 0; c < STATS_N_COND; c++) out->cond[c] = atomic_load(&st->cond[c]);
+    for (int c = 0; c < STATS_N_COND; c++) {
+        out->cond[c] = atomic_load(&st->cond[c]);
+        out->early[c] = atomic_load(&st->early[c]);
+    }
     out->draining = atomic_load(&st->draining);
     out->start_time_s = st->start_time_s;
 
@@ -618,6 +660,17 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
     else out->padding_ratio = 0;
     if (out->padding_ratio < 0) out->padding_ratio = 0;
     check_loops(st, now_us, out);
+    for (int c = 0; c < STATS_N_COND; c++)
+        if (st->cond_why[c][0])
+            snprintf(out->cond_reason[c], sizeof(out->cond_reason[c]), "%s", st->cond_why[c]);
+    static const char *const sink_names[STATS_N_SINK] = {"kafka", "redis"};
+    for (int p = 0; p < STATS_N_SINK; p++) {
+        out->sink_failing_s[p] = -1;
+        if (!st->sink_since_us[p]) continue;
+        out->sink_failing_s[p] = (double)(now_us - st->sink_since_us[p]) / 1e6;
+        snprintf(out->sink_reason[p], sizeof(out->sink_reason[p]), "sink: %s: %s",
+                 sink_names[p], st->sink_why[p]);
+    }
     out->lag_known = st->lag_known;
     if (st->n_parts) {
         out->parts = malloc(st->n_parts * sizeof(*out->parts));
@@ -657,18 +710,25 @@ void stats_snapshot_fini(struct stats_snapshot *s)
 int stats_ready(const struct stats_snapshot *s, const char **reasons, size_t max,
                 size_t *n_reasons)
 {
-    const char *why[8];
+    const char *why[8 + STATS_N_SINK];
     size_t n = 0;
     if (s->draining) why[n++] = "worker: draining, stopping";
     if (!s->healthy) why[n++] = "worker: watchdog tripped (see /healthz)";
     if (!s->cond[STATS_COND_MODEL]) why[n++] = "model: not loaded";
-    if (!s->cond[STATS_COND_CONSUMER] && s->assigned <= 0)
-        why[n++] = "consumer: not joined to the group";
-    if (!s->cond[STATS_COND_PRODUCER])
-        why[n++] = s->brokers_up_producer < 0
-                       ? "producer: no statistics from librdkafka yet"
-                       : "producer: no connection to any Kafka broker";
-    if (!s->cond[STATS_COND_REDIS]) why[n++] = "redis: not reachable";
+    /* Before a client's first statistics, what its own calls show. */
+    int consumer_ok = s->cond[STATS_COND_CONSUMER] || s->assigned > 0 ||
+                      (s->brokers_up_consumer < 0 && s->early[STATS_COND_CONSUMER]);
+    int producer_ok = s->cond[STATS_COND_PRODUCER] ||
+                      (s->brokers_up_producer < 0 && s->early[STATS_COND_PRODUCER]);
+    if (!consumer_ok) why[n++] = "consumer: not joined to the group";
+    if (!producer_ok)
+        why[n++] = s->brokers_up_producer < 0 ? "producer: no Kafka broker reached yet"
+                                              : "producer: no connection to any Kafka broker";
+    if (!s->cond[STATS_COND_REDIS])
+        why[n++] = s->cond_reason[STATS_COND_REDIS][0] ? s->cond_reason[STATS_COND_REDIS]
+                                                       : "redis: not reachable";
+    for (int p = 0; p < STATS_N_SINK; p++)
+        if (s->sink_failing_s[p] >= STATS_SINK_FAILING_S) why[n++] = s->sink_reason[p];
     for (size_t i = 0; i < n && i < max; i++) reasons[i] = why[i];
     if (n_reasons) *n_reasons = n;
     return n == 0;

@@ -61,6 +61,18 @@ enum stats_cond {
     STATS_N_COND
 };
 
+/* The two ways the sink delivers a result; either failing persistently
+ * makes the worker not ready, with what the failure said. */
+enum stats_sink {
+    STATS_SINK_KAFKA = 0, /* the reply and dead-letter topics */
+    STATS_SINK_REDIS,     /* the result SETs */
+    STATS_N_SINK
+};
+/* How long a sink path must have failed, without a success since, before
+ * readiness reflects it: one failed attempt that the next retry mends is
+ * not an outage. */
+#define STATS_SINK_FAILING_S 1.0
+
 /* The histograms, each with its own fixed buckets (stats_hist_bounds). */
 enum stats_hist {
     STATS_HIST_BATCH_ROWS = 0, /* rows in one forward pass */
@@ -141,6 +153,10 @@ struct stats_snapshot {
     int watchdog_ms;
     /* readiness inputs */
     int cond[STATS_N_COND];
+    int early[STATS_N_COND]; /* stats_set_early: before a client's first statistics */
+    char cond_reason[STATS_N_COND][200]; /* "redis: <what Redis said>"; "" = the default */
+    double sink_failing_s[STATS_N_SINK];  /* failing for this long; -1 = delivering */
+    char sink_reason[STATS_N_SINK][200];  /* "sink: redis: <why>" while failing */
     int draining;
     /* identity */
     double start_time_s; /* Unix time the stats were made */
@@ -213,6 +229,21 @@ void stats_alive(struct stats *st, int loop);
 void stats_loop_stop(struct stats *st, int loop);
 /* Sets one readiness condition (nonzero = holds). */
 void stats_set_cond(struct stats *st, enum stats_cond cond, int ok);
+/* The same, and while it does not hold, why (copied; NULL or "" = the
+ * condition's default reason): /readyz then says what the dependency said
+ * ("redis: WRONGPASS ..."), not only that something is wrong. */
+void stats_set_cond_why(struct stats *st, enum stats_cond cond, int ok, const char *why);
+/* A sink path failed (why: the error, copied) or delivered again (why
+ * NULL). From STATS_SINK_FAILING_S of failing without a success, /readyz
+ * answers 503 with "sink: <path>: <why>". Sink thread. */
+void stats_sink_failing(struct stats *st, enum stats_sink path, const char *why);
+/* What a client's own calls show before its first statistics arrive
+ * (statistics.interval.ms after it starts, 5 s by default): for
+ * STATS_COND_PRODUCER that the producer has reached a broker (it holds
+ * cluster metadata), for STATS_COND_CONSUMER that the consumer has a group
+ * member id. Until that client's first statistics, its condition holds
+ * when this does; from then on the statistics alone decide. Poll thread. */
+void stats_set_early(struct stats *st, enum stats_cond cond, int ok);
 /* The worker is stopping: /readyz answers 503 from now on. */
 void stats_set_draining(struct stats *st);
 /* A heartbeat write or Redis check failed (heartbeat thread). */
@@ -242,8 +273,10 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
 /* Frees what a snapshot owns; accepts a zeroed one. */
 void stats_snapshot_fini(struct stats_snapshot *s);
 
-/* Whether s is ready; each unmet condition adds a short static reason to
- * reasons (up to max of them; *n_reasons counts all). Returns 1 or 0. */
+/* Whether s is ready; each unmet condition adds a short reason to reasons
+ * (up to max of them; *n_reasons counts all): static text, or text held
+ * in s (what Redis said, a failing sink path), valid as long as s. Returns
+ * 1 or 0. */
 int stats_ready(const struct stats_snapshot *s, const char **reasons, size_t max,
                 size_t *n_reasons);
 

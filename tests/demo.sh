@@ -58,6 +58,14 @@ for _ in $(seq 600); do
 done
 grep -q 'event=partitions_assigned' "$work/worker.log" || { echo "worker did not join the group:"; tail "$work/worker.log"; exit 1; }
 
+# readyz: prints /readyz's status and body on one line.
+readyz() { curl -s -w ' %{http_code}' "http://127.0.0.1:$mport/readyz" 2>/dev/null | tr -d '\n' \
+  | sed -E 's/^(.*) ([0-9]{3})$/\2 \1/' || true; }
+# Readiness follows the real state (it does not wait for librdkafka's
+# first statistics): a joined worker is ready within moments.
+for _ in $(seq 100); do [ "$(readyz | cut -c1-3)" = 200 ] && break; sleep 0.1; done
+echo "   /readyz: $(readyz)"
+
 RATE=${RATE:-400}
 echo "== kinfer smoke: $JOBS jobs at $RATE/s (every 5th as JSON), every result checked against the model"
 status=0
@@ -70,7 +78,7 @@ $K smoke -c worker.cfg "${set_args[@]}" --model text-demo --jobs "$TEXT_JOBS" --
 
 echo "== a few of its metrics (http://127.0.0.1:$mport/metrics)"
 curl -s "http://127.0.0.1:$mport/metrics" | grep -E '^kinfer_(jobs_total|batches_total|queue_depth_rows|rows_per_second|tokens_total|padding_ratio) ' | sed 's/^/   /' || true
-curl -s -o /dev/null -w '   /readyz: %{http_code}\n' "http://127.0.0.1:$mport/readyz" || true
+echo "   /readyz: $(readyz)"
 
 echo "== stopping the worker (SIGTERM: drain, flush, commit)"
 kill -TERM "$wpid"

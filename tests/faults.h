@@ -49,6 +49,11 @@ static struct ref_mlp f_model; /* the demo model, in float64 */
 /* How a program's runs differ, set by its setup() before the first run. */
 /* The body of the worker config's `worker` group. */
 static const char *f_worker_settings = "drain_timeout_ms = 5000;";
+/* The group-membership properties of the workers' consumers: a short
+ * session timeout so a dead member leaves the group in seconds. "" leaves
+ * kinfer's own defaults (the crash-recovery row measures those). */
+static const char *f_session_props =
+    "( \"session.timeout.ms\", \"6000\" ), ( \"heartbeat.interval.ms\", \"500\" )";
 /* The checker names the first few duplicated ids on stderr. */
 static int f_list_duplicates;
 /* The sampler's own librdkafka logs are off (its connection errors are
@@ -123,8 +128,8 @@ struct f_run {
 };
 
 /* Makes the run's ids and inputs and writes its worker config: topics of
- * its own, a short session timeout so a dead member leaves the group in
- * seconds, and no metrics port or heartbeat, so several workers can run
+ * its own, f_session_props (a short session timeout so a dead member
+ * leaves the group in seconds), and no metrics port or heartbeat, so several workers can run
  * side by side. extra_cfg (may be NULL) is appended to the config. */
 F_FN void f_run_init(struct f_run *r, const char *name, size_t n, const char *extra_cfg)
 {
@@ -156,9 +161,7 @@ F_FN void f_run_init(struct f_run *r, const char *name, size_t n, const char *ex
             "kafka = { brokers = \"%s\"; group = \"%s\"; topics = [ \"%s\" ];\n"
             "  reply_topic = \"%s\"; dlq_topic = \"%s\";\n"
             "  properties = ( %s( \"auto.commit.interval.ms\", \"100\" ),\n"
-            "                 ( \"fetch.wait.max.ms\", \"10\" ),\n"
-            "                 ( \"session.timeout.ms\", \"6000\" ),\n"
-            "                 ( \"heartbeat.interval.ms\", \"500\" ) ); };\n"
+            "                 ( \"fetch.wait.max.ms\", \"10\" )%s%s ); };\n"
             "redis = { host = \"127.0.0.1\"; port = %d; key_prefix = \"%s\"; timeout_ms = 500; };\n"
             "batching = { max_batch_rows = 16; max_wait_ms = 5; max_queued_rows = 256; max_job_rows = 64; };\n"
             "worker = { %s };\n"
@@ -169,7 +172,8 @@ F_FN void f_run_init(struct f_run *r, const char *name, size_t n, const char *ex
             "             { op = \"relu\"; },\n"
             "             { op = \"dense\"; weight = \"2.weight\"; bias = \"2.bias\"; } ); } );\n"
             "%s\n",
-            f_brokers, r->group, r->topic, r->reply, r->dlq, dbg_prop, f_redis_port, r->prefix,
+            f_brokers, r->group, r->topic, r->reply, r->dlq, dbg_prop,
+            *f_session_props ? ",\n                 " : "", f_session_props, f_redis_port, r->prefix,
             f_worker_settings, *dbg_prop ? "debug" : "info", f_model_path,
             extra_cfg ? extra_cfg : "");
     fclose(f);
@@ -299,23 +303,41 @@ F_FN pid_t f_start_worker(struct f_run *r)
     return f_start_worker_with(r, NULL);
 }
 
-/* Samples the group's committed offsets every 100 ms; any decrease is a
- * rewind. */
-F_FN void *f_sampler_main(void *arg)
+/* A client that reads the run's group's committed offsets (it joins
+ * nothing). Destroy with rd_kafka_destroy. */
+F_FN rd_kafka_t *f_offsets_reader(const struct f_run *r)
 {
-    struct f_run *r = arg;
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     rd_kafka_conf_set(conf, "bootstrap.servers", f_brokers, err, sizeof(err));
     rd_kafka_conf_set(conf, "group.id", r->group, err, sizeof(err));
     if (f_quiet_sampler) rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
-    rd_kafka_t *c = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+    return rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+}
+
+/* The group's committed offset of each partition of the run's topic (-1
+ * for none yet). Returns 0, or -1 when the broker did not answer. */
+F_FN int f_committed(const struct f_run *r, rd_kafka_t *c, long long off[F_PARTS])
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(F_PARTS);
+    for (int p = 0; p < F_PARTS; p++) rd_kafka_topic_partition_list_add(l, r->topic, p);
+    int rc = rd_kafka_committed(c, l, 2000) == RD_KAFKA_RESP_ERR_NO_ERROR ? 0 : -1;
+    for (int p = 0; p < F_PARTS; p++) off[p] = rc == 0 ? l->elems[p].offset : -1;
+    rd_kafka_topic_partition_list_destroy(l);
+    return rc;
+}
+
+/* Samples the group's committed offsets every 100 ms; any decrease is a
+ * rewind. */
+F_FN void *f_sampler_main(void *arg)
+{
+    struct f_run *r = arg;
+    rd_kafka_t *c = f_offsets_reader(r);
     while (atomic_load(&r->sampling)) {
-        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(F_PARTS);
-        for (int p = 0; p < F_PARTS; p++) rd_kafka_topic_partition_list_add(l, r->topic, p);
-        if (rd_kafka_committed(c, l, 2000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        long long now[F_PARTS];
+        if (c && f_committed(r, c, now) == 0) {
             for (int p = 0; p < F_PARTS; p++) {
-                long long off = l->elems[p].offset;
+                long long off = now[p];
                 if (off >= 0 && off < r->last_committed[p]) {
                     fprintf(stderr, "%s: partition %d committed offset went back %lld -> %lld\n",
                             r->name, p, r->last_committed[p], off);
@@ -324,10 +346,9 @@ F_FN void *f_sampler_main(void *arg)
                 if (off >= 0) r->last_committed[p] = off;
             }
         }
-        rd_kafka_topic_partition_list_destroy(l);
         h_sleep_ms(100);
     }
-    rd_kafka_destroy(c);
+    if (c) rd_kafka_destroy(c);
     return NULL;
 }
 

@@ -11,6 +11,7 @@
  * starting FIGURES) for docs/reliability.md. `make test-faults` runs it
  * (minutes); `make test` does not. */
 #include "faults.h"
+#include "../worker/kq.h"
 
 static pid_t redis_pid;
 
@@ -80,6 +81,111 @@ static void test_crash_kill9_repeatedly(void **state)
     f_run_fini(&r);
 }
 
+/* Whether the log file at path holds a line with needle. */
+static int log_has(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof(line), f)) found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* Crash recovery (docs/reliability.md, "Crash recovery"): two workers
+ * share the partitions while jobs arrive at 100 a second; one is killed
+ * with kill -9. The figure is the seconds from the kill until every
+ * partition's committed offset has moved again, i.e. until the killed
+ * worker's partitions are consumed by the other. The workers run on
+ * kinfer's own membership defaults (session.timeout.ms 10000), not the
+ * suite's short timeout: this row measures what an operator gets. The
+ * embedded broker does not honour static membership, so a restart under
+ * the same id is not measured here (README, "The embedded broker"). */
+static void test_kill9_recovery(void **state)
+{
+    (void)state;
+    struct f_run r;
+    const char *suite_props = f_session_props;
+    f_session_props = "";
+    f_run_init(&r, "recover", 5000, NULL);
+    f_session_props = suite_props;
+    f_start_sampler(&r);
+    f_produce_paced(&r, 0, 100.0);
+    pid_t a = f_spawn_worker(&r, "a", NULL);
+    pid_t b = f_spawn_worker(&r, "b", NULL);
+    char log_a[300], log_b[300];
+    snprintf(log_a, sizeof(log_a), "%s/recover.a.log", h_dir());
+    snprintf(log_b, sizeof(log_b), "%s/recover.b.log", h_dir());
+
+    /* Steady state first: both members hold partitions, and every
+     * partition's committed offset moves. */
+    rd_kafka_t *c = f_offsets_reader(&r);
+    assert_non_null(c);
+    long long before[F_PARTS], now[F_PARTS];
+    int steady = 0;
+    for (double until = h_now() + 60; !steady && h_now() < until;) {
+        h_sleep_ms(500);
+        if (!log_has(log_a, "event=partitions_assigned") ||
+            !log_has(log_b, "event=partitions_assigned") || f_committed(&r, c, before) < 0)
+            continue;
+        h_sleep_ms(2000);
+        if (f_committed(&r, c, now) < 0) continue;
+        steady = 1;
+        for (int p = 0; p < F_PARTS; p++) steady &= now[p] > before[p] && before[p] >= 0;
+    }
+    assert_true(steady);
+
+    h_stop(a, SIGKILL, 5);
+    double t_kill = h_now();
+    /* What the killed worker committed before it died is visible within
+     * one commit interval (100 ms) and one read: take the marks after. */
+    h_sleep_ms(500);
+    long long mark[F_PARTS];
+    assert_int_equal(f_committed(&r, c, mark), 0);
+    double moved_at[F_PARTS] = {0};
+    int n_moved = 0, stalled = 0;
+    while (n_moved < F_PARTS && h_now() < t_kill + 120) {
+        if (f_committed(&r, c, now) == 0)
+            for (int p = 0; p < F_PARTS; p++)
+                if (!moved_at[p] && now[p] > mark[p]) {
+                    moved_at[p] = h_now();
+                    n_moved++;
+                    if (moved_at[p] - t_kill > 2.0) stalled++;
+                }
+        h_sleep_ms(100);
+    }
+    rd_kafka_destroy(c);
+    /* The session timeout the workers ran with: kinfer's default. */
+    struct kcfg kc;
+    memset(&kc, 0, sizeof(kc));
+    kc.kafka.brokers = f_brokers;
+    kc.kafka.group = r.group;
+    char err[256], timeout_ms[32] = "?";
+    size_t tn = sizeof(timeout_ms);
+    rd_kafka_conf_t *kconf = kq_conf_new(&kc, KQ_CONSUMER, err, sizeof(err));
+    assert_non_null(kconf);
+    rd_kafka_conf_get(kconf, "session.timeout.ms", timeout_ms, &tn);
+    rd_kafka_conf_destroy(kconf);
+    double recovered = 0;
+    for (int p = 0; p < F_PARTS; p++)
+        if (moved_at[p] - t_kill > recovered) recovered = moved_at[p] - t_kill;
+    fprintf(stderr, "FIGURES recover: session_timeout_ms=%s partitions_stalled=%d of %d "
+            "seconds_to_all_partitions=%.1f\n", timeout_ms, stalled, F_PARTS, recovered);
+    /* Liveness, not a timing: every partition is consumed again. */
+    assert_int_equal(n_moved, F_PARTS);
+    pthread_join(r.producer, NULL);
+    assert_int_equal(atomic_load(&r.produced), r.n);
+    assert_int_equal(f_wait_all(&r, 180), r.n);
+    assert_int_equal(h_stop(b, SIGTERM, 30), 0);
+    f_stop_sampler(&r);
+    struct f_verdict v = f_check(&r, NULL);
+    assert_int_equal(v.lost, 0);
+    assert_int_equal(v.wrong, 0);
+    assert_int_equal(atomic_load(&r.rewinds), 0);
+    f_run_fini(&r);
+}
+
 /* Redis stopped for 10 s mid-load, then restarted (with what it had
  * acknowledged): nothing lost, committed offsets never rewind. */
 static void test_redis_outage(void **state)
@@ -109,8 +215,11 @@ static void test_redis_outage(void **state)
 }
 
 /* Redis stops answering (SIGSTOP): the worker must not hang. A SIGTERM
- * during the blackhole still ends it within its drain bound, and what it
- * could not write is run again after Redis comes back. */
+ * during the blackhole still ends it within worker.drain_timeout_ms (3 s),
+ * although every Redis call may block for redis.timeout_ms (6 s, twice the
+ * drain timeout) and the heartbeat writes a hash it must DEL on the way
+ * out: the calls that hold the stop are cut short. What the worker could
+ * not write is run again after Redis comes back. */
 static void test_redis_blackhole(void **state)
 {
     (void)state;
@@ -118,23 +227,27 @@ static void test_redis_blackhole(void **state)
     f_run_init(&r, "rhole", 2000, NULL);
     f_produce_jobs(&r);
     f_start_sampler(&r);
-    f_start_worker(&r);
+    static const char *const sets[] = {"worker.drain_timeout_ms=3000", "redis.timeout_ms=6000",
+                                       "metrics.heartbeat_prefix=kinfer:worker:", NULL};
+    f_start_worker_with(&r, sets);
     h_sleep_ms(1500);
     kill(redis_pid, SIGSTOP);
     h_sleep_ms(3000);
     double t0 = h_now();
     int st = h_stop(r.worker, SIGTERM, 30);
     double took = h_now() - t0;
-    fprintf(stderr, "rhole: SIGTERM during the blackhole: exit %d after %.1f s "
-            "(drain_timeout_ms 5000, Redis timeout 500 ms)\n", st, took);
+    fprintf(stderr, "rhole: SIGTERM during the blackhole: exit %d after %.2f s "
+            "(drain_timeout_ms 3000, redis.timeout_ms 6000, heartbeat hash on)\n", st, took);
+    kill(redis_pid, SIGCONT); /* before any assertion: the rows after need Redis */
     assert_int_equal(st, 0);
-    assert_true(took < 20);
-    kill(redis_pid, SIGCONT);
+    assert_true(took <= 3.5);
     f_start_worker(&r);
     assert_int_equal(f_wait_all(&r, 120), r.n);
     assert_int_equal(h_stop(r.worker, SIGTERM, 30), 0);
     f_stop_sampler(&r);
-    struct f_verdict v = f_check(&r, NULL);
+    char extra[64];
+    snprintf(extra, sizeof(extra), "stop_s=%.2f", took);
+    struct f_verdict v = f_check(&r, extra);
     assert_int_equal(v.lost, 0);
     assert_int_equal(v.wrong, 0);
     assert_int_equal(atomic_load(&r.rewinds), 0);
@@ -448,7 +561,7 @@ static int setup(void **state)
     (void)state;
     f_make_model();
     char topics[2048];
-    const char *const names[] = {"crash", "rdown", "rhole", "term", "hostile", "poison", "hang",
+    const char *const names[] = {"crash", "recover", "rdown", "rhole", "term", "hostile", "poison", "hang",
                                  "slow", "soak"};
     f_topics(topics, sizeof(topics), names, sizeof(names) / sizeof(names[0]));
     if (h_start_broker(f_kinfer_bin(), topics, F_PARTS, f_brokers, sizeof(f_brokers)) < 0)
@@ -475,6 +588,7 @@ int main(int argc, char **argv)
     tu_seed(argv[0]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crash_kill9_repeatedly),
+        cmocka_unit_test(test_kill9_recovery),
         cmocka_unit_test(test_redis_outage),
         cmocka_unit_test(test_redis_blackhole),
         cmocka_unit_test(test_sigterm_no_duplicates),

@@ -21,6 +21,7 @@
 
 #include "../codecs/codec.h"
 #include "../codecs/mpscan.h"
+#include "../codecs/utf8.h"
 #include "../codecs/wire.h"
 #include "testutil.h"
 
@@ -959,6 +960,105 @@ static void test_encode_edges(void **state)
     }
 }
 
+/* 1 when every str in o (map keys included) is well-formed UTF-8. */
+static int mp_strs_valid(const msgpack_object *o)
+{
+    switch (o->type) {
+    case MSGPACK_OBJECT_STR: return utf8_valid(o->via.str.ptr, o->via.str.size);
+    case MSGPACK_OBJECT_ARRAY:
+        for (uint32_t i = 0; i < o->via.array.size; i++)
+            if (!mp_strs_valid(&o->via.array.ptr[i])) return 0;
+        return 1;
+    case MSGPACK_OBJECT_MAP:
+        for (uint32_t i = 0; i < o->via.map.size; i++)
+            if (!mp_strs_valid(&o->via.map.ptr[i].key) || !mp_strs_valid(&o->via.map.ptr[i].val))
+                return 0;
+        return 1;
+    default: return 1;
+    }
+}
+
+/* Every str a result holds is well-formed UTF-8, whatever the job sent:
+ * a model name of ill-formed bytes (c3 28) is kept repaired (U+FFFD) and
+ * so is the message that quotes it; meta strs (keys and values) echo back
+ * repaired; a message set from ill-formed bytes and a model name from
+ * elsewhere are repaired by the encoder; well-formed text is untouched;
+ * reasons for dead letters are well-formed too. */
+static void test_results_are_utf8(void **state)
+{
+    (void)state;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 4);
+    msgpack_pack_str_with_body(&pk, "id", 2);
+    msgpack_pack_str_with_body(&pk, "u-1", 3);
+    msgpack_pack_str_with_body(&pk, "model", 5);
+    msgpack_pack_str_with_body(&pk, "\xc3\x28", 2);
+    msgpack_pack_str_with_body(&pk, "input", 5);
+    msgpack_pack_array(&pk, 1);
+    msgpack_pack_int(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "meta", 4);
+    msgpack_pack_map(&pk, 2);
+    msgpack_pack_str_with_body(&pk, "k\xff", 2);
+    msgpack_pack_str_with_body(&pk, "v\xed\xa0\x80", 4); /* a surrogate */
+    msgpack_pack_str_with_body(&pk, "caf\xc3\xa9", 5);
+    msgpack_pack_str_with_body(&pk, "ok \xf0\x9f\x98\x80", 7);
+    struct dres r = decode(sb.data, sb.size, NULL, NULL, 1000, &LIM);
+    msgpack_sbuffer_destroy(&sb);
+    expect(&r, CODEC_JOB, PROTO_OK, NULL);
+    struct tjob *j = r.job;
+    assert_string_equal(j->req.model, "\xef\xbf\xbd(");
+    /* What the intake then answers: unknown_model, quoting the name. */
+    j->req.err = PROTO_ERR_UNKNOWN_MODEL;
+    snprintf(j->req.errmsg, sizeof(j->req.errmsg), "no model named '%s' on this worker",
+             j->req.model);
+    assert_int_equal(tjob_encode(j, 2000), 0);
+    msgpack_unpacked up;
+    unpack_all(&up, j->body, j->body_len);
+    assert_true(mp_strs_valid(&up.data));
+    assert_mp_str(mp_get(&up.data, "model"), "\xef\xbf\xbd(");
+    const msgpack_object *meta = mp_get(&up.data, "meta");
+    assert_mp_str(&meta->via.map.ptr[0].key, "k\xef\xbf\xbd");
+    assert_mp_str(&meta->via.map.ptr[0].val, "v\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+    assert_mp_str(&meta->via.map.ptr[1].key, "caf\xc3\xa9");
+    assert_mp_str(&meta->via.map.ptr[1].val, "ok \xf0\x9f\x98\x80");
+    msgpack_unpacked_destroy(&up);
+    /* Strings that reach the encoder ill-formed (a message written
+     * elsewhere, a model name from the configuration) are repaired there,
+     * in both encodings. */
+    free(j->req.meta); /* MessagePack bytes: they cannot go in a JSON result */
+    j->req.meta = NULL;
+    j->req.meta_len = 0;
+    for (int enc = 0; enc < 2; enc++) {
+        j->req.enc = (enum proto_enc)enc;
+        snprintf(j->req.errmsg, sizeof(j->req.errmsg), "raw \xc3\x28 \xff");
+        j->model_name = "m\xe2\x82";
+        assert_int_equal(tjob_encode(j, 2000), 0);
+        if (enc == PROTO_ENC_MSGPACK) {
+            unpack_all(&up, j->body, j->body_len);
+            assert_true(mp_strs_valid(&up.data));
+            assert_mp_str(mp_get(&up.data, "model"), "m\xef\xbf\xbd");
+            assert_mp_str(mp_get(mp_get(&up.data, "error"), "message"),
+                          "raw \xef\xbf\xbd( \xef\xbf\xbd");
+            msgpack_unpacked_destroy(&up);
+        } else {
+            json_t *res = json_loadb((const char *)j->body, j->body_len, 0, NULL);
+            assert_non_null(res);
+            assert_string_equal(json_string_value(json_object_get(res, "model")), "m\xef\xbf\xbd");
+            json_decref(res);
+        }
+    }
+    tjob_free(j);
+    /* A dead letter's reason that quotes the record is well-formed. */
+    const char text[] = "{\"id\":\"a\" \"\xc3\x28\" }";
+    r = decode(text, strlen(text), NULL, NULL, 1000, &LIM);
+    assert_int_equal(r.rc, CODEC_DEAD);
+    assert_true(utf8_valid(r.err, strlen(r.err)));
+    tjob_free(r.job);
+}
+
 /* ------------------------------------------------------------------ */
 /* Decode tables                                                       */
 /* ------------------------------------------------------------------ */
@@ -1718,6 +1818,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bin_input_random),
         cmocka_unit_test(test_error_results),
         cmocka_unit_test(test_encode_edges),
+        cmocka_unit_test(test_results_are_utf8),
         cmocka_unit_test(test_decode_table),
         cmocka_unit_test(test_decode_msgpack_duplicates),
         cmocka_unit_test(test_content_type),

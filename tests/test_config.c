@@ -299,13 +299,13 @@ static const struct bad_case bad_cases[] = {
      "metrics.listen: 'localhost' is not host:port"},
     {"listen_no_host", M "metrics = { listen = \":9464\"; };\n", NULL, 2, "is not host:port"},
     {"listen_empty_port", M "metrics = { listen = \"localhost:\"; };\n", NULL, 2,
-     "the port must be a number in 1..65535"},
+     "the port must be a number in 0..65535"},
     {"listen_port_high", M "metrics = { listen = \"localhost:65536\"; };\n", NULL, 2,
-     "the port must be a number in 1..65535"},
-    {"listen_port_zero", M "metrics = { listen = \"localhost:0\"; };\n", NULL, 2,
-     "the port must be a number in 1..65535"},
+     "the port must be a number in 0..65535"},
+    {"listen_port_minus", M "metrics = { listen = \"localhost:-1\"; };\n", NULL, 2,
+     "the port must be a number in 0..65535"},
     {"listen_port_alpha", M "metrics = { listen = \"localhost:http\"; };\n", NULL, 2,
-     "the port must be a number in 1..65535"},
+     "the port must be a number in 0..65535"},
     {"listen_ipv6_bare", M "metrics = { listen = \"::1:9464\"; };\n", NULL, 2,
      "write an IPv6 host in brackets"},
     {"listen_ipv6_unclosed", M "metrics = { listen = \"[::1:9464\"; };\n", NULL, 2,
@@ -314,7 +314,13 @@ static const struct bad_case bad_cases[] = {
     {"queued_below_batch", M "batching = {\n  max_batch_rows = 64;\n  max_queued_rows = 32;\n};\n",
      NULL, 4, "batching.max_queued_rows: max_queued_rows (32) must be >= max_batch_rows (64)"},
     {"queued_below_job", M "batching = {\n  max_job_rows = 8192;\n};\n", NULL, 3,
-     "batching.max_job_rows: max_queued_rows (4096) must be >= max_job_rows (8192)"},
+     "batching.max_job_rows: max_queued_rows (4096) must be >= 2 x max_job_rows (8192)"},
+    {"queued_below_two_jobs", M "batching = {\n  max_job_rows = 2049;\n};\n", NULL, 3,
+     "batching.max_job_rows: max_queued_rows (4096) must be >= 2 x max_job_rows (2049): the "
+     "queue must hold two of the largest jobs, or it fills and stops fetching after every job; "
+     "lower max_job_rows to 2048 or raise max_queued_rows to 4098"},
+    {"queued_one_job", M "batching = {\n  max_queued_rows = 128;\n  max_job_rows = 128;\n};\n",
+     NULL, 3, "batching.max_queued_rows: max_queued_rows (128) must be >= 2 x max_job_rows (128)"},
     {"batch_above_default_queue", M "batching = {\n  max_batch_rows = 5000; max_job_rows = 16;\n};\n",
      NULL, 3, "batching.max_batch_rows: max_queued_rows (4096) must be >= max_batch_rows (5000)"},
     /* --set */
@@ -631,14 +637,24 @@ static void test_set_overrides(void **state)
     cfg_destroy(c);
 }
 
+/* metrics.listen with port 0: accepted; the worker binds a free port and
+ * logs it (telemetry/metrics.c). */
+static void test_listen_port_zero(void **state)
+{
+    (void)state;
+    struct kcfg *c = load_good(M "metrics = { listen = \"127.0.0.1:0\"; };\n", NULL, 0);
+    assert_string_equal(c->metrics.listen, "127.0.0.1:0");
+    cfg_destroy(c);
+}
+
 /* A --set can also repair a file value that alone would fail the
  * cross-field check, since validation runs after every --set. */
 static void test_set_before_validation(void **state)
 {
     (void)state;
-    const char *sets[] = {"batching.max_queued_rows=8192"};
+    const char *sets[] = {"batching.max_queued_rows=16384"};
     struct kcfg *c = load_good(M "batching = { max_job_rows = 8192; };\n", sets, 1);
-    assert_int_equal(c->batching.max_queued_rows, 8192);
+    assert_int_equal(c->batching.max_queued_rows, 16384);
     cfg_destroy(c);
 }
 
@@ -813,6 +829,7 @@ int main(void)
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_all_values),
         cmocka_unit_test(test_set_overrides),
+        cmocka_unit_test(test_listen_port_zero),
         cmocka_unit_test(test_set_before_validation),
         cmocka_unit_test(test_relative_paths),
         cmocka_unit_test(test_small_errstr),

@@ -45,6 +45,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <poll.h>
+#include <sys/resource.h>
 
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
@@ -504,6 +505,7 @@ static void test_ops_files(void **state)
         {"ops/keda-scaledobject.yaml", "ScaledObject:kafka"},
         {"ops/keda-scaledobject-prometheus.yaml", "ScaledObject:prometheus"},
         {"ops/kinfer-deployment.yaml", "Namespace Deployment Service"},
+        {"ops/kinfer-statefulset.yaml", "StatefulSet"},
         {"ops/kinfer-podmonitor.yaml", "PodMonitor"},
         {"docker/docker-compose.yml", "grafana kafka kafka-init kinfer kinfer-gpu prometheus redis"},
         {"docker/grafana/provisioning/datasources/prometheus.yml", "apiVersion datasources"},
@@ -1038,6 +1040,247 @@ static void test_worker_metrics(void **state)
     json_decref(doc);
 }
 
+/* ---- ready before the first statistics ------------------------------------------- */
+
+/* librdkafka's statistics are held back a minute here, so readiness can
+ * only come from what the clients' own calls show (a producer holding
+ * cluster metadata, a consumer with a group member id): /readyz must
+ * answer 200 within seconds of the group join, not after the first
+ * statistics (5 s by default, a minute here). */
+static void test_ready_before_statistics(void **state)
+{
+    (void)state;
+    int port = h_free_port();
+    const char *cfg = write_config("early", port, NULL);
+    char log[300];
+    snprintf(log, sizeof(log), "%s/early.worker.log", h_dir());
+    char *argv[] = {(char *)KINFER, "worker", "-c", (char *)cfg, "--set",
+                    "kafka.properties.statistics.interval.ms=60000", NULL};
+    double t0 = h_now();
+    pid_t w = h_spawn(argv, NULL, log);
+    char *body = NULL;
+    int code = wait_ready(port, 200, 30, &body);
+    double took = h_now() - t0;
+    if (code != 200) fail_msg("/readyz %d after %.1f s: %s", code, took, body ? body : "");
+    fprintf(stderr, "test_ops: ready %.1f s after start, statistics every 60 s\n", took);
+    free(body);
+    assert_int_equal(h_stop(w, SIGTERM, 60), 0);
+}
+
+/* ---- probes answered whatever idle sockets are open ---------------------------- */
+
+/* One GET of path on 127.0.0.1:port with a deadline of timeout_s for the
+ * whole exchange (connect, send, the status line): the status code, or 0
+ * when none came in time. */
+static int probe(int port, const char *path, double timeout_s)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (long)timeout_s) * 1e6)};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int code = 0;
+    double until = h_now() + timeout_s;
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+        char req[128], buf[256];
+        int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                         path);
+        if (send(fd, req, (size_t)n, MSG_NOSIGNAL) == n) {
+            size_t got = 0;
+            while (got < 12 && h_now() < until) {
+                ssize_t r = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
+                if (r <= 0) break;
+                got += (size_t)r;
+            }
+            buf[got] = '\0';
+            if (got >= 12 && strncmp(buf, "HTTP/1.", 7) == 0 && h_now() <= until)
+                code = atoi(buf + 9);
+        }
+    }
+    close(fd);
+    return code;
+}
+
+/* The port a worker logged it listens on (metrics_listening ... port=N),
+ * waiting up to timeout_s for the line. */
+static int logged_port(const char *log, double timeout_s)
+{
+    double until = h_now() + timeout_s;
+    while (h_now() < until) {
+        char *text = read_file(log);
+        const char *l = text ? strstr(text, "event=metrics_listening") : NULL;
+        const char *p = l ? strstr(l, " port=") : NULL;
+        int port = p ? atoi(p + 6) : 0;
+        free(text);
+        if (port > 0) return port;
+        h_sleep_ms(50);
+    }
+    return 0;
+}
+
+#define N_IDLE 1000
+
+/* metrics.listen with port 0: the worker picks a free port and logs it.
+ * Then 1,000 connections from 127.0.0.2 are opened and left idle (a
+ * loopback alias, no setup needed): a probe from 127.0.0.1 must still get
+ * its 200 within a second, /healthz, /readyz and /metrics alike. */
+static void test_idle_sockets_do_not_block_probes(void **state)
+{
+    (void)state;
+    struct rlimit rl;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur < N_IDLE + 256) {
+        rl.rlim_cur = rl.rlim_max < N_IDLE + 256 ? rl.rlim_max : N_IDLE + 256;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur < N_IDLE + 64) skip();
+    const char *cfg = write_config("idle", 0, NULL);
+    char log[300];
+    snprintf(log, sizeof(log), "%s/idle.worker.log", h_dir());
+    char *argv[] = {(char *)KINFER, "worker", "-c", (char *)cfg, "--set",
+                    "metrics.listen=127.0.0.1:0", NULL};
+    pid_t w = h_spawn(argv, NULL, log);
+    int port = logged_port(log, 30);
+    if (!port) fail_msg("no metrics_listening line with a port in %s", log);
+    fprintf(stderr, "test_ops: metrics.listen 127.0.0.1:0 took port %d\n", port);
+    char *body = NULL;
+    assert_int_equal(wait_ready(port, 200, 60, &body), 200);
+    free(body);
+
+    static int fds[N_IDLE];
+    int opened = 0;
+    for (int i = 0; i < N_IDLE; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        assert_true(fd >= 0);
+        struct sockaddr_in src = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000002)};
+        struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        assert_int_equal(bind(fd, (struct sockaddr *)&src, sizeof(src)), 0);
+        if (connect(fd, (struct sockaddr *)&dst, sizeof(dst)) == 0 || errno == EINPROGRESS)
+            opened++;
+        fds[i] = fd;
+    }
+    h_sleep_ms(300); /* the server has seen them all */
+    fprintf(stderr, "test_ops: %d idle connections from 127.0.0.2\n", opened);
+    static const char *const paths[] = {"/healthz", "/readyz", "/metrics"};
+    double slowest = 0;
+    for (int round = 0; round < 3; round++) {
+        for (size_t k = 0; k < 3; k++) {
+            double t0 = h_now();
+            int code = probe(port, paths[k], 1.0);
+            double took = h_now() - t0;
+            if (code != 200)
+                fail_msg("%s from 127.0.0.1 with %d idle connections open: %d after %.2f s",
+                         paths[k], opened, code, took);
+            if (took > slowest) slowest = took;
+        }
+    }
+    fprintf(stderr, "test_ops: 9 probes answered 200, the slowest in %.1f ms\n", slowest * 1e3);
+    for (int i = 0; i < N_IDLE; i++) close(fds[i]);
+    assert_int_equal(h_stop(w, SIGTERM, 60), 0);
+}
+
+/* ---- readiness says what failed, and the log stays small -------------------------- */
+
+/* Polls /readyz until its body contains needle; returns the last body. */
+static char *wait_reason(int port, const char *needle, double timeout_s)
+{
+    double until = h_now() + timeout_s;
+    char *body = NULL;
+    while (h_now() < until) {
+        free(body);
+        body = NULL;
+        http(port, "GET", "/readyz", &body, NULL, 0);
+        if (body && strstr(body, needle)) break;
+        h_sleep_ms(200);
+    }
+    return body;
+}
+
+/* Size of a file in bytes (0 when it cannot be read). */
+static long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : 0;
+}
+
+#define N_SICK 200
+
+/* Redis that answers but refuses (OOM: maxmemory 1) and a broker that
+ * refuses every Produce (TOPIC_AUTHORIZATION_FAILED, injected through the
+ * control channel): /readyz turns 503 and says what Redis or the broker
+ * said, the heartbeat's view ("redis: OOM ...") and the sink's ("sink:
+ * redis: ...", "sink: kafka: ..."); the log grows by a few lines a second,
+ * not one per job per retry; when the fault clears, readiness comes back
+ * and every job is delivered. Batches sleep 1.5 s so that the results are
+ * produced after the fault is set. */
+static void test_readyz_names_the_failure(void **state)
+{
+    (void)state;
+    int port = h_free_port();
+    const char *cfg = write_config("sick", port, NULL);
+    char log[300], answer[256];
+    snprintf(log, sizeof(log), "%s/sick.worker.log", h_dir());
+    char *argv[] = {(char *)KINFER, "worker", "-c", (char *)cfg, "--set",
+                    "debug.batch_sleep_ms=1500", NULL};
+    pid_t w = h_spawn(argv, NULL, log);
+    char *body = NULL;
+    assert_int_equal(wait_ready(port, 200, 60, &body), 200);
+    free(body);
+    redisContext *rc = redisConnect("127.0.0.1", redis_port);
+    assert_true(rc && !rc->err);
+
+    /* Redis out of memory: every write refused. */
+    redisReply *r = redisCommand(rc, "CONFIG SET maxmemory 1");
+    freeReplyObject(r);
+    rd_kafka_t *p = h_producer(brokers);
+    static char ids[N_SICK][32];
+    for (int i = 0; i < 5; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "oom-%d", i);
+        produce_job(p, "ops.sick.jobs", ids[i], IN_W);
+    }
+    assert_int_equal(rd_kafka_flush(p, 10000), 0);
+    body = wait_reason(port, "sink: redis: OOM", 30);
+    r = redisCommand(rc, "CONFIG SET maxmemory 0");
+    freeReplyObject(r);
+    if (!body || !strstr(body, "sink: redis: OOM")) fail_msg("/readyz during OOM: %s", body);
+    assert_non_null(strstr(body, "\"redis: OOM command not allowed"));
+    fprintf(stderr, "test_ops: /readyz with Redis out of memory: %s", body);
+    free(body);
+    assert_int_equal(wait_ready(port, 200, 30, &body), 200);
+    free(body);
+    assert_int_equal(wait_keys("sick", ids, 5, 30), 5);
+
+    /* Every Produce refused by the broker. */
+    for (int i = 0; i < N_SICK; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "auth-%d", i);
+        produce_job(p, "ops.sick.jobs", ids[i], IN_W);
+    }
+    assert_int_equal(rd_kafka_flush(p, 10000), 0);
+    rd_kafka_destroy(p);
+    broker_cmd("error Produce 10000 TOPIC_AUTHORIZATION_FAILED", answer, sizeof(answer));
+    assert_string_equal(answer, "ok");
+    body = wait_reason(port, "sink: kafka: ", 30);
+    long size0 = file_size(log);
+    h_sleep_ms(5000);
+    double kb_per_s = (double)(file_size(log) - size0) / 1024.0 / 5.0;
+    char *during = wait_reason(port, "sink: kafka: ", 1);
+    broker_cmd("clear Produce", answer, sizeof(answer));
+    if (!body || !strstr(body, "sink: kafka: ")) fail_msg("/readyz while Produce fails: %s", body);
+    fprintf(stderr, "test_ops: /readyz while every Produce fails: %s", during ? during : body);
+    fprintf(stderr, "test_ops: the log grew %.1f KB/s meanwhile\n", kb_per_s);
+    free(body);
+    free(during);
+    assert_true(kb_per_s < 8.0);
+    assert_int_equal(wait_ready(port, 200, 60, &body), 200);
+    free(body);
+    assert_int_equal(wait_keys("sick", ids, N_SICK, 60), N_SICK);
+    redisFree(rc);
+    assert_int_equal(h_stop(w, SIGTERM, 60), 0);
+}
+
 /* ---- readiness follows the brokers ------------------------------------------------ */
 
 /* Brokers down: not ready (but alive); brokers back: ready, and working. */
@@ -1113,7 +1356,10 @@ static int setup(void **state)
         return -1;
     }
     broker_pid = start_broker_ctl("ops.lag.jobs,ops.run.jobs,ops.run.results,ops.run.dlq,"
-                                  "ops.flip.jobs,ops.flip.results,ops.flip.dlq",
+                                  "ops.flip.jobs,ops.flip.results,ops.flip.dlq,"
+                                  "ops.early.jobs,ops.early.results,ops.early.dlq,"
+                                  "ops.idle.jobs,ops.idle.results,ops.idle.dlq,"
+                                  "ops.sick.jobs,ops.sick.results,ops.sick.dlq",
                                   PARTS);
     if (broker_pid < 0) return -1;
     if (h_start_redis(&redis_port) < 0) return -1;
@@ -1143,8 +1389,14 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_broker_control),
         cmocka_unit_test(test_lag_without_worker),
         cmocka_unit_test(test_worker_metrics),
+        cmocka_unit_test(test_ready_before_statistics),
+        cmocka_unit_test(test_idle_sockets_do_not_block_probes),
+        cmocka_unit_test(test_readyz_names_the_failure),
         cmocka_unit_test(test_readyz_follows_brokers),
         cmocka_unit_test(test_broker_outlives_stdin),
     };
+    /* KINFER_TEST_FILTER=test_ready* runs only the matching cases. */
+    const char *filter = getenv("KINFER_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -37,11 +37,14 @@
 #define BASE_MS 1700000000000LL /* 2023-11-14T22:13:20Z: the first job's timestamp */
 #define RS_PER_PART 500       /* jobs per partition of rs.jobs (the resume case) */
 #define RS_JOBS (PARTS * RS_PER_PART)
-/* Test config: max_queued_rows + max_inflight_batches * max_batch_rows.
+/* What the worker may hold taken in, in the test config (one row per job):
+ * 2 * (max_queued_rows + max_inflight_batches * max_batch_rows), the bound
+ * of `backpressure` in worker/intake.c (half of it for results awaiting
+ * their acknowledgements).
  * The queue is not smaller because librdkafka 2.0.2 fetches a resumed
  * partition only on its broker thread's next wakeup (up to 1 s): a queue
  * that pauses every few dozen jobs would make the test crawl. */
-#define INFLIGHT_WINDOW (256 + 2 * 8)
+#define INFLIGHT_WINDOW (2 * (256 + 2 * 8))
 
 /* The binary under test: $KINFER_BIN (make test sets it), else build/kinfer. */
 static const char *kinfer_bin(void)

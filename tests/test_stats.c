@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../telemetry/metrics.h"
 #include "../telemetry/stats.h"
@@ -616,7 +617,7 @@ static void test_readiness(void **state)
     assert_int_equal(n, 4);
     assert_string_equal(reasons[0], "model: not loaded");
     assert_string_equal(reasons[1], "consumer: not joined to the group");
-    assert_string_equal(reasons[2], "producer: no statistics from librdkafka yet");
+    assert_string_equal(reasons[2], "producer: no Kafka broker reached yet");
     assert_string_equal(reasons[3], "redis: not reachable");
     assert_int_equal(metrics_render_ready(&s, &body, &len), 0);
     assert_non_null(strstr(body, "{\"ready\":false,\"reasons\":[\"model: not loaded\","));
@@ -678,6 +679,90 @@ static void test_readiness(void **state)
     stats_destroy(st);
 }
 
+/* Before a client's first statistics, what its own calls show decides its
+ * condition (a producer with metadata, a consumer with a member id);
+ * once the statistics come, they alone do. */
+static void test_readiness_before_statistics(void **state)
+{
+    (void)state;
+    struct stats *st = stats_new();
+    struct stats_snapshot s;
+    const char *reasons[8];
+    size_t n;
+    stats_set_cond(st, STATS_COND_MODEL, 1);
+    stats_set_cond(st, STATS_COND_REDIS, 1);
+    stats_set_early(st, STATS_COND_PRODUCER, 1);
+    stats_set_early(st, STATS_COND_CONSUMER, 1);
+    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_ready(&s, reasons, 8, &n), 1);
+    stats_snapshot_fini(&s);
+    /* The statistics say otherwise: they win. */
+    const char *down = "{\"type\":\"producer\",\"brokers\":{\"b/1\":{\"source\":\"configured\","
+                       "\"state\":\"DOWN\"}}}";
+    assert_int_equal(stats_rdkafka_json(st, down, strlen(down)), 0);
+    const char *cons = "{\"type\":\"consumer\",\"cgrp\":{\"state\":\"up\",\"join_state\":"
+                       "\"wait-join\"},\"brokers\":{}}";
+    assert_int_equal(stats_rdkafka_json(st, cons, strlen(cons)), 0);
+    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_ready(&s, reasons, 8, &n), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(reasons[0], "consumer: not joined to the group");
+    assert_string_equal(reasons[1], "producer: no connection to any Kafka broker");
+    stats_snapshot_fini(&s);
+    /* Without early signs and without statistics: not ready, saying so. */
+    stats_destroy(st);
+    st = stats_new();
+    stats_set_cond(st, STATS_COND_MODEL, 1);
+    stats_set_cond(st, STATS_COND_REDIS, 1);
+    stats_set_early(st, STATS_COND_PRODUCER, 0);
+    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_ready(&s, reasons, 8, &n), 0);
+    assert_string_equal(reasons[1], "producer: no Kafka broker reached yet");
+    stats_snapshot_fini(&s);
+    stats_destroy(st);
+}
+
+/* What the dependency said becomes the reason; a sink path that has failed
+ * for STATS_SINK_FAILING_S without a success since makes the worker not
+ * ready, naming the error, and a success clears it. */
+static void test_readiness_reasons_say_why(void **state)
+{
+    (void)state;
+    struct stats *st = stats_new();
+    struct stats_snapshot s;
+    const char *reasons[8];
+    size_t n;
+    for (int k = 0; k < STATS_N_COND; k++) stats_set_cond(st, (enum stats_cond)k, 1);
+    stats_set_cond_why(st, STATS_COND_REDIS, 0, "redis: WRONGPASS invalid username-password pair");
+    stats_sink_failing(st, STATS_SINK_KAFKA, "Broker: Topic authorization failed");
+    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_ready(&s, reasons, 8, &n), 0);
+    assert_int_equal(n, 1); /* the sink has not failed for a second yet */
+    assert_string_equal(reasons[0], "redis: WRONGPASS invalid username-password pair");
+    stats_snapshot_fini(&s);
+    usleep((useconds_t)(STATS_SINK_FAILING_S * 1e6) + 100000);
+    stats_sink_failing(st, STATS_SINK_KAFKA, "Broker: Topic authorization failed");
+    stats_sink_failing(st, STATS_SINK_REDIS, "OOM command not allowed");
+    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_ready(&s, reasons, 8, &n), 0);
+    assert_int_equal(n, 2); /* redis's failure is new: not yet */
+    assert_string_equal(reasons[1], "sink: kafka: Broker: Topic authorization failed");
+    stats_snapshot_fini(&s);
+    stats_set_cond_why(st, STATS_COND_REDIS, 1, NULL);
+    stats_sink_failing(st, STATS_SINK_KAFKA, NULL);
+    stats_sink_failing(st, STATS_SINK_REDIS, NULL);
+    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_ready(&s, reasons, 8, &n), 1);
+    stats_snapshot_fini(&s);
+    /* A condition set without a reason keeps the default one. */
+    stats_set_cond(st, STATS_COND_REDIS, 0);
+    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_ready(&s, reasons, 8, &n), 0);
+    assert_string_equal(reasons[0], "redis: not reachable");
+    stats_snapshot_fini(&s);
+    stats_destroy(st);
+}
+
 /* One cmocka group; no fixtures: each case makes its own stats. */
 int main(void)
 {
@@ -686,7 +771,8 @@ int main(void)
         cmocka_unit_test(test_job_done),         cmocka_unit_test(test_rdkafka_samples),
         cmocka_unit_test(test_rdkafka_edges),    cmocka_unit_test(test_label_escaping),
         cmocka_unit_test(test_rates_and_drain),  cmocka_unit_test(test_watchdog),
-        cmocka_unit_test(test_readiness),
+        cmocka_unit_test(test_readiness),      cmocka_unit_test(test_readiness_before_statistics),
+        cmocka_unit_test(test_readiness_reasons_say_why),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

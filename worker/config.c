@@ -66,6 +66,9 @@ static const struct cfg_option options[] = {
     INT_OPT("kafka.resume_seek", 0, 1, 1, kafka.resume_seek,
             "1 = after backpressure resumes fetching, seek each partition to where it stands "
             "so its fetcher starts at once; 0 = plain resume"),
+    INT_OPT("kafka.static_membership", 0, 1, 1, kafka.static_membership,
+            "1 = a worker whose metrics.worker_id is set joins its group as that static "
+            "member (librdkafka group.instance.id); 0 = never"),
     STR_OPT("redis.host", 1, STR_MAX, "127.0.0.1", NULL, NULL, redis.host,
             "Redis server host"),
     INT_OPT("redis.port", 1, 65535, 6379, redis.port, "Redis server port"),
@@ -87,7 +90,8 @@ static const struct cfg_option options[] = {
     INT_OPT("batching.max_job_rows", 1, 1048576, 1024, batching.max_job_rows,
             "largest job accepted, rows; a job above max_batch_rows runs alone"),
     INT_OPT("batching.max_queued_rows", 1, 16777216, 4096, batching.max_queued_rows,
-            "rows waiting to run before the consumer pauses fetching; >= max_batch_rows, max_job_rows"),
+            "rows waiting to run before the consumer stops taking records; >= max_batch_rows, "
+            "2 x max_job_rows"),
     INT_OPT("batching.max_inflight_batches", 1, 1024, 4, batching.max_inflight_batches,
             "closed batches running or being written out at once; more wait in the queue"),
     INT_OPT("batching.executors", 0, 64, 0, batching.executors,
@@ -104,6 +108,9 @@ static const struct cfg_option options[] = {
     BOOL_OPT("batching.group_by_length", 1, batching.group_by_length,
              "encoders: a batch takes jobs of its first job's length bucket first and none "
              "longer, so padding stays low"),
+    INT_OPT("batching.pause_after_ms", 0, 60000, 500, batching.pause_after_ms,
+            "full this long (taking no records, keeping librdkafka's prefetch) before the "
+            "partitions are paused, ms; 0 = pause at once"),
     STR_OPT("default_model", 1, MODEL_NAME_MAX - 1, NULL, NULL, NULL, default_model,
             "model for jobs that name none; must be one of models; default: the first"),
     STR_OPT("metrics.listen", 0, 255, "127.0.0.1:9464", NULL, check_listen, metrics.listen,
@@ -361,8 +368,9 @@ static int check_listen(const char *value, char *why, size_t why_size)
         if (*p < '0' || *p > '9' || port > 65535) port = -1;
         else port = port * 10 + (*p - '0');
     }
-    if (port < 1 || port > 65535) {
-        snprintf(why, why_size, "'%s': the port must be a number in 1..65535", value);
+    if (port < 0 || port > 65535) {
+        snprintf(why, why_size, "'%s': the port must be a number in 0..65535 (0: any free port)",
+                 value);
         return -1;
     }
     return 0;
@@ -552,6 +560,9 @@ static const struct guarded_property {
      "cannot be set: kinfer does not use transactions, and a transactional producer refuses "
      "plain produces"},
     {"group.id", NULL, "cannot be set here: use kafka.group"},
+    {"group.instance.id", NULL,
+     "cannot be set here: set metrics.worker_id (unique per worker), which "
+     "kafka.static_membership = 1 makes the static member id"},
     {"bootstrap.servers", NULL, "cannot be set here: use kafka.brokers"},
     {"metadata.broker.list", NULL, "cannot be set here: use kafka.brokers"},
 };
@@ -1103,13 +1114,19 @@ static int validate(struct loader *ld)
                            "max_queued_rows (%d) must be >= max_batch_rows (%d): the queue "
                            "could never hold a full batch",
                            c->batching.max_queued_rows, c->batching.max_batch_rows);
-    if (c->batching.max_queued_rows < c->batching.max_job_rows)
+    /* A queue that holds fewer than two of the largest jobs stops taking
+     * records after every job, and each stop costs a fetch restart per
+     * job (docs/batching.md, "A small queue and big jobs"). */
+    if ((long long)c->batching.max_queued_rows < 2LL * c->batching.max_job_rows)
         return fail_origin(ld, (q->file || q->set) ? q : j,
                            (q->file || q->set) ? "batching.max_queued_rows"
                                                : "batching.max_job_rows",
-                           "max_queued_rows (%d) must be >= max_job_rows (%d): the largest job "
-                           "could never be queued",
-                           c->batching.max_queued_rows, c->batching.max_job_rows);
+                           "max_queued_rows (%d) must be >= 2 x max_job_rows (%d): the queue "
+                           "must hold two of the largest jobs, or it fills and stops fetching "
+                           "after every job; lower max_job_rows to %d or raise max_queued_rows "
+                           "to %lld",
+                           c->batching.max_queued_rows, c->batching.max_job_rows,
+                           c->batching.max_queued_rows / 2, 2LL * c->batching.max_job_rows);
 
     if (c->metrics.watchdog_ms < 2 * c->metrics.heartbeat_interval_ms)
         return fail_origin(ld, ORIG("metrics.watchdog_ms"), "metrics.watchdog_ms",

@@ -33,6 +33,7 @@ struct kcfg {
         size_t n_properties;
         int revoke_timeout_ms;  /* 10000: in-flight budget on partition revoke */
         int resume_seek;        /* 1: seek resumed partitions to restart fetching */
+        int static_membership;  /* 1: metrics.worker_id, when set, is group.instance.id */
     } kafka;
     struct {
         char *host;             /* "127.0.0.1" */
@@ -57,6 +58,7 @@ struct kcfg {
         int max_batch_tokens;   /* 16384: an encoder batch's rows x its longest row */
         int group_by_length;    /* 1: an encoder batch takes jobs of its first job's
                                    length bucket first, and none longer */
+        int pause_after_ms;     /* 500: full this long (not taking records) before pausing */
         size_t preferred_sizes[16]; /* increasing; empty = none */
         size_t n_preferred_sizes;
         struct cfg_topic_prio *topic_priorities; /* default priority per input topic */

@@ -23,6 +23,9 @@
 struct exec {
     struct exec_conf c;
     pthread_t *thr;
+    struct rsink **rs;    /* per thread slot: attempt counters; NULL = not counted.
+                             Made before the threads and freed after them, so
+                             exec_cut may reach them while the threads run */
     size_t n_thr;
     atomic_int running;   /* batches taken and not yet pushed to the sink */
     atomic_int stop;
@@ -252,6 +255,20 @@ static int solo_allowed(struct exec_thread *t, struct job *j)
     return 0;
 }
 
+/* A job that ran and was encoded holds only its result's body: from now
+ * on it weighs that, in rows of its model's input, plus one, and the rows
+ * it sheds go to the intake's count (exec.h, `lightened`). */
+static void lighten(struct exec *ex, struct job *j)
+{
+    if (!ex->c.lightened || j->model_idx < 0 || !j->rows) return;
+    const struct model *m = ex->c.models[j->model_idx];
+    size_t row_bytes = model_input_width(m) * sizeof(float);
+    size_t w = 1 + j->body_len / (row_bytes ? row_bytes : 1);
+    if (w >= j->weight) return;
+    atomic_fetch_add(ex->c.lightened, j->weight - w);
+    j->weight = w;
+}
+
 /* Encodes every job of a batch (already run) and hands the batch to the
  * sink; its last job marks the end of an in-flight batch. */
 static void finish_batch(struct exec *ex, struct job *batch, enum batcher_reason why,
@@ -280,6 +297,9 @@ static void finish_batch(struct exec *ex, struct job *batch, enum batcher_reason
             LOG_E("out_of_memory", "where=encode id=%s", j->req.id);
             atomic_store(ex->c.fatal, 1);
         }
+        free(j->output); /* the body holds it now */
+        j->output = NULL;
+        lighten(ex, j);
         j->batch_last = j->next == NULL;
     }
     jobq_push(ex->c.out, batch);
@@ -440,16 +460,8 @@ static void *exec_main(void *arg)
                            !(t.seq_offs = malloc((cap + 1) * sizeof(uint32_t)))))
             goto oom;
     }
-    if (ex->c.count_attempts) {
-        /* Its own connection: the counters go up before the batch runs. */
-        const struct kcfg *c = ex->c.cfg;
-        struct rsink_conf rc = {.host = c->redis.host, .port = c->redis.port,
-                                .password = c->redis.password, .db = c->redis.db,
-                                .key_prefix = c->redis.key_prefix, .ttl_ms = c->redis.ttl_ms,
-                                .timeout_ms = c->redis.timeout_ms,
-                                .attempt_prefix = c->worker.attempt_prefix};
-        t.rs = rsink_new(&rc);
-    }
+    /* Its own connection: the counters go up before the batch runs. */
+    t.rs = ex->rs[slot];
     exec_loop(&t);
     stats_loop_stop(ex->c.stats, t.loop);
     goto done;
@@ -457,7 +469,6 @@ oom:
     LOG_E("executor_failed", "where=executor_buffers rows=%zu error=\"%s\"", cap, err);
     atomic_store(ex->c.fatal, 1);
 done:
-    rsink_destroy(t.rs);
     for (size_t i = 0; t.ws && i < ex->c.n_models; i++) model_ws_destroy(t.ws[i]);
     free(t.ws);
     free(t.jobs);
@@ -474,12 +485,22 @@ struct exec *exec_start(const struct exec_conf *c, char *errstr, size_t errstr_s
 {
     struct exec *ex = calloc(1, sizeof(*ex));
     size_t n = c->n_threads ? c->n_threads : 1;
-    if (!ex || !(ex->thr = calloc(n, sizeof(*ex->thr)))) {
+    if (!ex || !(ex->thr = calloc(n, sizeof(*ex->thr))) || !(ex->rs = calloc(n, sizeof(*ex->rs)))) {
         snprintf(errstr, errstr_size, "out of memory");
+        if (ex) free(ex->thr);
         free(ex);
         return NULL;
     }
     ex->c = *c;
+    for (size_t i = 0; i < n && c->count_attempts; i++) {
+        const struct kcfg *k = c->cfg;
+        struct rsink_conf rc = {.host = k->redis.host, .port = k->redis.port,
+                                .password = k->redis.password, .db = k->redis.db,
+                                .key_prefix = k->redis.key_prefix, .ttl_ms = k->redis.ttl_ms,
+                                .timeout_ms = k->redis.timeout_ms,
+                                .attempt_prefix = k->worker.attempt_prefix};
+        ex->rs[i] = rsink_new(&rc); /* NULL (out of memory): that executor counts nothing */
+    }
     for (; ex->n_thr < n; ex->n_thr++)
         if (pthread_create(&ex->thr[ex->n_thr], NULL, exec_main, ex) != 0) {
             snprintf(errstr, errstr_size, "cannot start executor thread %zu of %zu",
@@ -500,12 +521,23 @@ int exec_inflight_batches(const struct exec *ex)
     return atomic_load(&ex->running) + (int)jobq_unwritten(ex->c.out);
 }
 
+void exec_cut(struct exec *ex)
+{
+    if (!ex) return;
+    size_t n = ex->c.n_threads ? ex->c.n_threads : 1;
+    for (size_t i = 0; i < n; i++)
+        if (ex->rs[i]) rsink_cancel(ex->rs[i]);
+}
+
 void exec_stop(struct exec *ex)
 {
     if (!ex) return;
     atomic_store(&ex->stop, 1);
     batcher_stop(ex->c.batcher);
     for (size_t i = 0; i < ex->n_thr; i++) pthread_join(ex->thr[i], NULL);
+    size_t n = ex->c.n_threads ? ex->c.n_threads : 1;
+    for (size_t i = 0; i < n; i++) rsink_destroy(ex->rs[i]);
+    free(ex->rs);
     free(ex->thr);
     free(ex);
 }

@@ -37,6 +37,11 @@ struct exec_conf {
     atomic_int *fatal;            /* set when the process must stop */
     size_t max_record_bytes;      /* a result larger than this is answered an error */
     int count_attempts;           /* attempt counters in Redis (rule 10) */
+    /* A job that ran keeps only its result (its input is freed), so from
+     * then on it counts against the in-flight bound by the result's size
+     * in input rows: its weight drops, and the rows it shed are added
+     * here for the intake to take off its count (intake_conf). */
+    atomic_size_t *lightened;
 };
 
 struct exec;
@@ -51,6 +56,11 @@ size_t exec_threads(const struct exec *ex);
 
 /* Batches taken by an executor and not yet written out by the sink. */
 int exec_inflight_batches(const struct exec *ex);
+
+/* Cuts short the Redis calls of the executors (their attempt counters),
+ * in progress and to come: when a stop must keep its deadline with Redis
+ * not answering. Any thread; before exec_stop. Accepts NULL. */
+void exec_cut(struct exec *ex);
 
 /* Stops the batcher and the threads (each finishes its batch) and frees
  * ex. Accepts NULL. */

@@ -37,6 +37,7 @@ struct intake {
     int32_t *tok_ids, *tok_types;
     size_t tok_cap;
     int paused;
+    int64_t full_since_us;     /* full and holding since (0: not full) */
     int draining;
     int pipeline_stopped;      /* executors and sink stopped: nothing more completes */
     int n_assigned;
@@ -76,6 +77,9 @@ static void release(struct intake *in, struct job *list, int finished)
 
 void intake_collect(struct intake *in)
 {
+    /* Jobs that ran weigh their result now, not their input (exec.h). */
+    size_t light = in->c.lightened ? atomic_exchange(in->c.lightened, 0) : 0;
+    in->inflight_rows -= light < in->inflight_rows ? light : in->inflight_rows;
     release(in, offsets_collect(in->c.offsets, in->consumer), 1);
 }
 
@@ -349,17 +353,15 @@ static void take_record(struct intake *in, const rd_kafka_message_t *m)
     /* The configured default timeout bounds every job; a job's own
      * deadline may only make it earlier. */
     int64_t now_ms = wall_ms();
-    j->deadline_ms = opts->ignore_deadlines ? 0 : j->req.deadline_ms;
-    if (cfg->batching.default_timeout_ms > 0 && !opts->ignore_deadlines) {
-        int64_t d = j->record_ts_ms + cfg->batching.default_timeout_ms;
-        if (!j->deadline_ms || d < j->deadline_ms) j->deadline_ms = d;
-    }
+    j->deadline_ms = opts->ignore_deadlines ? 0
+                     : job_effective_deadline_ms(j->req.deadline_ms, j->record_ts_ms,
+                                                 cfg->batching.default_timeout_ms);
     if (j->deadline_ms && j->deadline_ms <= now_ms) {
         job_fail(j, PROTO_ERR_DEADLINE_EXCEEDED, "deadline passed before the job was queued");
         answer_now(in, j);
         return;
     }
-    if (j->deadline_ms) j->deadline_us = j->arrived_us + (j->deadline_ms - now_ms) * 1000;
+    if (j->deadline_ms) j->deadline_us = job_deadline_us(j->deadline_ms, now_ms, j->arrived_us);
     j->rows = rows;
     j->weight = rows;
     in->inflight_rows += rows;
@@ -437,23 +439,44 @@ static void restart_fetch(struct intake *in, const rd_kafka_topic_partition_list
 }
 
 /* Pauses or resumes every assigned partition around the high and low
- * marks, so the backlog stays in Kafka and memory stays bounded. */
-static void backpressure(struct intake *in)
+ * marks, so the backlog stays in Kafka and memory stays bounded. A full
+ * queue first only holds: no record is taken (librdkafka keeps its
+ * prefetch, within queued.max.messages.kbytes) until there is room again,
+ * which needs no fetch to restart; only a queue full for
+ * batching.pause_after_ms pauses. Pausing drops the prefetch and costs a
+ * fetch restart at the resume, once per cycle: with a queue of a few jobs
+ * that was a restart per job (docs/batching.md, "A small queue and big
+ * jobs"). Returns 1 while holding: the round must take no record. */
+static int backpressure(struct intake *in)
 {
     /* High marks: the queue holds max_queued_rows, or everything taken in
-     * (queued, running, being written) reaches that plus a full batch per
-     * in-flight slot. */
+     * reaches twice that plus a full batch per in-flight slot. A batch is
+     * as large as its largest job when that one is larger than
+     * max_batch_rows (it runs alone). The second half is for results
+     * awaiting their acknowledgements, which weigh their result's bytes
+     * (exec.h, `lightened`): with librdkafka's linger.ms (5) each waits
+     * milliseconds, and a bound with no room for them capped a small
+     * queue's throughput at what fits in flight per linger (docs/batching.md,
+     * "A small queue and big jobs"). */
     const struct kcfg *c = in->c.cfg;
-    struct flow_marks marks = {
-        .queued_high = (size_t)c->batching.max_queued_rows,
-        .taken_high = (size_t)c->batching.max_queued_rows +
-                      (size_t)c->batching.max_inflight_batches *
-                          (size_t)c->batching.max_batch_rows};
+    size_t batch = (size_t)(c->batching.max_job_rows > c->batching.max_batch_rows
+                                ? c->batching.max_job_rows : c->batching.max_batch_rows);
+    size_t one = (size_t)c->batching.max_queued_rows +
+                 (size_t)c->batching.max_inflight_batches * batch;
+    struct flow_marks marks = {.queued_high = (size_t)c->batching.max_queued_rows,
+                               .taken_high = 2 * one};
     size_t queued = batcher_queued_rows(in->c.batcher);
     int want = in->draining || flow_should_pause(&marks, in->paused, queued, in->inflight_rows);
-    if (want == in->paused) return;
+    if (!want) {
+        in->full_since_us = 0;
+    } else if (!in->paused && !in->draining) {
+        int64_t now = batcher_now_us();
+        if (!in->full_since_us) in->full_since_us = now;
+        if (now - in->full_since_us < (int64_t)c->batching.pause_after_ms * 1000) return 1;
+    }
+    if (want == in->paused) return 0;
     rd_kafka_topic_partition_list_t *a = NULL;
-    if (rd_kafka_assignment(in->consumer, &a) != RD_KAFKA_RESP_ERR_NO_ERROR) return;
+    if (rd_kafka_assignment(in->consumer, &a) != RD_KAFKA_RESP_ERR_NO_ERROR) return 0;
     if (in->c.ranges) ranges_keep_unfinished(in->c.ranges, a); /* the others stay paused */
     if (want) {
         rd_kafka_pause_partitions(in->consumer, a);
@@ -465,6 +488,8 @@ static void backpressure(struct intake *in)
           a->cnt, queued, in->inflight_rows);
     rd_kafka_topic_partition_list_destroy(a);
     in->paused = want;
+    in->full_since_us = 0;
+    return 0;
 }
 
 /* Partitions are being taken away. Queued jobs of theirs are dropped (the
@@ -575,7 +600,13 @@ void intake_poll(struct intake *in)
     intake_collect(in);
     int64_t now = batcher_now_us();
     if (in->next_deadline_us <= now) expire(in, now);
-    backpressure(in);
+    if (backpressure(in)) {
+        /* Full, holding: room comes as executors take batches and the
+         * sink finishes jobs, often within the millisecond. */
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+        return;
+    }
     if (!take_allowed(in, now)) {
         sleep_ms(1);
         return;
@@ -732,6 +763,16 @@ size_t intake_inflight_rows(const struct intake *in)
 int intake_assigned(const struct intake *in)
 {
     return in->n_assigned;
+}
+
+/* The group coordinator gave this consumer a member id: it has joined,
+ * seconds before its first statistics say so. */
+int intake_has_member(struct intake *in)
+{
+    char *id = rd_kafka_memberid(in->consumer);
+    int joined = id && *id;
+    if (id) rd_kafka_mem_free(in->consumer, id);
+    return joined;
 }
 
 int intake_paused(const struct intake *in)

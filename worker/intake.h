@@ -6,7 +6,9 @@
  * model, deadline already passed), or dead-letters it. It also answers
  * the group's rebalances (docs/reliability.md, rules 4 and 5).
  *
- * The intake never waits on the model or on Redis: overload pauses the
+ * The intake never waits on the model or on Redis: when the queue is full
+ * it takes no record until there is room (librdkafka keeps what it has
+ * prefetched), and full for batching.pause_after_ms it pauses the
  * assigned partitions while polling goes on, so what it has taken in is
  * bounded by batching.max_queued_rows.
  *
@@ -44,6 +46,9 @@ struct intake_conf {
     struct stats *stats;
     atomic_int *fatal;             /* set when the process must stop */
     size_t max_record_bytes;       /* a dead letter's bytes are cut to this */
+    /* Rows the executors took off jobs that ran (exec.h, `lightened`):
+     * the intake takes them off its in-flight count as it collects. */
+    atomic_size_t *lightened;
 };
 
 struct intake;
@@ -87,6 +92,8 @@ void intake_destroy(struct intake *in);
  * and whether fetching is paused. */
 size_t intake_inflight_rows(const struct intake *in);
 int intake_assigned(const struct intake *in);
+/* 1 once the consumer holds a group member id (it joined its group). */
+int intake_has_member(struct intake *in);
 int intake_paused(const struct intake *in);
 
 #endif

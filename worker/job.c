@@ -5,8 +5,11 @@
 #include "job.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "../codecs/utf8.h"
 
 struct job *job_new(void)
 {
@@ -49,6 +52,33 @@ void job_fail(struct job *j, enum proto_err e, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(j->errmsg, sizeof(j->errmsg), fmt, ap);
     va_end(ap);
+    utf8_repair_str(j->errmsg, sizeof(j->errmsg)); /* it may quote the record */
+}
+
+/* Saturating: a record may carry any timestamp and a job any deadline, and
+ * a sum that wrapped would put the deadline in the past. */
+int64_t job_effective_deadline_ms(int64_t own_ms, int64_t record_ts_ms, int64_t default_timeout_ms)
+{
+    int64_t d = own_ms > 0 ? own_ms : 0;
+    if (default_timeout_ms > 0) {
+        int64_t base = record_ts_ms > 0 ? record_ts_ms : 0;
+        int64_t t = base > INT64_MAX - default_timeout_ms ? INT64_MAX : base + default_timeout_ms;
+        if (!d || t < d) d = t;
+    }
+    return d;
+}
+
+/* The monotonic deadline is now_us plus what is left of deadline_ms. What
+ * is left can be anything up to INT64_MAX ms (a deadline of 2^63-1 is a
+ * valid integer), and in microseconds that no longer fits: it is capped so
+ * the result stays below JOB_DEADLINE_FAR_US, which no clock reaches. */
+int64_t job_deadline_us(int64_t deadline_ms, int64_t now_ms, int64_t now_us)
+{
+    if (deadline_ms <= now_ms) return now_us;
+    int64_t left_ms = deadline_ms - now_ms; /* both >= 0: cannot wrap */
+    int64_t max_left_ms = now_us < JOB_DEADLINE_FAR_US ? (JOB_DEADLINE_FAR_US - now_us) / 1000 : 0;
+    if (left_ms > max_left_ms) left_ms = max_left_ms;
+    return now_us + left_ms * 1000;
 }
 
 /* total_ms runs from the record's timestamp to now, never negative, and

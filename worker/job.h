@@ -97,6 +97,22 @@ void job_free_list(struct job *j);
 void job_fail(struct job *j, enum proto_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The effective deadline of a job, Unix ms, 0 = none: the job's own
+ * (own_ms, 0 = none) or record_ts_ms + default_timeout_ms (0 = no default;
+ * a record without a timestamp counts from 0), whichever is earlier. Any
+ * inputs are safe: sums saturate at INT64_MAX instead of wrapping. */
+int64_t job_effective_deadline_ms(int64_t own_ms, int64_t record_ts_ms,
+                                  int64_t default_timeout_ms);
+
+/* A deadline on the monotonic clock far beyond any real one (about 146,000
+ * years of uptime): where every later deadline is capped. */
+#define JOB_DEADLINE_FAR_US (INT64_MAX / 2)
+
+/* deadline_ms (Unix ms) moved onto the monotonic clock, given the two
+ * clocks' readings now: now_us when it has passed, else at most
+ * JOB_DEADLINE_FAR_US. Never overflows, whatever deadline_ms is. */
+int64_t job_deadline_us(int64_t deadline_ms, int64_t now_ms, int64_t now_us);
+
 /* Encodes the job's result into j->body (replacing any) in the encoding
  * the job came in, with total_ms from its record timestamp to now_ms.
  * Returns 0, or -1 when out of memory (j->body is then NULL). */

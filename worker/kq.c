@@ -1,7 +1,10 @@
 /* kq.c - builds librdkafka configurations. kinfer never re-declares
  * librdkafka's options: it sets the few its guarantees need and passes the
  * operator's properties through unchanged (after config.c refused unsafe
- * ones), kcat-style.
+ * ones), kcat-style. One list (kafka.properties) serves both clients, so
+ * each client gets only the properties of its kind, as librdkafka itself
+ * marks them (see kq_property_scope): a producer handed fetch.wait.max.ms
+ * would log a warning (CONFWARN) at every start.
  *
  * kq_client_new makes the worker's clients with the callbacks they all
  * share (errors, statistics, logs).
@@ -11,6 +14,7 @@
 #include "kq.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -36,6 +40,55 @@ int kq_set(rd_kafka_conf_t *conf, const char *name, const char *value,
     return 0;
 }
 
+/* librdkafka's property table as text, in the form of its
+ * CONFIGURATION.md: one row per property, "name | C/P | ...", where C is
+ * consumer only, P producer only and * both (aliases have rows of their
+ * own). Asking the library that runs, rather than keeping a copy of its
+ * table, stays right when librdkafka adds or moves properties. Returns new
+ * text (free it), or NULL when out of memory. */
+static char *properties_table(void)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    rd_kafka_conf_properties_show(f);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* The C/P column of name's row in table, or 0 when it has none (a
+ * property librdkafka does not list: passed on, and refused by
+ * rd_kafka_conf_set if it does not exist). */
+static char scope_in(const char *table, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *line = table; line && *line;) {
+        const char *end = strchr(line, '\n');
+        if (strncmp(line, name, n) == 0 && (line[n] == ' ' || line[n] == '|')) {
+            const char *bar = strchr(line, '|');
+            if (bar && (!end || bar < end)) {
+                const char *p = bar + 1;
+                while (*p == ' ') p++;
+                if (*p == 'C' || *p == 'P' || *p == '*') return *p;
+            }
+        }
+        line = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+char kq_property_scope(const char *name)
+{
+    char *table = properties_table();
+    char scope = table ? scope_in(table, name) : 0;
+    free(table);
+    return scope;
+}
+
 rd_kafka_conf_t *kq_conf_new(const struct kcfg *c, enum kq_role role,
                              char *errstr, size_t errstr_size)
 {
@@ -55,6 +108,14 @@ rd_kafka_conf_t *kq_conf_new(const struct kcfg *c, enum kq_role role,
          * librdkafka can opt in through kafka.properties. */
         {"partition.assignment.strategy", "range,roundrobin"},
         {"enable.partition.eof", "false"},
+        /* How long the group waits for a member that stopped heartbeating
+         * (a crash, a frozen host) before its partitions move: librdkafka's
+         * 45 s default stalled them 45 s per kill -9. Heartbeats come from
+         * librdkafka's own thread, not from the poll loop or the model, so a
+         * live worker under any load keeps its membership; 10 s leaves
+         * three heartbeats (heartbeat.interval.ms 3000) to be lost first.
+         * docs/reliability.md, "Crash recovery", has the trade-off. */
+        {"session.timeout.ms", "10000"},
         {"statistics.interval.ms", "5000"}, /* consumer lag for the metrics */
     };
     static const char *const producer_base[][2] = {
@@ -68,6 +129,13 @@ rd_kafka_conf_t *kq_conf_new(const struct kcfg *c, enum kq_role role,
     if (role == KQ_CONSUMER) {
         if (kq_set(conf, "group.id", c->kafka.group, errstr, errstr_size) < 0)
             goto fail;
+        /* Static membership: a worker restarted under the same id (a
+         * StatefulSet's pod name) takes its partitions back at once, with no
+         * rebalance and no wait for its old session to time out. Only an id
+         * set on purpose: the default <hostname>-<pid> changes each start. */
+        if (c->kafka.static_membership && c->metrics.worker_id && *c->metrics.worker_id &&
+            kq_set(conf, "group.instance.id", c->metrics.worker_id, errstr, errstr_size) < 0)
+            goto fail;
         for (size_t i = 0; i < sizeof(consumer_base) / sizeof(consumer_base[0]); i++)
             if (kq_set(conf, consumer_base[i][0], consumer_base[i][1], errstr,
                        errstr_size) < 0)
@@ -78,10 +146,22 @@ rd_kafka_conf_t *kq_conf_new(const struct kcfg *c, enum kq_role role,
                        errstr_size) < 0)
                 goto fail;
     }
+    char *table = c->kafka.n_properties ? properties_table() : NULL;
+    char other = role == KQ_CONSUMER ? 'P' : 'C';
     for (size_t i = 0; i < c->kafka.n_properties; i++) {
         const struct cfg_kv *p = &c->kafka.properties[i];
-        if (kq_set(conf, p->key, p->value, errstr, errstr_size) < 0) goto fail;
+        if (table && scope_in(table, p->key) == other) {
+            LOG_D("kafka_property_skipped", "property=%s client=%s note=\"a %s property\"",
+                  p->key, role == KQ_CONSUMER ? "consumer" : "producer",
+                  other == 'P' ? "producer" : "consumer");
+            continue;
+        }
+        if (kq_set(conf, p->key, p->value, errstr, errstr_size) < 0) {
+            free(table);
+            goto fail;
+        }
     }
+    free(table);
     rd_kafka_conf_set_log_cb(conf, log_cb);
     return conf;
 fail:

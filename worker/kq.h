@@ -18,7 +18,9 @@ enum kq_role { KQ_CONSUMER, KQ_PRODUCER };
 
 /* Returns a new conf for role (caller owns it until rd_kafka_new takes
  * it), or NULL with errstr filled ("kafka.properties: <librdkafka's
- * message>"). Borrows c. */
+ * message>"). Each of c's kafka.properties is given to the client only
+ * when it is of the client's kind or both (kq_property_scope); the others
+ * are skipped with a debug line. Borrows c. */
 rd_kafka_conf_t *kq_conf_new(const struct kcfg *c, enum kq_role role,
                              char *errstr, size_t errstr_size);
 
@@ -47,6 +49,11 @@ struct kq_hooks {
  * client, or NULL with errstr filled. Borrows c and h. */
 rd_kafka_t *kq_client_new(const struct kcfg *c, enum kq_role role, const struct kq_hooks *h,
                           char *errstr, size_t errstr_size);
+
+/* Which client a librdkafka property (or topic property, or alias) is
+ * for, as the linked librdkafka lists it: 'C' consumer, 'P' producer,
+ * '*' both, 0 unknown to it. Borrows name. */
+char kq_property_scope(const char *name);
 
 /* Sets one property; on failure fills errstr and returns -1. */
 int kq_set(rd_kafka_conf_t *conf, const char *name, const char *value,

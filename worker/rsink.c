@@ -1,10 +1,12 @@
 /* rsink.c - pipelined, timeout-bounded Redis writer over hiredis 0.14.
  *
  * hiredis 0.14 loses the command timeout when a context reconnects, so this
- * module never reconnects a context: it frees it and makes a new one, then
- * sets the timeout on that.
+ * module never reconnects a context: it frees it and makes a new one
+ * (rconn_open, which applies the timeout), and rsink_cancel can cut the
+ * call in progress short from another thread (rconn.h).
  *
- * Threads: the sink thread owns the struct; `errors` is atomic for readers. */
+ * Threads: the sink thread owns the struct; `errors` is atomic for readers;
+ * rsink_cancel from any thread. */
 #include "rsink.h"
 
 #include <hiredis/hiredis.h>
@@ -15,14 +17,19 @@
 #include <time.h>
 
 #include "log.h"
+#include "rconn.h"
 
 struct rsink {
     char *host, *password, *prefix, *channel, *attempt_prefix;
     int port, db, timeout_ms, if_absent;
     void (*alive)(void *ctx);
+    void (*failing)(void *ctx, const char *why);
     void *alive_ctx;
+    int failed;                /* the last attempt failed (failing was told) */
     char ttl[32];
     redisContext *ctx;
+    struct rconn_guard guard;  /* rsink_cancel cuts ctx's calls short */
+    int guard_ok;
     int backoff_ms;            /* next wait after a failure, capped */
     unsigned char *acked;      /* scratch: one flag per job of a batch */
     size_t acked_cap;
@@ -52,6 +59,7 @@ struct rsink *rsink_new(const struct rsink_conf *c)
     }
     r->port = c->port;
     r->if_absent = c->if_absent;
+    r->failing = c->failing;
     r->alive = c->alive;
     r->alive_ctx = c->alive_ctx;
     r->db = c->db;
@@ -59,13 +67,19 @@ struct rsink *rsink_new(const struct rsink_conf *c)
     snprintf(r->ttl, sizeof(r->ttl), "%" PRId64, c->ttl_ms);
     r->backoff_ms = BACKOFF_MIN_MS;
     atomic_init(&r->errors, 0);
+    if (rconn_guard_init(&r->guard) < 0) {
+        rsink_destroy(r);
+        return NULL;
+    }
+    r->guard_ok = 1;
     return r;
 }
 
 void rsink_destroy(struct rsink *r)
 {
     if (!r) return;
-    if (r->ctx) redisFree(r->ctx);
+    rconn_close(r->ctx, r->guard_ok ? &r->guard : NULL);
+    if (r->guard_ok) rconn_guard_fini(&r->guard);
     free(r->host);
     free(r->password);
     free(r->prefix);
@@ -80,12 +94,26 @@ uint64_t rsink_errors(const struct rsink *r)
     return atomic_load(&r->errors);
 }
 
-static void drop(struct rsink *r, const char *why)
+/* A write failed: what Redis said, or why it could not be reached, goes to
+ * the failing hook (readiness names it). */
+static void note_failure(struct rsink *r, const char *why)
 {
     atomic_fetch_add(&r->errors, 1);
+    r->failed = 1;
+    if (r->failing) r->failing(r->alive_ctx, why);
+}
+
+static void drop(struct rsink *r, const char *why)
+{
+    note_failure(r, why);
     LOG_W("redis_error", "host=%s port=%d error=\"%s\"", r->host, r->port, why);
-    if (r->ctx) redisFree(r->ctx);
+    rconn_close(r->ctx, &r->guard);
     r->ctx = NULL;
+}
+
+void rsink_cancel(struct rsink *r)
+{
+    rconn_cancel(&r->guard);
 }
 
 /* Runs one command and checks its reply is not an error. */
@@ -106,32 +134,16 @@ static int simple_cmd(struct rsink *r, const char *what, int argc,
 }
 
 /* Makes a fresh context with the timeout applied, authenticated and on the
- * right database. Returns 0, or -1 with no context. */
+ * right database (rconn_open). Returns 0, or -1 with no context. */
 static int connect_fresh(struct rsink *r)
 {
-    struct timeval tv = {.tv_sec = r->timeout_ms / 1000,
-                         .tv_usec = (r->timeout_ms % 1000) * 1000};
-    r->ctx = redisConnectWithTimeout(r->host, r->port, tv);
-    if (!r->ctx || r->ctx->err) {
-        char msg[200];
-        snprintf(msg, sizeof(msg), "connect: %s",
-                 r->ctx ? r->ctx->errstr : "out of memory");
-        drop(r, msg);
+    char err[300];
+    struct rconn_conf rc = {.host = r->host, .port = r->port, .password = r->password,
+                            .db = r->db, .timeout_ms = r->timeout_ms};
+    r->ctx = rconn_open(&rc, &r->guard, err, sizeof(err));
+    if (!r->ctx) {
+        drop(r, err);
         return -1;
-    }
-    if (redisSetTimeout(r->ctx, tv) != REDIS_OK) {
-        drop(r, "cannot set the command timeout");
-        return -1;
-    }
-    if (r->password[0]) {
-        const char *argv[] = {"AUTH", r->password};
-        if (simple_cmd(r, "AUTH", 2, argv) < 0) return -1;
-    }
-    if (r->db) {
-        char db[16];
-        snprintf(db, sizeof(db), "%d", r->db);
-        const char *argv[] = {"SELECT", db};
-        if (simple_cmd(r, "SELECT", 2, argv) < 0) return -1;
     }
     LOG_I("redis_connected", "host=%s port=%d", r->host, r->port);
     return 0;
@@ -208,7 +220,7 @@ static int attempt(struct rsink *r, struct job *const *jobs, size_t n)
             redisReply *rep = v;
             if (rep->type == REDIS_REPLY_ERROR) {
                 /* The connection is still in sync; retry this one later. */
-                atomic_fetch_add(&r->errors, 1);
+                note_failure(r, rep->str);
                 LOG_W("redis_reply_error", "id=%s error=\"%s\"", jobs[i]->req.id, rep->str);
                 if (k == 0) {
                     ok = 0;
@@ -240,6 +252,8 @@ int rsink_set_batch(struct rsink *r, struct job *const *jobs, size_t n,
         if (r->ctx || connect_fresh(r) == 0) {
             if (attempt(r, jobs, n) == 0) {
                 r->backoff_ms = BACKOFF_MIN_MS;
+                if (r->failed && r->failing) r->failing(r->alive_ctx, NULL);
+                r->failed = 0;
                 return 0;
             }
         }

@@ -29,6 +29,11 @@ struct rsink_conf {
     /* Called while retrying (every backoff slice), so a caller's watchdog
      * sees a thread that waits on Redis as alive, not hung. May be NULL. */
     void (*alive)(void *ctx);
+    /* Called (with alive_ctx) when a write fails, with what Redis said or
+     * why it could not be reached, and with NULL when a write succeeds
+     * after one failed: readiness names a sink that cannot deliver. May
+     * be NULL. */
+    void (*failing)(void *ctx, const char *why);
     void *alive_ctx;
     /* Attempt counters (worker.attempt_prefix); NULL = none. When set,
      * rsink_set_batch also deletes each job's counter in the same round
@@ -57,6 +62,11 @@ int rsink_set_batch(struct rsink *r, struct job *const *jobs, size_t n,
  * Redis did not answer (counts untouched). */
 int rsink_incr_attempts(struct rsink *r, struct job *const *jobs, size_t n, long long *counts,
                         int solo);
+
+/* Cuts the call in progress short (it fails at once) and makes every later
+ * one fail at once: for stopping within a deadline while Redis does not
+ * answer. Any thread. */
+void rsink_cancel(struct rsink *r);
 
 /* One PING round trip: 0 if Redis answered within the timeout, else -1. */
 int rsink_ping(struct rsink *r);

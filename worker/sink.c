@@ -38,6 +38,8 @@ struct sink {
     pthread_t thr;
     int started;
     atomic_int stop;
+    int kafka_failing;           /* the last delivery failed (sink thread, or the
+                                    lifecycle's thread after it stopped) */
 };
 
 static int64_t wall_ms(void)
@@ -45,6 +47,15 @@ static int64_t wall_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Tells the stats whether deliveries to Kafka fail, on a change only:
+ * readiness then reflects a sink that cannot deliver, with the error. */
+static void kafka_state(struct sink *s, rd_kafka_resp_err_t err)
+{
+    if (!err && !s->kafka_failing) return;
+    s->kafka_failing = err != 0;
+    stats_sink_failing(s->c.stats, STATS_SINK_KAFKA, err ? rd_kafka_err2str(err) : NULL);
 }
 
 /* One acknowledgement arrived; the last one makes the job done. */
@@ -65,6 +76,7 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
     struct sink *s = opaque;
     struct job *j = m->_private;
     if (j->stranded) return; /* owned by the stranded list now */
+    kafka_state(s, m->err);
     if (m->err) {
         stats_produce_error(s->c.stats);
         LOG_W("produce_failed", "id=%s error=\"%s\" attempt=%d", j->req.id,
@@ -126,6 +138,7 @@ static void produce_or_retry(struct sink *s, struct job *j)
             continue;
         }
         stats_produce_error(s->c.stats);
+        kafka_state(s, err);
         LOG_W("produce_failed", "id=%s error=\"%s\"", j->req.id, rd_kafka_err2str(err));
         j->next = s->retry;
         s->retry = j;
@@ -141,6 +154,13 @@ static void sink_alive(void *ctx)
     stats_alive(s->c.stats, STATS_LOOP_SINK);
 }
 
+/* rsink's hook when a write fails (why) or succeeds again (NULL). */
+static void redis_state(void *ctx, const char *why)
+{
+    struct sink *s = ctx;
+    stats_sink_failing(s->c.stats, STATS_SINK_REDIS, why);
+}
+
 /* One round: take everything queued, produce each record, write the
  * results to Redis in one round trip, acknowledge, serve delivery reports
  * and retry failed deliveries after a pause. */
@@ -151,7 +171,11 @@ static void *sink_main(void *arg)
     struct job **results = NULL;
     while (!atomic_load(&s->stop)) {
         stats_alive(s->c.stats, STATS_LOOP_SINK);
-        struct job *list = jobq_take(s->c.in, 5);
+        /* While deliveries are owed, their reports are served every
+         * millisecond rather than after a 5 ms wait for new jobs: a job is
+         * finished (and its rows free for the intake) only once its report
+         * is in, which matters most when few jobs may be in flight. */
+        struct job *list = jobq_take(s->c.in, rd_kafka_outq_len(s->producer) > 0 ? 1 : 5);
         size_t n = 0;
         for (struct job *j = list; j; j = j->next) n++;
         if (n > cap) {
@@ -247,7 +271,7 @@ struct sink *sink_new(const struct sink_conf *c, char *errstr, size_t errstr_siz
                             .timeout_ms = k->redis.timeout_ms,
                             .publish_channel = k->redis.publish_channel,
                             .if_absent = c->redis == WORKER_REDIS_IF_ABSENT,
-                            .alive = sink_alive, .alive_ctx = s,
+                            .alive = sink_alive, .failing = redis_state, .alive_ctx = s,
                             .attempt_prefix = k->worker.max_attempts > 0
                                                   ? k->worker.attempt_prefix : NULL};
     if (!(s->rsink = rsink_new(&rc))) {
@@ -273,6 +297,15 @@ int sink_redis_ping(struct sink *s)
     return rsink_ping(s->rsink);
 }
 
+/* Cluster metadata (its controller's id) comes only from a broker's
+ * answer, so once the producer holds it, it has reached one: known within
+ * milliseconds of start, where its first statistics take
+ * statistics.interval.ms. */
+int sink_broker_reached(struct sink *s)
+{
+    return rd_kafka_controllerid(s->producer, 0) >= 0;
+}
+
 uint64_t sink_redis_errors(const struct sink *s)
 {
     return rsink_errors(s->rsink);
@@ -283,6 +316,11 @@ int sink_start(struct sink *s)
     if (pthread_create(&s->thr, NULL, sink_main, s) != 0) return -1;
     s->started = 1;
     return 0;
+}
+
+void sink_cut(struct sink *s)
+{
+    rsink_cancel(s->rsink);
 }
 
 void sink_stop(struct sink *s)

@@ -49,9 +49,17 @@ int sink_redis_ping(struct sink *s);
 
 /* Failed Redis attempts so far (any thread). */
 uint64_t sink_redis_errors(const struct sink *s);
+/* 1 once the producer has had an answer from a broker (it holds cluster
+ * metadata); never blocks. */
+int sink_broker_reached(struct sink *s);
 
 /* Starts the sink thread. Returns 0, or -1 when it cannot start. */
 int sink_start(struct sink *s);
+
+/* Cuts short the Redis write in progress and every later one (they fail
+ * at once; their jobs stay uncommitted): when a stop must keep its
+ * deadline with Redis not answering. Any thread; before sink_stop. */
+void sink_cut(struct sink *s);
 
 /* Stops the sink thread after its current round (a Redis retry gives up)
  * and closes the input queue's batch accounting. */

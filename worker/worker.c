@@ -109,7 +109,9 @@ struct worker {
     struct sink *sink;
     struct intake *intake;
     struct exec *exec;
+    atomic_size_t lightened;   /* exec -> intake: rows shed by jobs that ran */
     int64_t started_us;
+    int64_t stop_by_us;        /* the drain deadline once stopping; 0 before */
 };
 
 /* The finished jobs by outcome, from the stats (the one telemetry path). */
@@ -163,6 +165,9 @@ static void publish_gauges(struct worker *w, int64_t now)
     int assigned = intake_assigned(w->intake);
     stats_set_partitions(w->stats, assigned, intake_paused(w->intake) ? assigned : 0);
     stats_set_redis_errors(w->stats, sink_redis_errors(w->sink));
+    /* Readiness before the clients' first statistics (stats.h). */
+    stats_set_early(w->stats, STATS_COND_PRODUCER, sink_broker_reached(w->sink));
+    stats_set_early(w->stats, STATS_COND_CONSUMER, intake_has_member(w->intake));
 }
 
 /* Reliability rule 7: a hung loop (an executor stuck in the model, say)
@@ -311,7 +316,8 @@ static int setup(struct worker *w)
                              .model_override = override, .batcher = w->batcher,
                              .sink = &w->sinkq, .offsets = w->offsets, .ranges = w->ranges,
                              .stats = w->stats, .fatal = &w->fatal,
-                             .max_record_bytes = sink_max_record_bytes(w->sink)};
+                             .max_record_bytes = sink_max_record_bytes(w->sink),
+                             .lightened = &w->lightened};
     if (!(w->intake = intake_new(&ic, err, sizeof(err)))) {
         LOG_E("kafka_client", "client=consumer error=\"%s\"", err);
         return -1;
@@ -329,7 +335,8 @@ static int setup(struct worker *w)
                            .fatal = &w->fatal,
                            .max_record_bytes = sink_max_record_bytes(w->sink),
                            .count_attempts = c->worker.max_attempts > 0 &&
-                                             w->opts.redis != WORKER_REDIS_OFF};
+                                             w->opts.redis != WORKER_REDIS_OFF,
+                           .lightened = &w->lightened};
     if (!(w->exec = exec_start(&ec, err, sizeof(err)))) {
         LOG_E("thread_failed", "thread=executor error=\"%s\"", err);
         return -1;
@@ -350,7 +357,7 @@ static void teardown(struct worker *w)
     offsets_destroy(w->offsets);
     ranges_destroy(w->ranges);
     models_free(&w->models);
-    hb_stop(w->hb);
+    hb_stop(w->hb, w->stop_by_us);
     metrics_stop(w->metrics);
     stats_destroy(w->stats);
 }
@@ -365,6 +372,7 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
     if (opts) w->opts = *opts;
     else w->opts.priority = -1;
     atomic_init(&w->fatal, 0);
+    atomic_init(&w->lightened, 0);
     jobq_init(&w->sinkq);
     jobq_init(&w->doneq);
 
@@ -387,19 +395,38 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
 
     /* tear down: drain what was taken in (unless the process is failing),
      * stop the executors, then the sink, deliver what the producer still
-     * owes, store and commit what finished, leave the group. */
+     * owes, store and commit what finished, leave the group, all within
+     * worker.drain_timeout_ms of the stop (its supervisor's grace period
+     * counts on it). What the drain leaves unfinished is stuck (Redis not
+     * answering, say): the Redis calls that hold it are cut, not waited
+     * out. */
     int fatal = atomic_load(&w->fatal);
     stats_set_draining(w->stats);
     LOG_I("draining", "reason=%s inflight_rows=%zu",
           fatal ? "fatal_error" : *stop ? "signal" : "ranges_done",
           intake_inflight_rows(w->intake));
-    if (!fatal) intake_drain(w->intake, c->worker.drain_timeout_ms);
+    int64_t drain_us = (int64_t)c->worker.drain_timeout_ms * 1000;
+    w->stop_by_us = stats_now_us() + drain_us;
+    /* What comes after the drain (stopping threads, flushing, committing,
+     * leaving the group, the heartbeat's DEL) gets a fifth of the budget,
+     * at most a second. */
+    int64_t tail_us = drain_us / 5 < 1000000 ? drain_us / 5 : 1000000;
+    size_t stuck = 0;
+    if (!fatal) stuck = intake_drain(w->intake, (int)((drain_us - tail_us) / 1000));
     stats_loop_stop(w->stats, STATS_LOOP_POLL);
+    if (stuck) {
+        LOG_W("drain_timeout", "unfinished=%zu drain_timeout_ms=%d note=\"cutting Redis calls "
+              "short; unfinished jobs stay uncommitted and run again\"", stuck,
+              c->worker.drain_timeout_ms);
+        exec_cut(w->exec);
+        sink_cut(w->sink);
+    }
     exec_stop(w->exec);
     w->exec = NULL;
     sink_stop(w->sink);
     intake_pipeline_stopped(w->intake);
-    sink_flush(w->sink, 5000);
+    int64_t left_ms = (w->stop_by_us - stats_now_us()) / 1000;
+    sink_flush(w->sink, left_ms < 5000 ? (left_ms > 0 ? (int)left_ms : 0) : 5000);
     intake_collect(w->intake);
     size_t left = intake_pending(w->intake);
     intake_close(w->intake);
