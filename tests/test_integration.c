@@ -725,11 +725,13 @@ static void test_backlog_through_pauses(void **state)
                     "--set", "batching.max_queued_rows=128",
                     "--set", "batching.max_job_rows=16",
                     "--set", "batching.max_inflight_batches=2",
-                    /* Executors a little slower than the intake, so the
-                     * queue fills and pauses fetching whatever the
-                     * machine's speed (under ASan on two loaded cores the
-                     * intake alone was the slower one: 5 to 9 resumes). */
-                    "--set", "debug.batch_sleep_ms=2",
+                    /* One executor, slower than the intake, so the queue
+                     * fills and pauses fetching whatever the machine's
+                     * speed (under ASan on two loaded cores, with two
+                     * executors sleeping 2 ms, the intake was the slower
+                     * one: 5 to 9 resumes). */
+                    "--set", "batching.executors=1",
+                    "--set", "debug.batch_sleep_ms=4",
                     /* Pause as soon as the queue is full (by default it
                      * holds first and pauses only when full for 500 ms,
                      * which these executors never are): the path under
