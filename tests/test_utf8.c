@@ -17,25 +17,8 @@
 #include <string.h>
 
 #include "../codecs/utf8.h"
+#include "tablebody.h"
 #include "testutil.h"
-
-/* Hex text (spaces allowed) to bytes; returns the byte count. */
-static size_t unhex(const char *hex, unsigned char *out, size_t cap)
-{
-    size_t n = 0;
-    while (*hex) {
-        if (*hex == ' ') {
-            hex++;
-            continue;
-        }
-        unsigned v;
-        assert_int_equal(sscanf(hex, "%2x", &v), 1);
-        assert_true(n < cap);
-        out[n++] = (unsigned char)v;
-        hex += 2;
-    }
-    return n;
-}
 
 /* Bytes to hex text, for messages. */
 static const char *hex(const void *p, size_t n)
