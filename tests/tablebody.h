@@ -1,10 +1,12 @@
 /* tablebody.h - record bodies written as readable tables, for the codec
  * tests: hex to bytes, ' for " in table texts, and one table body turned
  * into either encoding (JSON as written, or MessagePack packed from the
- * same JSON value). Include after cmocka.h. */
+ * same JSON value), and the asserts that read MessagePack results back.
+ * Include after cmocka.h. */
 #ifndef KINFER_TABLEBODY_H
 #define KINFER_TABLEBODY_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +122,36 @@ static inline struct body make_body(const char *text, enum proto_enc enc)
     memcpy(b.p, sb.data, sb.size);
     msgpack_sbuffer_destroy(&sb);
     return b;
+}
+
+/* Finds a key in a MessagePack map, or NULL. */
+static inline const msgpack_object *mp_get(const msgpack_object *m, const char *k)
+{
+    assert_int_equal(m->type, MSGPACK_OBJECT_MAP);
+    for (uint32_t i = 0; i < m->via.map.size; i++) {
+        const msgpack_object *key = &m->via.map.ptr[i].key;
+        if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == strlen(k) &&
+            memcmp(key->via.str.ptr, k, key->via.str.size) == 0)
+            return &m->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
+/* Asserts a MessagePack string equals s. */
+static inline void assert_mp_str(const msgpack_object *o, const char *s)
+{
+    assert_non_null(o);
+    assert_int_equal(o->type, MSGPACK_OBJECT_STR);
+    assert_int_equal(o->via.str.size, strlen(s));
+    assert_memory_equal(o->via.str.ptr, s, strlen(s));
+}
+
+/* Asserts the map's keys are exactly `keys`, in that order. */
+static inline void assert_mp_keys(const msgpack_object *m, const char *const *keys, size_t n)
+{
+    assert_int_equal(m->type, MSGPACK_OBJECT_MAP);
+    if (m->via.map.size != n) fail_msg("map has %u keys, expected %zu", m->via.map.size, n);
+    for (size_t i = 0; i < n; i++) assert_mp_str(&m->via.map.ptr[i].key, keys[i]);
 }
 
 #endif

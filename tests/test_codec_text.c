@@ -259,35 +259,6 @@ static void expect_job(const struct dec *d, const char *what, const char *id,
         fail_msg("%s: message \"%s\" does not contain \"%s\"", what, d->req.errmsg, errsub);
 }
 
-/* Finds a key in a MessagePack map, or NULL. */
-static const msgpack_object *mp_get(const msgpack_object *m, const char *k)
-{
-    assert_int_equal(m->type, MSGPACK_OBJECT_MAP);
-    for (uint32_t i = 0; i < m->via.map.size; i++) {
-        const msgpack_object *key = &m->via.map.ptr[i].key;
-        if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == strlen(k) &&
-            memcmp(key->via.str.ptr, k, key->via.str.size) == 0)
-            return &m->via.map.ptr[i].val;
-    }
-    return NULL;
-}
-
-static void assert_mp_str(const msgpack_object *o, const char *s)
-{
-    assert_non_null(o);
-    assert_int_equal(o->type, MSGPACK_OBJECT_STR);
-    assert_int_equal(o->via.str.size, strlen(s));
-    assert_memory_equal(o->via.str.ptr, s, strlen(s));
-}
-
-/* Asserts the map's keys are exactly `keys`, in that order. */
-static void assert_mp_keys(const msgpack_object *m, const char *const *keys, size_t n)
-{
-    assert_int_equal(m->type, MSGPACK_OBJECT_MAP);
-    if (m->via.map.size != n) fail_msg("map has %u keys, expected %zu", m->via.map.size, n);
-    for (size_t i = 0; i < n; i++) assert_mp_str(&m->via.map.ptr[i].key, keys[i]);
-}
-
 /* Asserts the JSON object's keys are exactly `keys`, in that order. */
 static void assert_js_keys(json_t *o, const char *const *keys, size_t n)
 {
