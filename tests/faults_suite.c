@@ -73,12 +73,7 @@ static void test_crash_kill9_repeatedly(void **state)
     fprintf(stderr, "crash: %d kill -9 cycles, %zu of %zu results in Redis\n", kills, have, r.n);
     assert_true(kills >= 3);
     assert_int_equal(h_stop(r.worker, SIGTERM, 30), 0);
-    f_stop_sampler(&r);
-    struct f_verdict v = f_check(&r, NULL);
-    assert_int_equal(v.lost, 0);
-    assert_int_equal(v.wrong, 0);
-    assert_int_equal(atomic_load(&r.rewinds), 0);
-    f_run_fini(&r);
+    f_finish_clean(&r);
 }
 
 /* Whether the log file at path holds a line with needle. */
@@ -178,12 +173,7 @@ static void test_kill9_recovery(void **state)
     assert_int_equal(atomic_load(&r.produced), r.n);
     assert_int_equal(f_wait_all(&r, 180), r.n);
     assert_int_equal(h_stop(b, SIGTERM, 30), 0);
-    f_stop_sampler(&r);
-    struct f_verdict v = f_check(&r, NULL);
-    assert_int_equal(v.lost, 0);
-    assert_int_equal(v.wrong, 0);
-    assert_int_equal(atomic_load(&r.rewinds), 0);
-    f_run_fini(&r);
+    f_finish_clean(&r);
 }
 
 /* Redis stopped for 10 s mid-load, then restarted (with what it had
@@ -206,12 +196,7 @@ static void test_redis_outage(void **state)
     size_t have = f_wait_all(&r, 120);
     assert_int_equal(have, r.n);
     assert_int_equal(h_stop(r.worker, SIGTERM, 30), 0);
-    f_stop_sampler(&r);
-    struct f_verdict v = f_check(&r, NULL);
-    assert_int_equal(v.lost, 0);
-    assert_int_equal(v.wrong, 0);
-    assert_int_equal(atomic_load(&r.rewinds), 0);
-    f_run_fini(&r);
+    f_finish_clean(&r);
 }
 
 /* Redis stops answering (SIGSTOP): the worker must not hang. A SIGTERM
@@ -310,12 +295,7 @@ static void test_poison_crash_loop(void **state)
     fprintf(stderr, "poison: %d crashes before the job was answered\n", crashes);
     assert_true(crashes >= 1 && crashes <= 4); /* max_attempts = 3 */
     assert_int_equal(h_stop(r.worker, SIGTERM, 30), 0);
-    f_stop_sampler(&r);
-    struct f_verdict v = f_check(&r, NULL);
-    assert_int_equal(v.lost, 0);
-    assert_int_equal(v.wrong, 0);
-    assert_int_equal(atomic_load(&r.rewinds), 0);
-    f_run_fini(&r);
+    f_finish_clean(&r);
 }
 
 /* An executor that never returns (debug.hang_id): the watchdog ends the
@@ -359,12 +339,7 @@ static void test_hung_executor_watchdog(void **state)
     f_start_worker(&r); /* without the failpoint */
     assert_int_equal(f_wait_all(&r, 120), r.n);
     assert_int_equal(h_stop(r.worker, SIGTERM, 30), 0);
-    f_stop_sampler(&r);
-    struct f_verdict v = f_check(&r, NULL);
-    assert_int_equal(v.lost, 0);
-    assert_int_equal(v.wrong, 0);
-    assert_int_equal(atomic_load(&r.rewinds), 0);
-    f_run_fini(&r);
+    f_finish_clean(&r);
 }
 
 /* Each batch takes twice max.poll.interval.ms: the poll thread keeps
