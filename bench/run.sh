@@ -602,7 +602,8 @@ gnuplot -e "dir='$OUT'; waits='$WAITS'; out='$OUT/bench-latency.png'; sat='$SAT_
 
 machine="$(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -n1), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, $(uname -sr)"
 libs="librdkafka $(dpkg-query -W -f='${Version}' librdkafka1 2>/dev/null || echo '?'), hiredis $(dpkg-query -W -f='${Version}' libhiredis0.14 2>/dev/null || echo '?'), OpenBLAS $(dpkg-query -W -f='${Version}' libopenblas0-pthread 2>/dev/null || echo '?'), redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
-commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git status --porcelain 2>/dev/null | grep -q . && echo ' (with uncommitted changes)')"
+# (|| true: on a clean tree grep finds nothing, which must not end the run)
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git status --porcelain 2>/dev/null | grep -q . && echo ' (with uncommitted changes)' || true)"
 {
   echo "Run $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit, $(( $(date +%s) - started )) s${WORKER_SETS:+; workers with $WORKER_SETS}."
   echo "Machine: $machine; $libs."
