@@ -26,6 +26,7 @@ struct exec {
     struct rsink **rs;    /* per thread slot: attempt counters; NULL = not counted.
                              Made before the threads and freed after them, so
                              exec_cut may reach them while the threads run */
+    size_t n_rs;          /* slots in rs: every thread asked for */
     size_t n_thr;
     atomic_int running;   /* batches taken and not yet pushed to the sink */
     atomic_int stop;
@@ -257,13 +258,15 @@ static int solo_allowed(struct exec_thread *t, struct job *j)
 
 /* A job that ran and was encoded holds only its result's body: from now
  * on it weighs that, in rows of its model's input, plus one, and the rows
- * it sheds go to the intake's count (exec.h, `lightened`). */
+ * it sheds go to the intake's count (exec.h, `lightened`). A model with no
+ * float input width (an encoder: its rows are sequences) keeps its jobs'
+ * weight. */
 static void lighten(struct exec *ex, struct job *j)
 {
     if (!ex->c.lightened || j->model_idx < 0 || !j->rows) return;
-    const struct model *m = ex->c.models[j->model_idx];
-    size_t row_bytes = model_input_width(m) * sizeof(float);
-    size_t w = 1 + j->body_len / (row_bytes ? row_bytes : 1);
+    size_t row_bytes = model_input_width(ex->c.models[j->model_idx]) * sizeof(float);
+    if (!row_bytes) return;
+    size_t w = 1 + j->body_len / row_bytes;
     if (w >= j->weight) return;
     atomic_fetch_add(ex->c.lightened, j->weight - w);
     j->weight = w;
@@ -492,6 +495,7 @@ struct exec *exec_start(const struct exec_conf *c, char *errstr, size_t errstr_s
         return NULL;
     }
     ex->c = *c;
+    ex->n_rs = n;
     for (size_t i = 0; i < n && c->count_attempts; i++) {
         const struct kcfg *k = c->cfg;
         struct rsink_conf rc = {.host = k->redis.host, .port = k->redis.port,
@@ -524,8 +528,7 @@ int exec_inflight_batches(const struct exec *ex)
 void exec_cut(struct exec *ex)
 {
     if (!ex) return;
-    size_t n = ex->c.n_threads ? ex->c.n_threads : 1;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < ex->n_rs; i++)
         if (ex->rs[i]) rsink_cancel(ex->rs[i]);
 }
 
@@ -535,8 +538,7 @@ void exec_stop(struct exec *ex)
     atomic_store(&ex->stop, 1);
     batcher_stop(ex->c.batcher);
     for (size_t i = 0; i < ex->n_thr; i++) pthread_join(ex->thr[i], NULL);
-    size_t n = ex->c.n_threads ? ex->c.n_threads : 1;
-    for (size_t i = 0; i < n; i++) rsink_destroy(ex->rs[i]);
+    for (size_t i = 0; i < ex->n_rs; i++) rsink_destroy(ex->rs[i]);
     free(ex->rs);
     free(ex->thr);
     free(ex);
