@@ -15,6 +15,7 @@
 #include <msgpack.h>
 
 #include "../codecs/protocol.h"
+#include "../codecs/utf8.h"
 
 /* Hex text (spaces allowed) to bytes; returns the byte count. */
 static inline size_t unhex(const char *hex, unsigned char *out, size_t cap)
@@ -152,6 +153,24 @@ static inline void assert_mp_keys(const msgpack_object *m, const char *const *ke
     assert_int_equal(m->type, MSGPACK_OBJECT_MAP);
     if (m->via.map.size != n) fail_msg("map has %u keys, expected %zu", m->via.map.size, n);
     for (size_t i = 0; i < n; i++) assert_mp_str(&m->via.map.ptr[i].key, keys[i]);
+}
+
+/* 1 when every str in o (map keys included) is well-formed UTF-8. */
+static inline int mp_strs_valid(const msgpack_object *o)
+{
+    switch (o->type) {
+    case MSGPACK_OBJECT_STR: return utf8_valid(o->via.str.ptr, o->via.str.size);
+    case MSGPACK_OBJECT_ARRAY:
+        for (uint32_t i = 0; i < o->via.array.size; i++)
+            if (!mp_strs_valid(&o->via.array.ptr[i])) return 0;
+        return 1;
+    case MSGPACK_OBJECT_MAP:
+        for (uint32_t i = 0; i < o->via.map.size; i++)
+            if (!mp_strs_valid(&o->via.map.ptr[i].key) || !mp_strs_valid(&o->via.map.ptr[i].val))
+                return 0;
+        return 1;
+    default: return 1;
+    }
 }
 
 #endif

@@ -824,24 +824,6 @@ static void test_encode_edges(void **state)
     }
 }
 
-/* 1 when every str in o (map keys included) is well-formed UTF-8. */
-static int mp_strs_valid(const msgpack_object *o)
-{
-    switch (o->type) {
-    case MSGPACK_OBJECT_STR: return utf8_valid(o->via.str.ptr, o->via.str.size);
-    case MSGPACK_OBJECT_ARRAY:
-        for (uint32_t i = 0; i < o->via.array.size; i++)
-            if (!mp_strs_valid(&o->via.array.ptr[i])) return 0;
-        return 1;
-    case MSGPACK_OBJECT_MAP:
-        for (uint32_t i = 0; i < o->via.map.size; i++)
-            if (!mp_strs_valid(&o->via.map.ptr[i].key) || !mp_strs_valid(&o->via.map.ptr[i].val))
-                return 0;
-        return 1;
-    default: return 1;
-    }
-}
-
 /* Every str a result holds is well-formed UTF-8, whatever the job sent:
  * a model name of ill-formed bytes (c3 28) is kept repaired (U+FFFD) and
  * so is the message that quotes it; meta strs (keys and values) echo back

@@ -22,6 +22,7 @@
 #include "../gpu/model.h"
 #include "harness.h"
 #include "refmlp.h"
+#include "tablebody.h"
 #include "testutil.h"
 
 #define IN_W 8
@@ -415,24 +416,6 @@ static void test_errors_and_dead_letters(void **state)
 
 /* ---- hostile field values: far deadlines, ill-formed UTF-8 ------------------ */
 
-/* 1 when every str in o (keys included) is well-formed UTF-8. */
-static int mp_strs_valid(const msgpack_object *o)
-{
-    switch (o->type) {
-    case MSGPACK_OBJECT_STR: return utf8_valid(o->via.str.ptr, o->via.str.size);
-    case MSGPACK_OBJECT_ARRAY:
-        for (uint32_t i = 0; i < o->via.array.size; i++)
-            if (!mp_strs_valid(&o->via.array.ptr[i])) return 0;
-        return 1;
-    case MSGPACK_OBJECT_MAP:
-        for (uint32_t i = 0; i < o->via.map.size; i++)
-            if (!mp_strs_valid(&o->via.map.ptr[i].key) || !mp_strs_valid(&o->via.map.ptr[i].val))
-                return 0;
-        return 1;
-    default: return 1;
-    }
-}
-
 /* A MessagePack job whose meta holds a str of ill-formed UTF-8. */
 static void produce_bad_meta(rd_kafka_t *p, const char *topic, const char *id, const float *in)
 {
@@ -543,6 +526,27 @@ static void test_hostile_fields_answered(void **state)
     assert_int_equal(h_stop(w, SIGTERM, 30), 0);
 }
 
+/* One job of `rows` rows of IN_W floats (MessagePack), keyed by its id,
+ * with the given timeout (-1: none). */
+static void produce_rows(rd_kafka_t *p, const char *topic, const char *id, const float *in,
+                         size_t rows, int64_t timeout_ms)
+{
+    struct wire_job j = {.id = id, .input = in, .n_input = rows * IN_W,
+                         .timeout_ms = timeout_ms, .priority = -1};
+    unsigned char *body;
+    size_t len;
+    assert_int_equal(wire_encode_job(&j, PROTO_ENC_MSGPACK, &body, &len), 0);
+    assert_int_equal(h_produce(p, topic, id, strlen(id), body, len, NULL), 0);
+    free(body);
+}
+
+/* One single-row job (MessagePack) with the given timeout (-1: none). */
+static void produce_one(rd_kafka_t *p, const char *topic, const char *id, const float *in,
+                        int64_t timeout_ms)
+{
+    produce_rows(p, topic, id, in, 1, timeout_ms);
+}
+
 /* ---- SIGTERM under load, then restart: nothing lost ----------------------- */
 
 #define N_LOAD 3000
@@ -557,13 +561,7 @@ static void test_sigterm_restart_loses_nothing(void **state)
     for (size_t i = 0; i < N_LOAD; i++) {
         snprintf(ids[i], sizeof(ids[i]), "term-%zu", i);
         for (int k = 0; k < IN_W; k++) inputs[i][k] = tu_randf(-2, 2);
-        struct wire_job j = {.id = ids[i], .input = inputs[i], .n_input = IN_W,
-                             .timeout_ms = -1, .priority = -1};
-        unsigned char *body;
-        size_t len;
-        assert_int_equal(wire_encode_job(&j, PROTO_ENC_MSGPACK, &body, &len), 0);
-        assert_int_equal(h_produce(p, "term.jobs", ids[i], strlen(ids[i]), body, len, NULL), 0);
-        free(body);
+        produce_one(p, "term.jobs", ids[i], inputs[i], -1);
     }
     assert_int_equal(rd_kafka_flush(p, 10000), 0);
     rd_kafka_destroy(p);
@@ -609,18 +607,6 @@ static void test_sigterm_restart_loses_nothing(void **state)
 
 #define N_BURST 320
 #define N_TRICKLE 12
-
-static void produce_one(rd_kafka_t *p, const char *topic, const char *id, const float *in,
-                        int64_t timeout_ms)
-{
-    struct wire_job j = {.id = id, .input = in, .n_input = IN_W, .timeout_ms = timeout_ms,
-                         .priority = -1};
-    unsigned char *body;
-    size_t len;
-    assert_int_equal(wire_encode_job(&j, PROTO_ENC_MSGPACK, &body, &len), 0);
-    assert_int_equal(h_produce(p, topic, id, strlen(id), body, len, NULL), 0);
-    free(body);
-}
 
 static void test_burst_and_trickle(void **state)
 {
@@ -791,13 +777,7 @@ static void test_big_jobs_small_queue(void **state)
     for (size_t k = 0; k < BIG_ROWS * IN_W; k++) in[k] = tu_randf(-2, 2);
     for (size_t i = 0; i < N_BIG; i++) {
         snprintf(ids[i], sizeof(ids[i]), "big-%zu", i);
-        struct wire_job j = {.id = ids[i], .input = in, .n_input = BIG_ROWS * IN_W,
-                             .timeout_ms = -1, .priority = -1};
-        unsigned char *body;
-        size_t len;
-        assert_int_equal(wire_encode_job(&j, PROTO_ENC_MSGPACK, &body, &len), 0);
-        assert_int_equal(h_produce(p, "big.jobs", ids[i], strlen(ids[i]), body, len, NULL), 0);
-        free(body);
+        produce_rows(p, "big.jobs", ids[i], in, BIG_ROWS, -1);
     }
     assert_int_equal(rd_kafka_flush(p, 10000), 0);
     rd_kafka_destroy(p);
