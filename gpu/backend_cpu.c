@@ -1,21 +1,19 @@
-/* backend_cpu.c - the CPU backend of backend.h: OpenBLAS for the dense
- * layers (one cblas_sgemm per layer for the whole batch) and plain loops
- * for the rest, with PyTorch's semantics. Encoders run on packed
- * sequences: every projection and the feed-forward is one GEMM over all
- * the batch's tokens, attention one pair of GEMMs per sequence and head,
- * so padding costs nothing. The only file in kinfer that includes
- * OpenBLAS.
+/* backend_cpu.c - the CPU backend of backend.h: its primitives in float32
+ * on host memory, OpenBLAS for the GEMMs (one cblas_sgemm per matrix of a
+ * batch) and plain loops for the rest, with PyTorch's semantics. The only
+ * file in kinfer that includes OpenBLAS.
  *
- * Threads: open/close/model_new/model_free on the main thread; a model's
- * float32 weights are never written after model_new, so every executor
- * shares them, each with its own workspace. OpenBLAS's thread count is
- * process-wide: the last open sets it.
+ * "Device" memory is host memory here, so uploads are copies, a context is
+ * a list of the buffers it handed out, and nothing is asynchronous: every
+ * primitive has finished when it returns. There is one weight copy, shared
+ * by every executor (never written after weight_new).
  *
- * Ownership: a cpu_model owns its float32 copy of every weight (converted
- * from F32/F16/BF16 once, at load; an encoder's Q, K and V stacked); a
- * cpu_ws owns its input buffer and its two ping-pong activation buffers
- * (an encoder's: its token buffers); the output pointer forward and
- * encode hand back points into them. */
+ * Threads: open/close/weight_new/weight_free on the main thread;
+ * OpenBLAS's thread count is process-wide (the last open sets it). A
+ * context and its primitives belong to one executor thread.
+ *
+ * Ownership: a weight owns its float32 array; a context owns every buffer
+ * ctx_alloc returned and its attention scratch is the caller's. */
 #include "backend.h"
 
 #include <cblas.h>
@@ -26,63 +24,16 @@
 #include <string.h>
 #include <unistd.h>
 
-/* One layer with its weights as float32. */
-struct cpu_layer {
-    enum model_op op;
-    size_t in, out;
-    float *w;   /* dense [out,in]; layernorm [in] or NULL (= ones) */
-    float *b;   /* dense [out] or NULL; layernorm [in] or NULL (= zeros) */
-    float eps;
+struct bk_weight {
+    float *d;
+    size_t n;
 };
 
-/* One encoder layer with its weights as float32; query, key and value
- * are stacked into one [3H,H] matrix so a single GEMM projects all three. */
-struct cpu_bert_layer {
-    float *qkv_w, *qkv_b;             /* [3H,H], [3H] */
-    float *ao_w, *ao_b;               /* attention output [H,H], [H] */
-    float *ln1_w, *ln1_b;
-    float *i_w, *i_b;                 /* feed-forward in [I,H], [I] */
-    float *o_w, *o_b;                 /* feed-forward out [H,I], [H] */
-    float *ln2_w, *ln2_b;
-};
-
-/* A BERT encoder with its weights as float32. */
-struct cpu_bert {
-    size_t vocab, hidden, heads, inter, max_pos, type_vocab, n_layers, n_labels;
-    float eps;
-    int gelu_tanh, normalize, sigmoid;
-    enum model_pooling pooling;
-    enum model_head head;
-    float *word, *pos, *type, *emb_ln_w, *emb_ln_b;
-    struct cpu_bert_layer *layers;
-    float *pool_w, *pool_b, *cls_w, *cls_b; /* classifier head */
-};
-
-struct cpu_model {
-    size_t n_layers;
-    struct cpu_layer *layers;
-    size_t in_w, max_w;
-    struct cpu_bert *bert;  /* an encoder (then no layers) */
-};
-
-/* The encoder's feed-forward runs this many tokens at a time, so its
- * [tokens, I] intermediate stays small whatever the batch. */
-#define CPU_FFN_CHUNK 1024
-
-struct cpu_ws {
-    const struct cpu_model *m;
-    size_t max_rows;
-    int fault;      /* armed by inject_fault: the next forward fails */
-    float *input;   /* max_rows * in_w: where callers may pack a batch */
-    float *buf[2];  /* max_rows * max_w each */
-    /* An encoder's, for max_tokens tokens in all: */
-    size_t max_tokens;
-    float *x;       /* [T,H] hidden states */
-    float *qkv;     /* [T,3H] projections; then [T,H] of attention output */
-    float *ctx;     /* [T,H] attention context; then the feed-forward's output */
-    float *inter;   /* [CPU_FFN_CHUNK, I] */
-    float *scores;  /* [L,L] for the longest sequence */
-    float *pooled;  /* [max_rows, max(H, labels)] the result */
+struct cpu_ctx {
+    void **bufs;     /* every ctx_alloc, freed with the context */
+    size_t n_bufs, cap_bufs;
+    int fault;       /* armed by inject_fault: the next pass fails */
+    char err[256];
 };
 
 /* The CPU is always there: one device. */
@@ -111,509 +62,6 @@ static void *cpu_open(const struct model_runtime_conf *c, char *desc, size_t des
 static void cpu_close(void *be)
 {
     (void)be;
-}
-
-/* A new float32 array holding t's values, or NULL when out of memory. */
-static float *cpu_convert(const struct st_tensor *t)
-{
-    float *p = malloc((size_t)t->numel * sizeof(float));
-    if (p) st_to_f32(t, p); /* the loader checked the dtype is loadable */
-    return p;
-}
-
-static void cpu_bert_free(struct cpu_bert *b)
-{
-    if (!b) return;
-    for (size_t i = 0; b->layers && i < b->n_layers; i++) {
-        struct cpu_bert_layer *L = &b->layers[i];
-        float *all[] = {L->qkv_w, L->qkv_b, L->ao_w, L->ao_b, L->ln1_w, L->ln1_b,
-                        L->i_w,   L->i_b,   L->o_w,  L->o_b,  L->ln2_w, L->ln2_b};
-        for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) free(all[k]);
-    }
-    free(b->layers);
-    float *all[] = {b->word,   b->pos,    b->type,  b->emb_ln_w, b->emb_ln_b,
-                    b->pool_w, b->pool_b, b->cls_w, b->cls_b};
-    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) free(all[k]);
-    free(b);
-}
-
-/* Three [H,H] (or [H]) tensors stacked into one new array. */
-static float *cpu_stack3(const struct st_tensor *a, const struct st_tensor *b,
-                         const struct st_tensor *c)
-{
-    size_t n = (size_t)a->numel;
-    float *p = malloc(3 * n * sizeof(float));
-    if (!p) return NULL;
-    st_to_f32(a, p);
-    st_to_f32(b, p + n);
-    st_to_f32(c, p + 2 * n);
-    return p;
-}
-
-/* Converts the validated encoder (gpu/bert.c checked every shape). */
-static struct cpu_bert *cpu_bert_new(const struct backend_bert *s)
-{
-    struct cpu_bert *b = calloc(1, sizeof(*b));
-    if (!b) return NULL;
-    b->vocab = s->vocab;
-    b->hidden = s->hidden;
-    b->heads = s->heads;
-    b->inter = s->intermediate;
-    b->max_pos = s->max_pos;
-    b->type_vocab = s->type_vocab;
-    b->n_layers = s->n_layers;
-    b->n_labels = s->n_labels;
-    b->eps = s->ln_eps;
-    b->gelu_tanh = s->gelu_tanh;
-    b->normalize = s->normalize;
-    b->sigmoid = s->sigmoid;
-    b->pooling = s->pooling;
-    b->head = s->head;
-    if (!(b->word = cpu_convert(s->word)) || !(b->pos = cpu_convert(s->pos)) ||
-        !(b->type = cpu_convert(s->type)) || !(b->emb_ln_w = cpu_convert(s->emb_ln_w)) ||
-        !(b->emb_ln_b = cpu_convert(s->emb_ln_b)) ||
-        !(b->layers = calloc(s->n_layers, sizeof(*b->layers))))
-        goto oom;
-    for (size_t i = 0; i < s->n_layers; i++) {
-        const struct backend_bert_layer *S = &s->layers[i];
-        struct cpu_bert_layer *L = &b->layers[i];
-        if (!(L->qkv_w = cpu_stack3(S->q_w, S->k_w, S->v_w)) ||
-            !(L->qkv_b = cpu_stack3(S->q_b, S->k_b, S->v_b)) ||
-            !(L->ao_w = cpu_convert(S->ao_w)) || !(L->ao_b = cpu_convert(S->ao_b)) ||
-            !(L->ln1_w = cpu_convert(S->ln1_w)) || !(L->ln1_b = cpu_convert(S->ln1_b)) ||
-            !(L->i_w = cpu_convert(S->i_w)) || !(L->i_b = cpu_convert(S->i_b)) ||
-            !(L->o_w = cpu_convert(S->o_w)) || !(L->o_b = cpu_convert(S->o_b)) ||
-            !(L->ln2_w = cpu_convert(S->ln2_w)) || !(L->ln2_b = cpu_convert(S->ln2_b)))
-            goto oom;
-    }
-    if (s->head == MODEL_HEAD_CLASSIFIER &&
-        (!(b->pool_w = cpu_convert(s->pool_w)) || !(b->pool_b = cpu_convert(s->pool_b)) ||
-         !(b->cls_w = cpu_convert(s->cls_w)) || !(b->cls_b = cpu_convert(s->cls_b))))
-        goto oom;
-    return b;
-oom:
-    cpu_bert_free(b);
-    return NULL;
-}
-
-static void cpu_model_free(void *be, void *bm)
-{
-    (void)be;
-    struct cpu_model *m = bm;
-    if (!m) return;
-    cpu_bert_free(m->bert);
-    for (size_t i = 0; m->layers && i < m->n_layers; i++) {
-        free(m->layers[i].w);
-        free(m->layers[i].b);
-    }
-    free(m->layers);
-    free(m);
-}
-
-/* Converts every weight to float32 once, so the forward pass reads them
- * as they are. */
-static void *cpu_model_new(void *be, const struct backend_plan *p, char *errstr,
-                           size_t errstr_size)
-{
-    struct cpu_model *m = calloc(1, sizeof(*m));
-    if (!m) goto oom;
-    if (p->bert) {
-        if (!(m->bert = cpu_bert_new(p->bert))) goto oom;
-        return m;
-    }
-    if (!(m->layers = calloc(p->n_layers, sizeof(*m->layers)))) goto oom;
-    m->n_layers = p->n_layers;
-    m->in_w = p->in_w;
-    m->max_w = p->max_w;
-    for (size_t i = 0; i < p->n_layers; i++) {
-        const struct backend_layer *s = &p->layers[i];
-        struct cpu_layer *L = &m->layers[i];
-        L->op = s->op;
-        L->in = s->in;
-        L->out = s->out;
-        L->eps = s->eps;
-        if ((s->w && !(L->w = cpu_convert(s->w))) || (s->b && !(L->b = cpu_convert(s->b))))
-            goto oom;
-    }
-    return m;
-oom:
-    snprintf(errstr, errstr_size, "model %s: out of memory converting its weights", p->name);
-    cpu_model_free(be, m);
-    return NULL;
-}
-
-static void cpu_ws_free(void *wsp)
-{
-    struct cpu_ws *ws = wsp;
-    if (!ws) return;
-    free(ws->input);
-    free(ws->buf[0]);
-    free(ws->buf[1]);
-    free(ws->x);
-    free(ws->qkv);
-    free(ws->ctx);
-    free(ws->inter);
-    free(ws->scores);
-    free(ws->pooled);
-    free(ws);
-}
-
-/* Both activation buffers hold the widest activation of any layer for
- * max_rows rows: dense reads one and writes the other, every other op
- * works in place. The slot does not matter on the CPU. */
-static void *cpu_ws_new(void *be, void *bm, const struct backend_plan *p, unsigned slot,
-                        size_t max_rows, size_t max_tokens, char *errstr, size_t errstr_size)
-{
-    (void)be;
-    (void)slot;
-    struct cpu_ws *ws = calloc(1, sizeof(*ws));
-    if (!ws) goto oom;
-    ws->m = bm;
-    ws->max_rows = max_rows;
-    const struct cpu_bert *b = ws->m->bert;
-    if (b) {
-        /* model.c checked max_tokens x the widest activation fits. */
-        size_t H = b->hidden, T = max_tokens;
-        size_t longest = T < b->max_pos ? T : b->max_pos;
-        size_t chunk = T < CPU_FFN_CHUNK ? T : CPU_FFN_CHUNK;
-        size_t out_w = b->n_labels > H ? b->n_labels : H;
-        ws->max_tokens = T;
-        ws->x = malloc(T * H * sizeof(float));
-        ws->qkv = malloc(T * 3 * H * sizeof(float));
-        ws->ctx = malloc(T * H * sizeof(float));
-        ws->inter = malloc(chunk * b->inter * sizeof(float));
-        ws->scores = malloc(longest * longest * sizeof(float));
-        ws->pooled = malloc(max_rows * out_w * sizeof(float));
-        if (!ws->x || !ws->qkv || !ws->ctx || !ws->inter || !ws->scores || !ws->pooled)
-            goto oom;
-        return ws;
-    }
-    ws->input = calloc(max_rows * p->in_w, sizeof(float));
-    ws->buf[0] = calloc(max_rows * p->max_w, sizeof(float));
-    ws->buf[1] = calloc(max_rows * p->max_w, sizeof(float));
-    if (!ws->input || !ws->buf[0] || !ws->buf[1]) goto oom;
-    return ws;
-oom:
-    snprintf(errstr, errstr_size, "model %s: out of memory for a workspace of %zu rows%s",
-             p->name, max_rows, p->bert ? " and its tokens" : "");
-    cpu_ws_free(ws);
-    return NULL;
-}
-
-static float *cpu_ws_input(void *wsp)
-{
-    return ((struct cpu_ws *)wsp)->input;
-}
-
-/* y = x W^T + b for the whole batch in one GEMM (row-major, W stored as
- * nn.Linear's [out,in], hence Trans): the bias is copied into y first and
- * added through beta = 1. b may be NULL. */
-static void cpu_linear(const float *x, size_t rows, size_t in, const float *w, const float *b,
-                       size_t out, float *y)
-{
-    float beta = 0.0f;
-    if (b) {
-        for (size_t r = 0; r < rows; r++) memcpy(y + r * out, b, out * sizeof(float));
-        beta = 1.0f;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)out, (int)in, 1.0f, x,
-                (int)in, w, (int)in, beta, y, (int)out);
-}
-
-static void cpu_dense(const struct cpu_layer *L, const float *x, float *y, size_t rows)
-{
-    cpu_linear(x, rows, L->in, L->w, L->b, L->out, y);
-}
-
-/* Elementwise ops over n values; y may equal x. relu keeps NaN as
- * PyTorch does. gelu uses erfc(-x/sqrt 2), equal to 1 + erf(x/sqrt 2) but
- * without its cancellation for negative x. sigmoid takes the branch whose
- * exp cannot overflow. */
-static void cpu_pointwise(enum model_op op, const float *x, float *y, size_t n)
-{
-    switch (op) {
-    case MODEL_OP_RELU:
-        for (size_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
-        break;
-    case MODEL_OP_GELU:
-        for (size_t i = 0; i < n; i++)
-            y[i] = 0.5f * x[i] * erfcf(-x[i] * 0.70710678118654752f);
-        break;
-    case MODEL_OP_TANH:
-        for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
-        break;
-    case MODEL_OP_SIGMOID:
-        for (size_t i = 0; i < n; i++) {
-            if (x[i] >= 0.0f) {
-                y[i] = 1.0f / (1.0f + expf(-x[i]));
-            } else {
-                float e = expf(x[i]);
-                y[i] = e / (1.0f + e);
-            }
-        }
-        break;
-    default:
-        break;
-    }
-}
-
-/* Layernorm of one row of w values (biased variance, as PyTorch); sums in
- * double so wide rows lose no precision. g and b may be NULL (ones and
- * zeros). y may equal x. */
-static void cpu_layernorm_row(const float *g, const float *b, float eps, const float *x,
-                              float *y, size_t w)
-{
-    double mean = 0.0, var = 0.0;
-    for (size_t i = 0; i < w; i++) mean += x[i];
-    mean /= (double)w;
-    for (size_t i = 0; i < w; i++) {
-        double d = x[i] - mean;
-        var += d * d;
-    }
-    var /= (double)w;
-    double inv = 1.0 / sqrt(var + (double)eps);
-    for (size_t i = 0; i < w; i++) {
-        double v = (x[i] - mean) * inv;
-        if (g) v *= g[i];
-        if (b) v += b[i];
-        y[i] = (float)v;
-    }
-}
-
-/* Softmax of one row, shifted by its max so exp cannot overflow. y may
- * equal x. */
-static void cpu_softmax_row(const float *x, float *y, size_t w)
-{
-    float mx = x[0];
-    for (size_t i = 1; i < w; i++)
-        if (x[i] > mx) mx = x[i];
-    double sum = 0.0;
-    for (size_t i = 0; i < w; i++) {
-        y[i] = expf(x[i] - mx);
-        sum += y[i];
-    }
-    double inv = 1.0 / sum;
-    for (size_t i = 0; i < w; i++) y[i] = (float)(y[i] * inv);
-}
-
-/* x / max(||x||_2, 1e-12) of one row, as F.normalize. y may equal x. */
-static void cpu_l2norm_row(const float *x, float *y, size_t w)
-{
-    double ss = 0.0;
-    for (size_t i = 0; i < w; i++) ss += (double)x[i] * x[i];
-    double norm = sqrt(ss);
-    double inv = 1.0 / (norm > 1e-12 ? norm : 1e-12);
-    for (size_t i = 0; i < w; i++) y[i] = (float)(x[i] * inv);
-}
-
-/* Ping-pongs between the two workspace buffers: dense writes the buffer
- * it does not read, the other ops rewrite in place; the caller's input is
- * never written. Nothing here can fail: the caller checked the rows. */
-static int cpu_forward(void *wsp, const float *in, size_t rows, const float **out,
-                       char *errstr, size_t errstr_size)
-{
-    struct cpu_ws *ws = wsp;
-    if (ws->fault) {
-        /* The fault tests' stand-in for a dead device: what the worker
-         * does next (drop the batch, exit 2) is the same. */
-        ws->fault = 0;
-        snprintf(errstr, errstr_size, "injected device fault (debug.device_fault_id)");
-        return MODEL_EFATAL;
-    }
-    const struct cpu_model *m = ws->m;
-    float *cur = NULL; /* buffer holding the activations; NULL = still `in` */
-    size_t w = m->in_w;
-    for (size_t li = 0; li < m->n_layers; li++) {
-        const struct cpu_layer *L = &m->layers[li];
-        const float *src = cur ? cur : in;
-        if (L->op == MODEL_OP_DENSE) {
-            float *dst = cur == ws->buf[0] ? ws->buf[1] : ws->buf[0];
-            cpu_dense(L, src, dst, rows);
-            cur = dst;
-            w = L->out;
-            continue;
-        }
-        float *dst = cur ? cur : ws->buf[0];
-        switch (L->op) {
-        case MODEL_OP_LAYERNORM:
-            for (size_t r = 0; r < rows; r++)
-                cpu_layernorm_row(L->w, L->b, L->eps, src + r * w, dst + r * w, w);
-            break;
-        case MODEL_OP_SOFTMAX:
-            for (size_t r = 0; r < rows; r++) cpu_softmax_row(src + r * w, dst + r * w, w);
-            break;
-        case MODEL_OP_L2NORM:
-            for (size_t r = 0; r < rows; r++) cpu_l2norm_row(src + r * w, dst + r * w, w);
-            break;
-        default:
-            cpu_pointwise(L->op, src, dst, rows * w);
-            break;
-        }
-        cur = dst;
-    }
-    *out = cur;
-    return MODEL_OK;
-}
-
-/* ---- encoders ------------------------------------------------------------ */
-
-/* gelu in place: erf (hidden_act "gelu"), or the tanh approximation. */
-static void cpu_gelu(float *x, size_t n, int tanh_approx)
-{
-    if (!tanh_approx) {
-        cpu_pointwise(MODEL_OP_GELU, x, x, n);
-        return;
-    }
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    for (size_t i = 0; i < n; i++) {
-        float v = x[i];
-        x[i] = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
-    }
-}
-
-/* Word + position + token type embeddings, then their LayerNorm, into
- * ws->x; positions restart at 0 for every sequence. */
-static void cpu_bert_embed(const struct cpu_bert *b, const struct model_seqs *s, float *x)
-{
-    size_t H = b->hidden;
-    for (size_t i = 0; i < s->n; i++) {
-        for (size_t t = s->offsets[i]; t < s->offsets[i + 1]; t++) {
-            const float *w = b->word + (size_t)s->ids[t] * H;
-            const float *p = b->pos + (t - s->offsets[i]) * H;
-            const float *ty = b->type + (s->type_ids ? (size_t)s->type_ids[t] : 0) * H;
-            float *row = x + t * H;
-            for (size_t k = 0; k < H; k++) row[k] = w[k] + p[k] + ty[k];
-            cpu_layernorm_row(b->emb_ln_w, b->emb_ln_b, b->eps, row, row, H);
-        }
-    }
-}
-
-/* Scaled dot-product attention of every sequence and head, from the
- * packed [T,3H] projections into ctx [T,H]. A sequence sees only its own
- * tokens, which is what a padded batch with its padding masked computes,
- * without the padding's cost. */
-static void cpu_bert_attention(const struct cpu_bert *b, const struct model_seqs *s,
-                               const float *qkv, float *ctx, float *scores)
-{
-    size_t H = b->hidden, dh = H / b->heads, ld = 3 * H;
-    float scale = 1.0f / sqrtf((float)dh);
-    for (size_t i = 0; i < s->n; i++) {
-        size_t o = s->offsets[i], L = s->offsets[i + 1] - o;
-        for (size_t h = 0; h < b->heads; h++) {
-            const float *q = qkv + o * ld + h * dh;
-            const float *k = q + H, *v = q + 2 * H;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)L, (int)L, (int)dh, scale,
-                        q, (int)ld, k, (int)ld, 0.0f, scores, (int)L);
-            for (size_t r = 0; r < L; r++) cpu_softmax_row(scores + r * L, scores + r * L, L);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)L, (int)dh, (int)L, 1.0f,
-                        scores, (int)L, v, (int)ld, 0.0f, ctx + o * H + h * dh, (int)H);
-        }
-    }
-}
-
-/* x = LayerNorm(x + y), row by row. */
-static void cpu_add_layernorm(float *x, const float *y, const float *g, const float *bias,
-                              float eps, size_t rows, size_t w)
-{
-    for (size_t r = 0; r < rows; r++) {
-        float *row = x + r * w;
-        const float *add = y + r * w;
-        for (size_t k = 0; k < w; k++) row[k] += add[k];
-        cpu_layernorm_row(g, bias, eps, row, row, w);
-    }
-}
-
-/* One post-LayerNorm encoder layer over all T packed tokens. */
-static void cpu_bert_layer(const struct cpu_bert *b, const struct cpu_bert_layer *L,
-                           const struct model_seqs *s, struct cpu_ws *ws, size_t T)
-{
-    size_t H = b->hidden, inter = b->inter;
-    cpu_linear(ws->x, T, H, L->qkv_w, L->qkv_b, 3 * H, ws->qkv);
-    cpu_bert_attention(b, s, ws->qkv, ws->ctx, ws->scores);
-    float *attn = ws->qkv; /* the projections are spent */
-    cpu_linear(ws->ctx, T, H, L->ao_w, L->ao_b, H, attn);
-    cpu_add_layernorm(ws->x, attn, L->ln1_w, L->ln1_b, b->eps, T, H);
-    for (size_t c = 0; c < T; c += CPU_FFN_CHUNK) {
-        size_t rows = T - c < CPU_FFN_CHUNK ? T - c : CPU_FFN_CHUNK;
-        cpu_linear(ws->x + c * H, rows, H, L->i_w, L->i_b, inter, ws->inter);
-        cpu_gelu(ws->inter, rows * inter, b->gelu_tanh);
-        cpu_linear(ws->inter, rows, inter, L->o_w, L->o_b, H, ws->ctx + c * H);
-    }
-    cpu_add_layernorm(ws->x, ws->ctx, L->ln2_w, L->ln2_b, b->eps, T, H);
-}
-
-/* Sequence i's tokens pooled into one row of H values (cls, masked mean,
- * max: only the sequence's own tokens ever count). */
-static void cpu_bert_pool(const struct cpu_bert *b, const struct model_seqs *s, size_t i,
-                          const float *x, float *out)
-{
-    size_t H = b->hidden, o = s->offsets[i], L = s->offsets[i + 1] - o;
-    const float *first = x + o * H;
-    if (b->pooling == MODEL_POOL_CLS) {
-        memcpy(out, first, H * sizeof(float));
-    } else if (b->pooling == MODEL_POOL_MAX) {
-        memcpy(out, first, H * sizeof(float));
-        for (size_t t = 1; t < L; t++)
-            for (size_t k = 0; k < H; k++)
-                if (first[t * H + k] > out[k]) out[k] = first[t * H + k];
-    } else {
-        for (size_t k = 0; k < H; k++) {
-            double sum = 0.0;
-            for (size_t t = 0; t < L; t++) sum += first[t * H + k];
-            out[k] = (float)(sum / (double)L);
-        }
-    }
-}
-
-/* Embeddings, the layers, then the head: pooled (and normalized)
- * embeddings, every token's vector, or the classifier's scores. */
-static int cpu_encode(void *wsp, const struct model_seqs *s, const float **out, char *errstr,
-                      size_t errstr_size)
-{
-    struct cpu_ws *ws = wsp;
-    if (ws->fault) {
-        ws->fault = 0;
-        snprintf(errstr, errstr_size, "injected device fault (debug.device_fault_id)");
-        return MODEL_EFATAL;
-    }
-    const struct cpu_bert *b = ws->m->bert;
-    size_t H = b->hidden, T = s->offsets[s->n];
-    cpu_bert_embed(b, s, ws->x);
-    for (size_t l = 0; l < b->n_layers; l++) cpu_bert_layer(b, &b->layers[l], s, ws, T);
-    if (b->head == MODEL_HEAD_CLASSIFIER) {
-        /* The pooler reads [CLS]: tanh(W x + b); then the classifier. */
-        float *cls = ws->ctx, *pooled = ws->qkv;
-        for (size_t i = 0; i < s->n; i++)
-            memcpy(cls + i * H, ws->x + (size_t)s->offsets[i] * H, H * sizeof(float));
-        cpu_linear(cls, s->n, H, b->pool_w, b->pool_b, H, pooled);
-        cpu_pointwise(MODEL_OP_TANH, pooled, pooled, s->n * H);
-        cpu_linear(pooled, s->n, H, b->cls_w, b->cls_b, b->n_labels, ws->pooled);
-        size_t nl = b->n_labels;
-        for (size_t i = 0; i < s->n; i++) {
-            float *row = ws->pooled + i * nl;
-            if (b->sigmoid) cpu_pointwise(MODEL_OP_SIGMOID, row, row, nl);
-            else cpu_softmax_row(row, row, nl);
-        }
-        *out = ws->pooled;
-        return MODEL_OK;
-    }
-    if (b->pooling == MODEL_POOL_NONE) {
-        if (b->normalize)
-            for (size_t t = 0; t < T; t++) cpu_l2norm_row(ws->x + t * H, ws->x + t * H, H);
-        *out = ws->x;
-        return MODEL_OK;
-    }
-    for (size_t i = 0; i < s->n; i++) {
-        cpu_bert_pool(b, s, i, ws->x, ws->pooled + i * H);
-        if (b->normalize) cpu_l2norm_row(ws->pooled + i * H, ws->pooled + i * H, H);
-    }
-    *out = ws->pooled;
-    return MODEL_OK;
-}
-
-static void cpu_inject_fault(void *wsp)
-{
-    ((struct cpu_ws *)wsp)->fault = 1;
 }
 
 /* One executor per online CPU: with one OpenBLAS thread each, that keeps
@@ -645,23 +93,527 @@ static int cpu_device_stats(void *be, size_t dev, struct model_device_stats *out
     return -1;
 }
 
+static size_t cpu_one(void *be)
+{
+    (void)be;
+    return 1;
+}
+
+static size_t cpu_act_size(void *be)
+{
+    (void)be;
+    return sizeof(float);
+}
+
+/* ---- weights ------------------------------------------------------------- */
+
+/* Every piece converted to float32 (the loader checked the dtypes), one
+ * after the other. */
+static struct bk_weight *cpu_weight_new(void *be, size_t dev, enum bk_wtype type,
+                                        const struct bk_wsrc *src, size_t n, char *errstr,
+                                        size_t errstr_size)
+{
+    (void)be;
+    (void)dev;
+    (void)type;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += src[i].t ? (size_t)src[i].t->numel : src[i].n;
+    struct bk_weight *w = calloc(1, sizeof(*w));
+    if (w) w->d = malloc((total ? total : 1) * sizeof(float));
+    if (!w || !w->d) {
+        snprintf(errstr, errstr_size, "out of memory for a weight of %zu floats", total);
+        if (w) free(w);
+        return NULL;
+    }
+    w->n = total;
+    float *p = w->d;
+    for (size_t i = 0; i < n; i++) {
+        if (src[i].t) {
+            st_to_f32(src[i].t, p);
+            p += src[i].t->numel;
+        } else {
+            memcpy(p, src[i].f, src[i].n * sizeof(float));
+            p += src[i].n;
+        }
+    }
+    return w;
+}
+
+static void cpu_weight_free(void *be, struct bk_weight *w)
+{
+    (void)be;
+    if (!w) return;
+    free(w->d);
+    free(w);
+}
+
+static const float *W(const struct bk_weight *w)
+{
+    return w ? w->d : NULL;
+}
+
+/* ---- contexts ------------------------------------------------------------ */
+
+static void *cpu_ctx_new(void *be, unsigned slot, char *errstr, size_t errstr_size)
+{
+    (void)be;
+    (void)slot;
+    struct cpu_ctx *c = calloc(1, sizeof(*c));
+    if (!c) snprintf(errstr, errstr_size, "out of memory");
+    return c;
+}
+
+static void cpu_ctx_free(void *cp)
+{
+    struct cpu_ctx *c = cp;
+    if (!c) return;
+    for (size_t i = 0; i < c->n_bufs; i++) free(c->bufs[i]);
+    free(c->bufs);
+    free(c);
+}
+
+static size_t cpu_ctx_copy(void *cp)
+{
+    (void)cp;
+    return 0;
+}
+
+/* Zeroed, so a buffer read before it is written reads zeros. */
+static void *cpu_ctx_alloc(void *cp, size_t bytes, int host)
+{
+    (void)host;
+    struct cpu_ctx *c = cp;
+    if (c->n_bufs == c->cap_bufs) {
+        size_t cap = c->cap_bufs ? 2 * c->cap_bufs : 16;
+        void **b = realloc(c->bufs, cap * sizeof(*b));
+        if (!b) return NULL;
+        c->bufs = b;
+        c->cap_bufs = cap;
+    }
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) {
+        snprintf(c->err, sizeof(c->err), "out of memory for a buffer of %zu bytes", bytes);
+        return NULL;
+    }
+    c->bufs[c->n_bufs++] = p;
+    return p;
+}
+
+static const char *cpu_ctx_error(void *cp)
+{
+    return ((struct cpu_ctx *)cp)->err;
+}
+
+static void cpu_inject_fault(void *cp)
+{
+    ((struct cpu_ctx *)cp)->fault = 1;
+}
+
+/* The fault tests' stand-in for a dead device: what the worker does next
+ * (drop the batch, exit 2) is the same. */
+static int cpu_pass_begin(void *cp)
+{
+    struct cpu_ctx *c = cp;
+    c->err[0] = '\0';
+    if (c->fault) {
+        c->fault = 0;
+        snprintf(c->err, sizeof(c->err), "injected device fault (debug.device_fault_id)");
+        return MODEL_EFATAL;
+    }
+    return 0;
+}
+
+static int cpu_pass_end(void *cp)
+{
+    (void)cp;
+    return 0;
+}
+
+static int cpu_upload(void *cp, void *dst, const void *src, size_t bytes)
+{
+    (void)cp;
+    if (dst != src) memcpy(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_copy_f32(void *cp, void *dst, const void *src, size_t n)
+{
+    return cpu_upload(cp, dst, src, n * sizeof(float));
+}
+
+static int cpu_load_f32(void *cp, void *dst, const float *src, size_t n)
+{
+    return cpu_copy_f32(cp, dst, src, n);
+}
+
+static int cpu_store_f32(void *cp, float *dst, const void *src, size_t n)
+{
+    return cpu_copy_f32(cp, dst, src, n);
+}
+
+/* ---- elementwise and row-wise ------------------------------------------- */
+
+/* act over n values in place. relu keeps NaN as PyTorch does. gelu uses
+ * erfc(-x/sqrt 2), equal to 1 + erf(x/sqrt 2) but without its
+ * cancellation for negative x. sigmoid takes the branch whose exp cannot
+ * overflow. */
+static void cpu_act_run(float *x, size_t n, enum bk_act act)
+{
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    switch (act) {
+    case BK_ACT_RELU:
+        for (size_t i = 0; i < n; i++) x[i] = x[i] < 0.0f ? 0.0f : x[i];
+        break;
+    case BK_ACT_GELU:
+        for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * erfcf(-x[i] * 0.70710678118654752f);
+        break;
+    case BK_ACT_GELU_TANH:
+        for (size_t i = 0; i < n; i++) {
+            float v = x[i];
+            x[i] = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
+        }
+        break;
+    case BK_ACT_TANH:
+        for (size_t i = 0; i < n; i++) x[i] = tanhf(x[i]);
+        break;
+    case BK_ACT_SIGMOID:
+    case BK_ACT_SILU:
+        for (size_t i = 0; i < n; i++) {
+            float v = x[i], s;
+            if (v >= 0.0f) {
+                s = 1.0f / (1.0f + expf(-v));
+            } else {
+                float e = expf(v);
+                s = e / (1.0f + e);
+            }
+            x[i] = act == BK_ACT_SILU ? v * s : s;
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+static int cpu_act(void *cp, void *x, size_t n, enum bk_act act)
+{
+    (void)cp;
+    if ((unsigned)act >= BK_N_ACTS) return MODEL_EINVAL;
+    cpu_act_run(x, n, act);
+    return 0;
+}
+
+/* Layernorm of one row of w values (biased variance, as PyTorch); sums in
+ * double so wide rows lose no precision. g and b may be NULL (ones and
+ * zeros). y may equal x. */
+static void cpu_layernorm_row(const float *g, const float *b, float eps, const float *x,
+                              float *y, size_t w)
+{
+    double mean = 0.0, var = 0.0;
+    for (size_t i = 0; i < w; i++) mean += x[i];
+    mean /= (double)w;
+    for (size_t i = 0; i < w; i++) {
+        double d = x[i] - mean;
+        var += d * d;
+    }
+    var /= (double)w;
+    double inv = 1.0 / sqrt(var + (double)eps);
+    for (size_t i = 0; i < w; i++) {
+        double v = (x[i] - mean) * inv;
+        if (g) v *= g[i];
+        if (b) v += b[i];
+        y[i] = (float)v;
+    }
+}
+
+static int cpu_layernorm(void *cp, void *yp, void *xp, const void *resp,
+                         const struct bk_weight *g, const struct bk_weight *b, float eps,
+                         size_t rows, size_t w)
+{
+    (void)cp;
+    float *x = xp, *y = yp;
+    const float *res = resp;
+    for (size_t r = 0; r < rows; r++) {
+        float *row = x + r * w;
+        if (res)
+            for (size_t k = 0; k < w; k++) row[k] += res[r * w + k];
+        cpu_layernorm_row(W(g), W(b), eps, row, y + r * w, w);
+    }
+    return 0;
+}
+
+/* RMSNorm as Llama's: the mean of squares in double, then x * rsqrt * g. */
+static int cpu_rmsnorm(void *cp, void *yp, void *xp, const void *resp, const struct bk_weight *g,
+                       float eps, size_t rows, size_t w)
+{
+    (void)cp;
+    float *x = xp, *y = yp;
+    const float *res = resp, *gw = W(g);
+    for (size_t r = 0; r < rows; r++) {
+        float *row = x + r * w, *out = y + r * w;
+        if (res)
+            for (size_t k = 0; k < w; k++) row[k] += res[r * w + k];
+        double ss = 0.0;
+        for (size_t k = 0; k < w; k++) ss += (double)row[k] * row[k];
+        double inv = 1.0 / sqrt(ss / (double)w + (double)eps);
+        for (size_t k = 0; k < w; k++) out[k] = (float)(row[k] * inv * (gw ? gw[k] : 1.0f));
+    }
+    return 0;
+}
+
+/* Softmax of one row, shifted by its max so exp cannot overflow. -inf
+ * entries (masked keys) get 0; a row of nothing but -inf is all 0. */
+static void cpu_softmax_row(float *x, size_t w)
+{
+    float mx = x[0];
+    for (size_t i = 1; i < w; i++)
+        if (x[i] > mx) mx = x[i];
+    if (mx == -INFINITY) {
+        memset(x, 0, w * sizeof(float));
+        return;
+    }
+    double sum = 0.0;
+    for (size_t i = 0; i < w; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    double inv = 1.0 / sum;
+    for (size_t i = 0; i < w; i++) x[i] = (float)(x[i] * inv);
+}
+
+static int cpu_softmax(void *cp, void *xp, size_t rows, size_t w)
+{
+    (void)cp;
+    float *x = xp;
+    for (size_t r = 0; r < rows; r++) cpu_softmax_row(x + r * w, w);
+    return 0;
+}
+
+/* x / max(||x||_2, 1e-12) of each row, as F.normalize. */
+static int cpu_l2norm(void *cp, void *xp, size_t rows, size_t w)
+{
+    (void)cp;
+    float *x = xp;
+    for (size_t r = 0; r < rows; r++) {
+        float *row = x + r * w;
+        double ss = 0.0;
+        for (size_t i = 0; i < w; i++) ss += (double)row[i] * row[i];
+        double norm = sqrt(ss);
+        double inv = 1.0 / (norm > 1e-12 ? norm : 1e-12);
+        for (size_t i = 0; i < w; i++) row[i] = (float)(row[i] * inv);
+    }
+    return 0;
+}
+
+/* ---- GEMM ------------------------------------------------------------------ */
+
+/* One cblas_sgemm per matrix of the batch (row-major; a weight is [n,k],
+ * hence Trans): the bias is copied into C first and added through beta =
+ * 1, the activation applied to C's rows afterwards. */
+static int cpu_gemm(void *cp, const struct bk_gemm *g)
+{
+    (void)cp;
+    if (!g->m || !g->n || !g->k || (!g->w == !g->b) || g->m > INT_MAX || g->n > INT_MAX ||
+        g->k > INT_MAX)
+        return MODEL_EINVAL;
+    int trans = g->w ? 1 : g->trans_b;
+    size_t lda = g->lda ? g->lda : g->k;
+    size_t ldb = g->w ? g->k : g->ldb ? g->ldb : trans ? g->k : g->n;
+    size_t ldc = g->ldc ? g->ldc : g->n;
+    if (lda < g->k || ldb < (trans ? g->k : g->n) || ldc < g->n) return MODEL_EINVAL;
+    size_t batch = g->batch ? g->batch : 1;
+    float alpha = g->alpha != 0.0f ? g->alpha : 1.0f;
+    const float *bias = W(g->bias);
+    for (size_t i = 0; i < batch; i++) {
+        const float *a = (const float *)g->a + i * g->stride_a;
+        const float *b = g->w ? g->w->d : (const float *)g->b + i * g->stride_b;
+        float *c = (float *)g->c + i * g->stride_c;
+        float beta = 0.0f;
+        if (bias) {
+            for (size_t r = 0; r < g->m; r++) memcpy(c + r * ldc, bias, g->n * sizeof(float));
+            beta = 1.0f;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, trans ? CblasTrans : CblasNoTrans, (int)g->m,
+                    (int)g->n, (int)g->k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+        if (g->act != BK_ACT_NONE)
+            for (size_t r = 0; r < g->m; r++) cpu_act_run(c + r * ldc, g->n, g->act);
+    }
+    return 0;
+}
+
+/* ---- embeddings, attention, rotary, pooling -------------------------------- */
+
+static int cpu_embed(void *cp, void *xp, const struct bk_seqs *s, const struct bk_weight *word,
+                     const struct bk_weight *pos, size_t pos_base, const struct bk_weight *type,
+                     int ln, const struct bk_weight *g, const struct bk_weight *b, float eps,
+                     size_t w)
+{
+    (void)cp;
+    float *x = xp;
+    for (size_t t = 0; t < s->tokens; t++) {
+        float *row = x + t * w;
+        const float *wr = word->d + (size_t)s->ids[t] * w;
+        memcpy(row, wr, w * sizeof(float));
+        if (pos) {
+            const float *p = pos->d + (pos_base + s->pos[t]) * w;
+            for (size_t k = 0; k < w; k++) row[k] += p[k];
+        }
+        if (type) {
+            const float *ty = type->d + (s->types ? (size_t)s->types[t] : 0) * w;
+            for (size_t k = 0; k < w; k++) row[k] += ty[k];
+        }
+        if (ln) cpu_layernorm_row(W(g), W(b), eps, row, row, w);
+    }
+    return 0;
+}
+
+/* One [L,L] score matrix at a time. */
+static size_t cpu_attention_scratch(void *be, size_t max_rows, size_t max_tokens,
+                                    size_t max_len, size_t heads, size_t dh)
+{
+    (void)be;
+    (void)max_rows;
+    (void)max_tokens;
+    (void)heads;
+    (void)dh;
+    return max_len * max_len * sizeof(float);
+}
+
+/* Per sequence and head: scores = scale q k^T (one GEMM) plus the
+ * relative bias, the causal mask as -inf, a softmax per query, then
+ * P v (one GEMM) into the head's columns of out. A sequence sees only its
+ * own tokens: what a padded batch with its padding masked computes,
+ * without the padding's cost. Offsets are host memory here. */
+static int cpu_attention(void *cp, const struct bk_attention *a)
+{
+    (void)cp;
+    const struct bk_seqs *s = a->s;
+    if (!a->heads || !a->kv_heads || a->heads % a->kv_heads || !a->dh) return MODEL_EINVAL;
+    size_t group = a->heads / a->kv_heads;
+    float *scores = a->scratch;
+    const float *bias = W(a->rel_bias);
+    size_t span = a->rel_span, bw = span ? 2 * span - 1 : 0;
+    for (size_t i = 0; i < s->n; i++) {
+        size_t o = s->offsets[i], L = s->offsets[i + 1] - o;
+        for (size_t h = 0; h < a->heads; h++) {
+            const float *base = (const float *)a->qkv + o * a->ld;
+            const float *q = base + a->q_col + h * a->dh;
+            const float *k = base + a->k_col + (h / group) * a->dh;
+            const float *v = base + a->v_col + (h / group) * a->dh;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)L, (int)L, (int)a->dh,
+                        a->scale, q, (int)a->ld, k, (int)a->ld, 0.0f, scores, (int)L);
+            for (size_t r = 0; r < L; r++) {
+                float *row = scores + r * L;
+                if (bias)
+                    for (size_t c = 0; c < L; c++) {
+                        long d = (long)c - (long)r;
+                        if (d > (long)span - 1) d = (long)span - 1;
+                        if (d < 1 - (long)span) d = 1 - (long)span;
+                        row[c] += bias[h * bw + (size_t)(d + (long)span - 1)];
+                    }
+                if (a->causal)
+                    for (size_t c = r + 1; c < L; c++) row[c] = -INFINITY;
+                cpu_softmax_row(row, L);
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)L, (int)a->dh, (int)L,
+                        1.0f, scores, (int)L, v, (int)a->ld, 0.0f,
+                        (float *)a->out + o * a->ldo + h * a->dh, (int)a->ldo);
+        }
+    }
+    return 0;
+}
+
+/* rotate_half: (x_i, x_{i+dh/2}) turn by pos x inv_freq[i]; the angle in
+ * double, as the float64 reference computes it. */
+static int cpu_rope(void *cp, void *xp, size_t rows, size_t ld, size_t col, size_t heads,
+                    size_t dh, const uint32_t *pos, const struct bk_weight *inv_freq)
+{
+    (void)cp;
+    if (dh % 2 || !inv_freq || inv_freq->n < dh / 2) return MODEL_EINVAL;
+    float *x = xp;
+    size_t half = dh / 2;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = 0; i < half; i++) {
+            double ang = (double)pos[r] * (double)inv_freq->d[i];
+            float cs = (float)cos(ang), sn = (float)sin(ang);
+            for (size_t h = 0; h < heads; h++) {
+                float *v = x + r * ld + col + h * dh;
+                float a = v[i], b = v[i + half];
+                v[i] = a * cs - b * sn;
+                v[i + half] = b * cs + a * sn;
+            }
+        }
+    return 0;
+}
+
+/* Offsets are host memory here, so the reduction reads them directly. */
+static int cpu_pool(void *cp, void *yp, const void *xp, const struct bk_seqs *s,
+                    enum bk_pool mode, size_t w)
+{
+    (void)cp;
+    const float *x = xp;
+    float *y = yp;
+    if ((unsigned)mode >= BK_N_POOLS) return MODEL_EINVAL;
+    for (size_t i = 0; i < s->n; i++) {
+        size_t o = s->offsets[i], L = s->offsets[i + 1] - o;
+        const float *first = x + o * w;
+        float *out = y + i * w;
+        if (mode == BK_POOL_FIRST) {
+            memcpy(out, first, w * sizeof(float));
+        } else if (mode == BK_POOL_LAST) {
+            memcpy(out, first + (L - 1) * w, w * sizeof(float));
+        } else if (mode == BK_POOL_MAX) {
+            memcpy(out, first, w * sizeof(float));
+            for (size_t t = 1; t < L; t++)
+                for (size_t k = 0; k < w; k++)
+                    if (first[t * w + k] > out[k]) out[k] = first[t * w + k];
+        } else {
+            for (size_t k = 0; k < w; k++) {
+                double sum = 0.0;
+                for (size_t t = 0; t < L; t++) sum += first[t * w + k];
+                out[k] = (float)(sum / (double)L);
+            }
+        }
+    }
+    return 0;
+}
+
 const struct backend_ops backend_cpu = {
     .name = "cpu",
     .compiled_in = 1,
-    .encoder_pads = 0,
+    .attention_pads = 0,
     .probe = cpu_probe,
     .open = cpu_open,
     .close = cpu_close,
-    .model_new = cpu_model_new,
-    .model_free = cpu_model_free,
-    .ws_new = cpu_ws_new,
-    .ws_free = cpu_ws_free,
-    .ws_input = cpu_ws_input,
-    .forward = cpu_forward,
-    .encode = cpu_encode,
-    .inject_fault = cpu_inject_fault,
     .executors = cpu_executors,
     .precision = cpu_precision,
     .devices = cpu_devices,
     .device_stats = cpu_device_stats,
+    .weight_copies = cpu_one,
+    .act_size = cpu_act_size,
+    .weight_new = cpu_weight_new,
+    .weight_free = cpu_weight_free,
+    .ctx_new = cpu_ctx_new,
+    .ctx_free = cpu_ctx_free,
+    .ctx_copy = cpu_ctx_copy,
+    .ctx_alloc = cpu_ctx_alloc,
+    .ctx_error = cpu_ctx_error,
+    .inject_fault = cpu_inject_fault,
+    .pass_begin = cpu_pass_begin,
+    .pass_end = cpu_pass_end,
+    .graph_begin = NULL,
+    .graph_end = NULL,
+    .upload = cpu_upload,
+    .load_f32 = cpu_load_f32,
+    .store_f32 = cpu_store_f32,
+    .gemm = cpu_gemm,
+    .layernorm = cpu_layernorm,
+    .rmsnorm = cpu_rmsnorm,
+    .embed = cpu_embed,
+    .attention_scratch = cpu_attention_scratch,
+    .attention = cpu_attention,
+    .rope = cpu_rope,
+    .act = cpu_act,
+    .softmax = cpu_softmax,
+    .l2norm = cpu_l2norm,
+    .pool = cpu_pool,
 };

@@ -1,20 +1,24 @@
 /* model.c - the runtime of model.h: the op table, the choice of backend,
- * loading a model, and the calls that pass through to the backend.
+ * loading a model through the architecture registry (arch.h), the
+ * workspaces, and the passes.
  *
- * Loading checks a layer list against its safetensors file once, for
- * every backend alike (tensor presence, dtype, shapes chained layer to
- * layer, as the op table says), and hands the result to the chosen
- * backend as a struct backend_plan while the file is still mapped; the
- * backend keeps its own copy of the weights and the file is closed.
+ * Loading: a layer list's safetensors file goes to the layer-list
+ * architecture; a Hugging Face folder is read here (folder.c: config.json,
+ * tokenizer, head, limits) and its model_type picks the architecture,
+ * which checks and uploads its tensors while the file is mapped. A pass
+ * stages the batch (rows, or token arrays) on the device, runs the
+ * architecture's forward (or replays its recording), fetches the result
+ * and, for a classifier, picks each row's label.
  *
  * Threads: the runtime, model_load and model_destroy on the main thread
  * at startup and shutdown. A loaded model is never written again, so
- * executor threads share it; each executor owns one model_ws and is the
- * only caller of model_forward with it.
+ * executor threads share it; each executor owns its model_ws and is the
+ * only caller of model_forward / model_encode with it.
  *
- * Ownership: the runtime owns the backend's state; a model owns its layer
- * table and the backend's copy of its weights; a model_ws owns the
- * backend's workspace. Nothing points into the file after model_load. */
+ * Ownership: the runtime owns the backend's state; a model owns the
+ * architecture's model (every copy of the weights), the tokenizer and the
+ * labels; a model_ws owns its backend context, which owns every buffer of
+ * the workspace. Nothing points into the file after model_load. */
 #include "model.h"
 
 #include <limits.h>
@@ -26,8 +30,9 @@
 #include <sys/stat.h>
 
 #include "../text/wordpiece.h"
+#include "arch.h"
 #include "backend.h"
-#include "bert.h"
+#include "folder.h"
 #include "safetensors.h"
 
 struct model_runtime {
@@ -39,23 +44,31 @@ struct model_runtime {
 struct model {
     char name[MODEL_NAME_MAX];
     struct model_runtime *rt;
-    struct backend_layer *layers; /* tensors NULL once loaded (the file is closed) */
-    struct backend_plan plan;     /* what the backend built from; layers above */
+    const struct arch *arch;     /* the registry's row */
+    void *am;                    /* the architecture's model (weights on every copy) */
+    struct arch_info info;
     size_t n_params;
-    void *bm;                     /* the backend's copy of the weights */
-    /* An encoder's (plan.bert is NULL once loaded: the file is closed): */
+    /* A folder's (an encoder): */
     int is_encoder;
+    struct head_conf head;
     struct model_encoder_info enc;
-    struct wp_tokenizer *tok;     /* enc.tokenizer */
-    char **labels;                /* enc.labels */
+    struct wp_tokenizer *tok;    /* enc.tokenizer */
+    char **labels;               /* enc.labels */
 };
 
 struct model_ws {
-    const struct model *m; /* the model the workspace was made for */
+    const struct model *m;       /* the model the workspace was made for */
     size_t max_rows;
-    size_t max_tokens;     /* an encoder's: rows x longest per call */
-    void *bws;             /* the backend's workspace */
-    char err[256];         /* model_ws_error */
+    size_t max_tokens;           /* an encoder's: rows x longest per call */
+    void *ctx;                   /* the backend's context */
+    void *aws;                   /* the architecture's buffers */
+    float *h_in;                 /* pinned: max_rows x in_w (model_ws_input) */
+    void *d_in;                  /* the same on the device, as activations */
+    uint32_t *h_tok, *d_tok;     /* a batch's token arrays, pinned and on the device */
+    float *h_out;                /* pinned: the result */
+    const void *d_out;           /* where the architecture left it (fixed per workspace) */
+    const char **labels;         /* a classifier's best label per row */
+    char err[256];               /* model_ws_error */
 };
 
 /* The op table, in enum order: what each op's layer may name, what it
@@ -125,190 +138,127 @@ static void model_seterr(char *errstr, size_t errstr_size, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Context for one layer's checks, so every message starts the same way:
- * "model NAME: layer I (OP): ...". */
-struct model_ctx {
-    const struct model_spec *spec;
-    const struct st_file *f;
-    size_t li;
-    char *errstr;
-    size_t errstr_size;
-};
+/* ---- loading ------------------------------------------------------------ */
 
-#define LAYER_ERR(c, fmt, ...)                                                      \
-    model_seterr((c)->errstr, (c)->errstr_size, "model %s: layer %zu (%s): " fmt,   \
-                 (c)->spec->name, (c)->li,                                          \
-                 model_op_name((c)->spec->layers[(c)->li].op), __VA_ARGS__)
-
-/* Finds tensor name in the file and checks it can become float32; the
- * caller checks the shape, because only it knows what is expected. */
-static const struct st_tensor *model_find(const struct model_ctx *c, const char *name)
+/* A folder's model: the runtime reads the folder (folder.c), the
+ * registry picks the architecture by config.json's model_type, the
+ * architecture reads and uploads its tensors while the file is mapped;
+ * the model keeps the tokenizer, the labels and what the worker needs to
+ * know. */
+static int model_load_folder(struct model *m, const struct model_spec *spec, char *errstr,
+                             size_t errstr_size)
 {
-    const struct st_tensor *t = st_find(c->f, name);
-    if (!t) {
-        LAYER_ERR(c, "tensor %s not found in %s", name, c->spec->path);
-        return NULL;
+    struct folder f;
+    if (folder_open(spec, &f, errstr, errstr_size) < 0) return -1;
+    int rc = -1;
+    m->arch = arch_for_model_type(f.model_type);
+    if (!m->arch) {
+        char types[256];
+        arch_model_types(types, sizeof(types));
+        model_seterr(errstr, errstr_size,
+                     "model %s: config.json: model_type \"%s\" is not one this build runs (%s)",
+                     spec->name, f.model_type, types);
+        goto done;
     }
-    if (!st_dtype_loadable(t->dtype)) {
-        LAYER_ERR(c, "tensor %s has dtype %s, expected F32, F16 or BF16", name,
-                  st_dtype_name(t->dtype));
-        return NULL;
+    /* Before the tensors, so a tokenizer that does not fit is named as
+     * such rather than as a table of the wrong size. */
+    const json_t *vs = json_object_get(f.config, "vocab_size");
+    if (json_is_integer(vs) && json_integer_value(vs) > 0 &&
+        f.tok_vocab > (size_t)json_integer_value(vs)) {
+        model_seterr(errstr, errstr_size,
+                     "model %s: the tokenizer has %zu tokens, the model's vocab_size is %zu",
+                     spec->name, f.tok_vocab, (size_t)json_integer_value(vs));
+        goto done;
     }
-    return t;
-}
-
-/* Checks that t is 1-D of width w (w == 0: any width > 0, which is then
- * returned through *w). */
-static int model_check_vec(const struct model_ctx *c, const struct st_tensor *t,
-                           size_t *w)
-{
-    if (t->ndim == 1 && t->shape[0] > 0 && t->shape[0] <= INT_MAX &&
-        (*w == 0 || t->shape[0] == *w)) {
-        *w = (size_t)t->shape[0];
-        return 0;
+    struct arch_load ld = {.rt = {m->rt->ops, m->rt->be}, .spec = spec, .config = f.config,
+                           .file = f.file, .head = &f.head, .errstr = errstr,
+                           .errstr_size = errstr_size};
+    if (!(m->am = m->arch->load(&ld, &m->info))) goto done;
+    m->n_params = ld.n_params;
+    m->head = f.head;
+    if (f.tok_vocab > m->info.vocab) {
+        model_seterr(errstr, errstr_size,
+                     "model %s: the tokenizer has %zu tokens, the model's vocab_size is %zu",
+                     spec->name, f.tok_vocab, m->info.vocab);
+        goto done;
     }
-    char got[160];
-    st_tensor_shape_str(t, got, sizeof(got));
-    if (*w) LAYER_ERR(c, "tensor %s has shape %s, expected [%zu]", t->name, got, *w);
-    else LAYER_ERR(c, "tensor %s has shape %s, expected [w] with 0 < w <= %d", t->name,
-                   got, INT_MAX);
-    return -1;
-}
-
-/* Takes t as the layer's tensor: the backend reads it while the file is
- * still mapped. Counts its parameters. */
-static const struct st_tensor *model_take(struct model *m, const struct st_tensor *t)
-{
-    m->n_params += (size_t)t->numel;
-    return t;
-}
-
-/* Validates one dense layer. *w is the running width (0 while still
- * unknown: the weight's in-features then define it). */
-static int model_load_dense(const struct model_ctx *c, struct backend_layer *L,
-                            struct model *m, size_t *w)
-{
-    const struct model_layer_spec *ls = &c->spec->layers[c->li];
-    if (!ls->weight[0]) {
-        LAYER_ERR(c, "%s", "dense needs a weight tensor");
-        return -1;
+    /* The entry's limit, else the least of what the folder states. */
+    size_t max_tokens = m->info.pos_limit;
+    if (f.tok_max && f.tok_max < max_tokens) max_tokens = f.tok_max;
+    if (f.st_max && f.st_max < max_tokens) max_tokens = f.st_max;
+    if (spec->enc.max_tokens) {
+        if (spec->enc.max_tokens > m->info.pos_limit) {
+            model_seterr(errstr, errstr_size,
+                         "model %s: encoder.max_tokens %zu is more than "
+                         "max_position_embeddings %zu", spec->name, spec->enc.max_tokens,
+                         m->info.pos_limit);
+            goto done;
+        }
+        max_tokens = spec->enc.max_tokens;
     }
-    const struct st_tensor *tw = model_find(c, ls->weight);
-    if (!tw) return -1;
-    int ok = tw->ndim == 2 && tw->shape[0] > 0 && tw->shape[1] > 0 &&
-             tw->shape[0] <= INT_MAX && tw->shape[1] <= INT_MAX &&
-             (*w == 0 || tw->shape[1] == *w);
-    if (!ok) {
-        char got[160];
-        st_tensor_shape_str(tw, got, sizeof(got));
-        if (*w) LAYER_ERR(c, "tensor %s has shape %s, expected [*,%zu]", tw->name, got, *w);
-        else LAYER_ERR(c, "tensor %s has shape %s, expected [out,in] with 0 < out,in <= %d",
-                       tw->name, got, INT_MAX);
-        return -1;
+    if (max_tokens < 3) {
+        model_seterr(errstr, errstr_size,
+                     "model %s: at most %zu tokens per row: too few for [CLS] text [SEP]",
+                     spec->name, max_tokens);
+        goto done;
     }
-    L->in = (size_t)tw->shape[1];
-    L->out = (size_t)tw->shape[0];
-    if (ls->bias[0]) {
-        const struct st_tensor *tb = model_find(c, ls->bias);
-        size_t bw = L->out;
-        if (!tb || model_check_vec(c, tb, &bw) != 0) return -1;
-        L->b = model_take(m, tb);
+    size_t n_labels = 0;
+    if (f.head.head == MODEL_HEAD_CLASSIFIER) {
+        char why[300];
+        n_labels = m->info.n_labels;
+        if (!(m->labels = head_labels_read(f.config, n_labels, why, sizeof(why)))) {
+            model_seterr(errstr, errstr_size, "model %s: %s", spec->name, why);
+            goto done;
+        }
     }
-    L->w = model_take(m, tw);
-    *w = L->out;
-    return 0;
-}
-
-/* Validates one layernorm. Weight and bias are each optional (PyTorch's
- * elementwise_affine=False and bias=False): absent means ones and zeros.
- * eps follows model_eps_check, else a constant row divides by zero. */
-static int model_load_layernorm(const struct model_ctx *c, struct backend_layer *L,
-                                struct model *m, size_t *w)
-{
-    const struct model_layer_spec *ls = &c->spec->layers[c->li];
-    char why[128];
-    if (model_eps_check(ls->eps, why, sizeof(why)) != 0) {
-        LAYER_ERR(c, "eps %s", why);
-        return -1;
-    }
-    L->eps = (float)ls->eps;
-    const char *names[2] = {ls->weight, ls->bias};
-    const struct st_tensor **dst[2] = {&L->w, &L->b};
-    for (int i = 0; i < 2; i++) {
-        if (!names[i][0]) continue;
-        const struct st_tensor *t = model_find(c, names[i]);
-        if (!t || model_check_vec(c, t, w) != 0) return -1;
-        *dst[i] = model_take(m, t);
-    }
-    L->in = L->out = *w; /* still 0 if no tensor and no width yet: fixed up later */
-    return 0;
-}
-
-/* A Hugging Face BERT folder: gpu/bert.c reads and checks it, the backend
- * copies the weights while the file is mapped, and the model keeps the
- * tokenizer, the labels and what the worker needs to know. */
-static struct model *model_load_encoder(struct model_runtime *rt, const struct model_spec *spec,
-                                        char *errstr, size_t errstr_size)
-{
-    if (!rt->ops->encode) {
-        model_seterr(errstr, errstr_size, "model %s: the %s backend does not run encoders",
-                     spec->name, rt->ops->name);
-        return NULL;
-    }
-    struct bert_folder bf;
-    if (bert_folder_read(spec, &bf, errstr, errstr_size) < 0) return NULL;
-    struct model *m = calloc(1, sizeof(*m));
-    if (!m) {
-        model_seterr(errstr, errstr_size, "model %s: out of memory", spec->name);
-        bert_folder_fini(&bf);
-        return NULL;
-    }
-    snprintf(m->name, sizeof(m->name), "%s", spec->name);
-    m->rt = rt;
+    m->tok = f.tok;
+    f.tok = NULL;
     m->is_encoder = 1;
-    const struct backend_bert *b = &bf.plan;
-    m->plan.name = m->name;
-    m->plan.bert = b;
-    m->plan.out_w = b->head == MODEL_HEAD_CLASSIFIER ? b->n_labels : b->hidden;
-    m->plan.max_w = b->intermediate > 3 * b->hidden ? b->intermediate : 3 * b->hidden;
-    m->n_params = bf.n_params;
-    m->bm = rt->ops->model_new(rt->be, &m->plan, errstr, errstr_size);
-    m->plan.bert = NULL; /* it points into bf, which goes below */
-    if (!m->bm) {
-        bert_folder_fini(&bf);
-        free(m);
-        return NULL;
-    }
-    m->tok = bf.tok;
-    m->labels = bf.labels;
-    bf.tok = NULL;
-    bf.labels = NULL;
     m->enc = (struct model_encoder_info){
         .tokenizer = m->tok,
-        .hidden = b->hidden,
-        .layers = b->n_layers,
-        .heads = b->heads,
-        .intermediate = b->intermediate,
-        .max_tokens = bf.max_tokens,
-        .type_vocab = b->type_vocab,
-        .vocab = b->vocab,
-        .pooling = b->pooling,
-        .normalize = b->normalize,
-        .head = b->head,
-        .sigmoid = b->sigmoid,
-        .n_labels = b->head == MODEL_HEAD_CLASSIFIER ? b->n_labels : 0,
+        .hidden = m->info.hidden,
+        .layers = m->info.layers,
+        .heads = m->info.heads,
+        .intermediate = m->info.intermediate,
+        .max_tokens = max_tokens,
+        .type_vocab = m->info.type_vocab,
+        .vocab = m->info.vocab,
+        .pooling = f.head.pooling,
+        .normalize = f.head.normalize,
+        .head = f.head.head,
+        .sigmoid = f.head.sigmoid,
+        .n_labels = n_labels,
         .labels = (const char *const *)m->labels,
-        .padded = rt->ops->encoder_pads,
+        .padded = m->rt->ops->attention_pads,
     };
-    bert_folder_fini(&bf);
-    return m;
+    rc = 0;
+done:
+    folder_close(&f);
+    return rc;
 }
 
-/* Walks the layers once, each op's checks by its row of the op table
- * against the running width, so the first inconsistency is the one
- * reported; then the backend builds its copy from the validated plan
- * while the file is mapped, and a failed load leaves nothing behind.
- * Layers are numbered from 0 in messages, as in the config's list. */
+/* A safetensors file with a layer list: the layer-list architecture
+ * checks it against the op table. */
+static int model_load_layers(struct model *m, const struct model_spec *spec, char *errstr,
+                             size_t errstr_size)
+{
+    char sterr[512];
+    struct st_file *f = st_open(spec->path, sterr, sizeof(sterr));
+    if (!f) {
+        model_seterr(errstr, errstr_size, "model %s: %s", spec->name, sterr);
+        return -1;
+    }
+    m->arch = arch_layer_list();
+    struct arch_load ld = {.rt = {m->rt->ops, m->rt->be}, .spec = spec, .file = f,
+                           .errstr = errstr, .errstr_size = errstr_size};
+    m->am = m->arch->load(&ld, &m->info);
+    m->n_params = ld.n_params;
+    st_close(f); /* nothing may point into it afterwards */
+    return m->am ? 0 : -1;
+}
+
+/* A directory is a Hugging Face folder, a file a layer list's weights;
+ * a failed load leaves nothing behind. */
 struct model *model_load(struct model_runtime *rt, const struct model_spec *spec,
                          char *errstr, size_t errstr_size)
 {
@@ -318,111 +268,43 @@ struct model *model_load(struct model_runtime *rt, const struct model_spec *spec
     }
     struct stat st;
     int is_dir = stat(spec->path, &st) == 0 && S_ISDIR(st.st_mode);
-    if (spec->n_layers == 0) {
-        if (!is_dir) {
-            model_seterr(errstr, errstr_size,
-                         "model %s: %s is not a directory: a model without layers is a "
-                         "Hugging Face model folder (config.json, model.safetensors, vocab.txt)",
-                         spec->name, spec->path);
-            return NULL;
-        }
-        return model_load_encoder(rt, spec, errstr, errstr_size);
+    if (spec->n_layers == 0 && !is_dir) {
+        model_seterr(errstr, errstr_size,
+                     "model %s: %s is not a directory: a model without layers is a "
+                     "Hugging Face model folder (config.json, model.safetensors, vocab.txt)",
+                     spec->name, spec->path);
+        return NULL;
     }
-    if (is_dir) {
+    if (spec->n_layers && is_dir) {
         model_seterr(errstr, errstr_size,
                      "model %s: %s is a directory: a model with layers is a safetensors file "
                      "(a model folder takes no layers)", spec->name, spec->path);
         return NULL;
     }
-    if (spec->input_width > INT_MAX) {
-        model_seterr(errstr, errstr_size, "model %s: input_width %zu exceeds %d",
-                     spec->name, spec->input_width, INT_MAX);
-        return NULL;
-    }
-    char sterr[512];
-    struct st_file *f = st_open(spec->path, sterr, sizeof(sterr));
-    if (!f) {
-        model_seterr(errstr, errstr_size, "model %s: %s", spec->name, sterr);
-        return NULL;
-    }
     struct model *m = calloc(1, sizeof(*m));
-    if (!m || !(m->layers = calloc(spec->n_layers, sizeof(*m->layers)))) {
+    if (!m) {
         model_seterr(errstr, errstr_size, "model %s: out of memory", spec->name);
-        goto fail;
+        return NULL;
     }
     snprintf(m->name, sizeof(m->name), "%s", spec->name);
     m->rt = rt;
-
-    struct model_ctx c = {spec, f, 0, errstr, errstr_size};
-    size_t w = spec->input_width; /* running width; 0 = not known yet */
-    for (c.li = 0; c.li < spec->n_layers; c.li++) {
-        const struct model_layer_spec *ls = &spec->layers[c.li];
-        struct backend_layer *L = &m->layers[c.li];
-        const struct model_op_desc *d = model_op_desc(ls->op);
-        if (!d) {
-            model_seterr(errstr, errstr_size, "model %s: layer %zu: unknown op %d",
-                         spec->name, c.li, (int)ls->op);
-            goto fail;
-        }
-        L->op = ls->op;
-        /* A tensor the table does not give the op is an error, not
-         * something to ignore. */
-        int stray_w = !(d->keys & MODEL_KEY_WEIGHT) && ls->weight[0];
-        int stray_b = !(d->keys & MODEL_KEY_BIAS) && ls->bias[0];
-        if (stray_w || stray_b) {
-            LAYER_ERR(&c, "takes no tensors, but %s \"%s\" is set", stray_w ? "weight" : "bias",
-                      stray_w ? ls->weight : ls->bias);
-            goto fail;
-        }
-        size_t before = w;
-        if (d->shape == MODEL_SHAPE_LINEAR) {
-            if (model_load_dense(&c, L, m, &w) != 0) goto fail;
-        } else if (d->shape == MODEL_SHAPE_FEATURE) {
-            if (model_load_layernorm(&c, L, m, &w) != 0) goto fail;
-        } else {
-            L->in = L->out = w;
-        }
-        if (before == 0 && w != 0) {
-            /* First shaped layer: it fixes the input width, and the
-             * width-keeping layers before it take that width too. */
-            m->plan.in_w = L->in;
-            for (size_t j = 0; j < c.li; j++) m->layers[j].in = m->layers[j].out = L->in;
-        }
+    int rc = spec->n_layers ? model_load_layers(m, spec, errstr, errstr_size)
+                            : model_load_folder(m, spec, errstr, errstr_size);
+    if (rc < 0) {
+        model_destroy(m);
+        return NULL;
     }
-    if (w == 0) {
-        model_seterr(errstr, errstr_size,
-                     "model %s: no layer has a shape to infer the input width from; "
-                     "set input_width", spec->name);
-        goto fail;
-    }
-    if (spec->input_width) m->plan.in_w = spec->input_width;
-    m->plan.name = m->name;
-    m->plan.layers = m->layers;
-    m->plan.n_layers = spec->n_layers;
-    m->plan.out_w = w;
-    m->plan.max_w = m->plan.in_w;
-    for (size_t i = 0; i < spec->n_layers; i++)
-        if (m->layers[i].out > m->plan.max_w) m->plan.max_w = m->layers[i].out;
-    if (!(m->bm = rt->ops->model_new(rt->be, &m->plan, errstr, errstr_size))) goto fail;
-    /* The file closes below: nothing may point into it afterwards. */
-    for (size_t i = 0; i < spec->n_layers; i++) m->layers[i].w = m->layers[i].b = NULL;
-    st_close(f);
     return m;
-fail:
-    st_close(f);
-    model_destroy(m);
-    return NULL;
 }
 
-/* Frees the backend's copy and the layer table; tolerates a half-built
- * model, which is what model_load's failure path hands it. */
+/* Tolerates a half-built model, which is what model_load's failure path
+ * hands it. */
 void model_destroy(struct model *m)
 {
     if (!m) return;
-    if (m->bm) m->rt->ops->model_free(m->rt->be, m->bm);
-    free(m->layers);
+    if (m->am) m->arch->unload(&(struct arch_rt){m->rt->ops, m->rt->be}, m->am);
     wp_destroy(m->tok);
-    for (size_t i = 0; m->labels && i < m->enc.n_labels; i++) free(m->labels[i]);
+    for (size_t i = 0; m->labels && i < m->info.n_labels; i++) free(m->labels[i]);
     free(m->labels);
     free(m);
 }
@@ -433,35 +315,115 @@ const char *model_name(const struct model *m)
     return m->name;
 }
 
-/* Floats per input row: what the codec checks a job's width against. */
 size_t model_input_width(const struct model *m)
 {
-    return m->plan.in_w;
+    return m->info.in_w;
 }
 
-/* Floats per output row: what the sink encodes. */
 size_t model_output_width(const struct model *m)
 {
-    return m->plan.out_w;
+    return m->info.out_w;
 }
 
-/* Parameter count, for the startup log line. */
 size_t model_param_count(const struct model *m)
 {
     return m->n_params;
 }
 
-/* The backend sizes its buffers; the limits on max_rows keep every
- * rows x width product it computes inside size_t and int. */
-static struct model_ws *model_ws_make(const struct model *m, unsigned slot, size_t max_rows,
-                                      size_t max_tokens, char *errstr, size_t errstr_size);
+const char *model_arch_name(const struct model *m)
+{
+    return m->arch->name;
+}
 
+int model_per_token(const struct model *m)
+{
+    return m->is_encoder && m->head.head == MODEL_HEAD_EMBEDDING &&
+           m->head.pooling == MODEL_POOL_NONE;
+}
+
+double model_flops_per_row(const struct model *m)
+{
+    return m->info.flops_per_row;
+}
+
+const struct model_encoder_info *model_encoder(const struct model *m)
+{
+    return m && m->is_encoder ? &m->enc : NULL;
+}
+
+/* ---- workspaces --------------------------------------------------------- */
+
+/* Accepts NULL, so failure paths can call it unconditionally. */
+void model_ws_destroy(struct model_ws *ws)
+{
+    if (!ws) return;
+    if (ws->aws) ws->m->arch->ws_free(ws->aws);
+    if (ws->ctx) ws->m->rt->ops->ctx_free(ws->ctx);
+    free(ws->labels);
+    free(ws);
+}
+
+/* The backend context, the staging the runtime does (a layer model's
+ * input rows; a token model's ids, type ids, positions, sequence of each
+ * token and offsets, pinned and on the device), the result's pinned
+ * buffer, then the architecture's own buffers. */
+static struct model_ws *model_ws_make(const struct model *m, unsigned slot, size_t max_rows,
+                                      size_t max_tokens, char *errstr, size_t errstr_size)
+{
+    const struct backend_ops *o = m->rt->ops;
+    struct arch_rt rt = {o, m->rt->be};
+    struct model_ws *ws = calloc(1, sizeof(*ws));
+    if (!ws) {
+        model_seterr(errstr, errstr_size, "model %s: out of memory", m->name);
+        return NULL;
+    }
+    ws->m = m;
+    ws->max_rows = max_rows;
+    ws->max_tokens = max_tokens;
+    char err[256] = "";
+    if (!(ws->ctx = o->ctx_new(m->rt->be, slot, err, sizeof(err)))) goto fail;
+    size_t out_rows = m->is_encoder && model_per_token(m) ? max_tokens : max_rows;
+    if (!(ws->h_out = o->ctx_alloc(ws->ctx, out_rows * m->info.out_w * sizeof(float), 1)))
+        goto oom;
+    if (m->is_encoder) {
+        size_t words = 4 * max_tokens + max_rows + 1;
+        if (!(ws->h_tok = o->ctx_alloc(ws->ctx, words * sizeof(uint32_t), 1)) ||
+            !(ws->d_tok = o->ctx_alloc(ws->ctx, words * sizeof(uint32_t), 0)) ||
+            (m->enc.n_labels && !(ws->labels = calloc(max_rows, sizeof(*ws->labels)))))
+            goto oom;
+    } else if (!(ws->h_in = o->ctx_alloc(ws->ctx, max_rows * m->info.in_w * sizeof(float), 1)) ||
+               !(ws->d_in = o->ctx_alloc(ws->ctx, arch_act_bytes(&rt, max_rows * m->info.in_w),
+                                         0))) {
+        goto oom;
+    }
+    struct arch_sizes sz = {max_rows, max_tokens,
+                            max_tokens < m->enc.max_tokens ? max_tokens : m->enc.max_tokens};
+    if (!(ws->aws = m->arch->ws_new(&rt, m->am, ws->ctx, &sz, err, sizeof(err)))) goto fail;
+    return ws;
+oom:
+    snprintf(err, sizeof(err), "out of memory for a workspace of %zu rows%s (%s)", max_rows,
+             m->is_encoder ? " and its tokens" : "", o->ctx_error(ws->ctx));
+fail:
+    model_seterr(errstr, errstr_size, "model %s: %s", m->name, err);
+    model_ws_destroy(ws);
+    return NULL;
+}
+
+/* The limits on max_rows keep every rows x width product inside size_t
+ * and int. */
 struct model_ws *model_ws_new(const struct model *m, unsigned slot, size_t max_rows,
                               char *errstr, size_t errstr_size)
 {
     if (m && m->is_encoder) {
         model_seterr(errstr, errstr_size,
                      "model %s is an encoder: its workspace is sized in tokens", m->name);
+        return NULL;
+    }
+    size_t w = m ? (m->info.in_w > m->info.out_w ? m->info.in_w : m->info.out_w) : 1;
+    if (!m || max_rows == 0 || max_rows > INT_MAX || max_rows > SIZE_MAX / sizeof(float) / w ||
+        max_rows * w > INT_MAX) {
+        model_seterr(errstr, errstr_size, "model %s: a workspace of %zu rows is not possible",
+                     m ? m->name : "?", max_rows);
         return NULL;
     }
     return model_ws_make(m, slot, max_rows, 0, errstr, errstr_size);
@@ -476,8 +438,11 @@ struct model_ws *model_ws_new_tokens(const struct model *m, unsigned slot, size_
         model_seterr(errstr, errstr_size, "model %s is not an encoder", m->name);
         return NULL;
     }
-    if (!m || max_tokens < max_rows || max_tokens > INT_MAX / 4 ||
-        max_tokens > SIZE_MAX / sizeof(float) / (m->plan.max_w + 2 * m->enc.hidden)) {
+    size_t widest = m ? 3 * m->info.hidden : 1;
+    if (m && m->info.intermediate > widest) widest = m->info.intermediate;
+    if (!m || max_rows == 0 || max_rows > INT_MAX || max_tokens < max_rows ||
+        max_tokens > INT_MAX / 4 ||
+        max_tokens > SIZE_MAX / sizeof(float) / (widest + 2 * m->info.hidden)) {
         model_seterr(errstr, errstr_size,
                      "model %s: a workspace of %zu rows and %zu tokens is not possible",
                      m ? m->name : "?", max_rows, max_tokens);
@@ -486,43 +451,61 @@ struct model_ws *model_ws_new_tokens(const struct model *m, unsigned slot, size_
     return model_ws_make(m, slot, max_rows, max_tokens, errstr, errstr_size);
 }
 
-static struct model_ws *model_ws_make(const struct model *m, unsigned slot, size_t max_rows,
-                                      size_t max_tokens, char *errstr, size_t errstr_size)
-{
-    if (!m || max_rows == 0 || max_rows > INT_MAX ||
-        max_rows > SIZE_MAX / sizeof(float) / m->plan.max_w) {
-        model_seterr(errstr, errstr_size, "model %s: a workspace of %zu rows is not possible",
-                     m ? m->name : "?", max_rows);
-        return NULL;
-    }
-    struct model_ws *ws = calloc(1, sizeof(*ws));
-    if (!ws) {
-        model_seterr(errstr, errstr_size, "model %s: out of memory", m->name);
-        return NULL;
-    }
-    ws->m = m;
-    ws->max_rows = max_rows;
-    ws->max_tokens = max_tokens;
-    ws->bws = m->rt->ops->ws_new(m->rt->be, m->bm, &m->plan, slot, max_rows, max_tokens,
-                                 errstr, errstr_size);
-    if (!ws->bws) {
-        free(ws);
-        return NULL;
-    }
-    return ws;
-}
-
-/* Accepts NULL, so failure paths can call it unconditionally. */
-void model_ws_destroy(struct model_ws *ws)
-{
-    if (!ws) return;
-    ws->m->rt->ops->ws_free(ws->bws);
-    free(ws);
-}
-
 float *model_ws_input(struct model_ws *ws)
 {
-    return ws->m->rt->ops->ws_input(ws->bws);
+    return ws->h_in;
+}
+
+const char *model_ws_error(const struct model_ws *ws)
+{
+    return ws->err;
+}
+
+void model_ws_inject_fault(struct model_ws *ws)
+{
+    ws->m->rt->ops->inject_fault(ws->ctx);
+}
+
+const char *const *model_ws_labels(const struct model_ws *ws)
+{
+    return ws->labels;
+}
+
+/* ---- passes ------------------------------------------------------------- */
+
+/* The worse of two outcomes (EFATAL over EINVAL over OK). */
+static int model_worse(int a, int b)
+{
+    return a < b ? a : b;
+}
+
+/* One pass of the architecture over a batch already on the device:
+ * replayed from a recording when the backend has one for the shape key,
+ * else issued call by call (and maybe recorded); then n floats of the
+ * output fetched into the pinned result buffer. The pass is bracketed by
+ * pass_begin/pass_end, which report a dead device. */
+static int model_pass(struct model_ws *ws, const struct arch_batch *b, const void *key,
+                      size_t key_len, size_t n_out, const float **out)
+{
+    const struct model *m = ws->m;
+    const struct backend_ops *o = m->rt->ops;
+    struct arch_rt rt = {o, m->rt->be};
+    int rc = 0;
+    int g = o->graph_begin ? o->graph_begin(ws->ctx, key, key_len) : BK_GRAPH_RUN;
+    if (g < 0) {
+        rc = g;
+    } else if (g == BK_GRAPH_RUN) {
+        rc = m->arch->forward(&rt, m->am, ws->aws, ws->ctx, b, &ws->d_out);
+        if (o->graph_end) rc = model_worse(rc, o->graph_end(ws->ctx));
+    }
+    if (rc == 0) rc = o->store_f32(ws->ctx, ws->h_out, ws->d_out, n_out);
+    rc = model_worse(rc, o->pass_end(ws->ctx));
+    if (rc < 0) {
+        snprintf(ws->err, sizeof(ws->err), "%s", o->ctx_error(ws->ctx));
+        return rc;
+    }
+    *out = ws->h_out;
+    return MODEL_OK;
 }
 
 /* Checks what is cheap (rows, workspace owner) so every backend can trust
@@ -533,16 +516,22 @@ int model_forward(const struct model *m, struct model_ws *ws, const float *in,
     if (!m || m->is_encoder || !ws || ws->m != m || !in || !out || rows == 0 ||
         rows > ws->max_rows)
         return MODEL_EINVAL;
-    return m->rt->ops->forward(ws->bws, in, rows, out, ws->err, sizeof(ws->err));
-}
-
-const struct model_encoder_info *model_encoder(const struct model *m)
-{
-    return m && m->is_encoder ? &m->enc : NULL;
+    const struct backend_ops *o = m->rt->ops;
+    int rc = o->pass_begin(ws->ctx);
+    if (rc == 0) rc = o->load_f32(ws->ctx, ws->d_in, in, rows * m->info.in_w);
+    if (rc < 0) {
+        snprintf(ws->err, sizeof(ws->err), "%s", o->ctx_error(ws->ctx));
+        o->pass_end(ws->ctx);
+        return rc;
+    }
+    struct arch_batch b = {.rows = rows, .x = ws->d_in};
+    uint64_t key = rows;
+    return model_pass(ws, &b, &key, sizeof(key), rows * m->info.out_w, out);
 }
 
 /* Checks everything a backend indexes with (counts, offsets, ids, type
- * ids), so no hostile token array reaches a kernel or a table lookup. */
+ * ids), so no hostile token array reaches a kernel or a table lookup;
+ * stages the batch; runs it; picks each row's label. */
 int model_encode(const struct model *m, struct model_ws *ws, const struct model_seqs *s,
                  const float **out)
 {
@@ -557,39 +546,49 @@ int model_encode(const struct model *m, struct model_ws *ws, const struct model_
         if (len > longest) longest = len;
     }
     if (longest > ws->max_tokens / s->n) return MODEL_EINVAL;
-    size_t total = s->offsets[s->n];
-    for (size_t t = 0; t < total; t++) {
+    size_t T = s->offsets[s->n], cap = ws->max_tokens;
+    for (size_t t = 0; t < T; t++) {
         if (s->ids[t] < 0 || (size_t)s->ids[t] >= m->enc.vocab) return MODEL_EINVAL;
         if (s->type_ids && (s->type_ids[t] < 0 || (size_t)s->type_ids[t] >= m->enc.type_vocab))
             return MODEL_EINVAL;
     }
-    return m->rt->ops->encode(ws->bws, s, out, ws->err, sizeof(ws->err));
-}
-
-const char *model_ws_error(const struct model_ws *ws)
-{
-    return ws->err;
-}
-
-void model_ws_inject_fault(struct model_ws *ws)
-{
-    ws->m->rt->ops->inject_fault(ws->bws);
-}
-
-double model_flops_per_row(const struct model *m)
-{
-    if (m->is_encoder) {
-        /* Per token: Q, K, V and the attention output (4 H x H) and the
-         * feed-forward (2 H x I) per layer; attention's own T x T work
-         * depends on the length and is left out. */
-        double h = (double)m->enc.hidden, im = (double)m->enc.intermediate;
-        return 2.0 * (double)m->enc.layers * (4.0 * h * h + 2.0 * h * im);
+    /* ids [cap], types [cap], pos [cap], seq [cap], offsets [rows + 1] */
+    uint32_t *h = ws->h_tok, *d = ws->d_tok;
+    memcpy(h, s->ids, T * sizeof(uint32_t));
+    if (s->type_ids) memcpy(h + cap, s->type_ids, T * sizeof(uint32_t));
+    else memset(h + cap, 0, T * sizeof(uint32_t));
+    for (size_t i = 0; i < s->n; i++)
+        for (uint32_t t = s->offsets[i]; t < s->offsets[i + 1]; t++) {
+            h[2 * cap + t] = t - s->offsets[i];
+            h[3 * cap + t] = (uint32_t)i;
+        }
+    memcpy(h + 4 * cap, s->offsets, (s->n + 1) * sizeof(uint32_t));
+    const struct backend_ops *o = m->rt->ops;
+    int rc = o->pass_begin(ws->ctx);
+    for (size_t k = 0; k < 4 && rc == 0; k++)
+        rc = o->upload(ws->ctx, d + k * cap, h + k * cap, T * sizeof(uint32_t));
+    if (rc == 0) rc = o->upload(ws->ctx, d + 4 * cap, h + 4 * cap, (s->n + 1) * sizeof(uint32_t));
+    if (rc < 0) {
+        snprintf(ws->err, sizeof(ws->err), "%s", o->ctx_error(ws->ctx));
+        o->pass_end(ws->ctx);
+        return rc;
     }
-    double f = 0;
-    for (size_t i = 0; i < m->plan.n_layers; i++)
-        if (m->layers[i].op == MODEL_OP_DENSE)
-            f += 2.0 * (double)m->layers[i].in * (double)m->layers[i].out;
-    return f;
+    struct bk_seqs seqs = {.n = s->n, .tokens = T, .longest = longest,
+                           .offsets = d + 4 * cap, .seq = d + 3 * cap, .pos = d + 2 * cap,
+                           .ids = (const int32_t *)d, .types = (const int32_t *)(d + cap)};
+    struct arch_batch b = {.rows = s->n, .s = &seqs};
+    uint64_t key[3] = {s->n, T, longest};
+    size_t w = m->info.out_w, n_out = (model_per_token(m) ? T : s->n) * w;
+    rc = model_pass(ws, &b, key, sizeof(key), n_out, out);
+    if (rc == MODEL_OK && ws->labels)
+        for (size_t r = 0; r < s->n; r++) {
+            const float *sc = *out + r * w;
+            size_t best = 0;
+            for (size_t k = 1; k < w; k++)
+                if (sc[k] > sc[best]) best = k;
+            ws->labels[r] = m->labels[best];
+        }
+    return rc;
 }
 
 void model_encoder_spec_defaults(struct model_encoder_spec *e)

@@ -270,6 +270,13 @@ struct model_encoder_info {
 /* The encoder's description, or NULL for a layer model. */
 const struct model_encoder_info *model_encoder(const struct model *m);
 
+/* The architecture that runs m ("mlp", "bert", ...; static storage). */
+const char *model_arch_name(const struct model *m);
+
+/* 1 when model_encode's output is every token's vector (pooling none):
+ * (total tokens) x output_width floats rather than one row per sequence. */
+int model_per_token(const struct model *m);
+
 /* A batch of token sequences, packed: sequence i is ids[offsets[i] ..
  * offsets[i+1]), each with its [CLS] ... [SEP]; type_ids alike (may be
  * NULL: all 0). Nothing is padded; each sequence attends to itself only.
@@ -294,6 +301,11 @@ struct model_ws *model_ws_new_tokens(const struct model *m, unsigned slot, size_
  * layer model; MODEL_EFATAL as model_forward. */
 int model_encode(const struct model *m, struct model_ws *ws, const struct model_seqs *s,
                  const float **out);
+
+/* A classifier's best label for each row of the last model_encode on ws
+ * (the argmax of its scores; borrowed from the model), or NULL for a
+ * model without labels. */
+const char *const *model_ws_labels(const struct model_ws *ws);
 
 /* Workspace for up to max_rows rows through m: every buffer the forward
  * pass needs, allocated once here so model_forward allocates nothing.

@@ -833,7 +833,7 @@ static const struct bad_folder bad_folders[] = {
     {"hidden_act relu", {.act = "relu"},
      .want = {"config.json: hidden_act \"relu\" is not supported"}},
     {"model_type roberta", {0}, .cfg_key = "model_type", .cfg_json = "\"roberta\"",
-     .want = {"config.json: model_type \"roberta\" is not bert"}},
+     .want = {"config.json: model_type \"roberta\" is not one this build runs (bert)"}},
     {"relative positions", {0}, .cfg_key = "position_embedding_type",
      .cfg_json = "\"relative_key\"",
      .want = {"position_embedding_type \"relative_key\": only absolute positions"}},

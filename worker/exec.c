@@ -87,7 +87,6 @@ static int run_encoder(struct exec_thread *t, int model_idx, struct job **jobs, 
 {
     struct exec *ex = t->ex;
     const struct model *m = ex->c.models[model_idx];
-    const struct model_encoder_info *e = model_encoder(m);
     struct model_ws *ws = t->ws[model_idx];
     size_t rows = 0, at = 0, longest = 0;
     for (size_t i = 0; i < n; i++) {
@@ -111,7 +110,8 @@ static int run_encoder(struct exec_thread *t, int model_idx, struct job **jobs, 
         stats_tokens(ex->c.stats, at, rows * longest);
     }
     size_t out_w = model_output_width(m), row0 = 0;
-    int per_token = e->head == MODEL_HEAD_EMBEDDING && e->pooling == MODEL_POOL_NONE;
+    int per_token = model_per_token(m);
+    const char *const *labels = rc == 0 ? model_ws_labels(ws) : NULL;
     for (size_t i = 0; i < n; i++) {
         struct job *j = jobs[i];
         size_t first_row = row0, first_tok = t->seq_offs[row0];
@@ -126,7 +126,7 @@ static int run_encoder(struct exec_thread *t, int model_idx, struct job **jobs, 
         }
         size_t per_row = per_token ? j->seq_len * out_w : out_w;
         j->output = calloc(j->rows * per_row, sizeof(float));
-        if (!j->output || (e->n_labels && !(j->labels = malloc(j->rows * sizeof(char *))))) {
+        if (!j->output || (labels && !(j->labels = malloc(j->rows * sizeof(char *))))) {
             job_fail(j, PROTO_ERR_INFERENCE_FAILED, "out of memory for the output");
             continue;
         }
@@ -140,13 +140,7 @@ static int run_encoder(struct exec_thread *t, int model_idx, struct job **jobs, 
             continue;
         }
         memcpy(j->output, out + first_row * out_w, j->rows * out_w * sizeof(float));
-        for (size_t r = 0; e->n_labels && r < j->rows; r++) {
-            const float *sc = j->output + r * out_w;
-            size_t best = 0;
-            for (size_t k = 1; k < out_w; k++)
-                if (sc[k] > sc[best]) best = k;
-            j->labels[r] = e->labels[best];
-        }
+        for (size_t r = 0; labels && r < j->rows; r++) j->labels[r] = labels[first_row + r];
     }
     return 0;
 }
