@@ -67,10 +67,10 @@ static int models_load(const struct kcfg *c, struct models *ms)
         ms->n++;
         const struct model_encoder_info *e = model_encoder(ms->m[i]);
         if (e)
-            LOG_I("model_loaded", "model=%s path=%s kind=encoder layers=%zu hidden=%zu "
+            LOG_I("model_loaded", "model=%s path=%s kind=encoder arch=%s layers=%zu hidden=%zu "
                   "heads=%zu max_tokens=%zu vocab=%zu head=%s pooling=%s normalize=%d "
                   "output_width=%zu params=%zu backend=%s", model_name(ms->m[i]),
-                  c->models[i].path, e->layers, e->hidden, e->heads, e->max_tokens, e->vocab,
+                  c->models[i].path, model_arch_name(ms->m[i]), e->layers, e->hidden, e->heads, e->max_tokens, e->vocab,
                   e->head == MODEL_HEAD_CLASSIFIER ? "classifier" : "embedding",
                   model_pooling_name(e->pooling), e->normalize, model_output_width(ms->m[i]),
                   model_param_count(ms->m[i]), model_runtime_backend(ms->rt));
