@@ -1,135 +1,255 @@
-/* backend.h - the contract a model backend fills in. gpu/model.c is the
- * only caller: it validates a model once (shapes, dtypes, the op table),
- * then hands the validated plan to the backend the runtime chose, and
- * calls through the table for workspaces and forward passes. Each backend
- * is a file (or a few) of its own: backend_cpu.c (OpenBLAS),
- * backend_cuda.c with its kernels (cuBLASLt), or cuda_stub.c in a build
+/* backend.h - the seam a backend fills: a small table of tensor
+ * primitives, never models. The architectures (gpu/arch_*.c, listed in
+ * gpu/arch.c) are written once against these primitives; gpu/model.c is
+ * the runtime that loads them and runs their passes. Each backend is a
+ * file (or a few) of its own: backend_cpu.c (OpenBLAS and loops),
+ * backend_cuda*.c with their kernels (cuBLASLt), or cuda_stub.c in a build
  * without CUDA. Nothing outside gpu/ includes this header.
  *
- * Handles are void pointers: each backend defines its own state, model and
- * workspace types in its own file, and only it looks inside them.
+ * Memory. A backend owns three kinds of memory, all behind its handles:
+ *  - weights, uploaded once per device (weight_new), read-only after;
+ *  - buffers of an executor context (ctx_alloc), on its device, made
+ *    before the first pass and never during one;
+ *  - pinned host buffers of a context (ctx_alloc with host = 1), where
+ *    the runtime stages a batch's inputs and receives its outputs.
+ * On the CPU backend "device" memory is host memory. Activations are in
+ * the backend's activation type (float32, half or bfloat16: act_size
+ * bytes each); every primitive computes in float32 and keeps row
+ * statistics in float32. Token ids, positions and offsets are uint32 /
+ * int32 in device memory. Matrices are row-major; a pointer plus a
+ * leading dimension (in elements) addresses a strided view.
  *
- * Threads: open, close, model_new and model_free on the main thread at
- * startup and shutdown; ws_new, ws_free and forward on the executor thread
- * that owns the workspace (several executors run at once, each on its own
- * workspace). probe on any thread. */
+ * Errors. A primitive returns 0 or a negative enum model_rc: MODEL_EINVAL
+ * for a call the backend refuses (nothing ran; the pass fails, the
+ * process goes on), MODEL_EFATAL when the device failed for good (a
+ * sticky CUDA error: the worker must stop). ctx_error says what happened.
+ * Primitives may run asynchronously on the context's stream; sync (or
+ * pass_end) reports what failed since.
+ *
+ * Threads: probe on any thread; open, close, weight_new and weight_free on
+ * the main thread at startup and shutdown; a context and every primitive
+ * called with it belong to the one executor thread that made it. */
 #ifndef KINFER_BACKEND_H
 #define KINFER_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "model.h"
 #include "safetensors.h"
 
-/* One validated layer. The tensors point into the model's safetensors
- * file, which stays mapped only while model_new runs: a backend copies or
- * converts what it keeps. A layernorm's w/b may be NULL (ones/zeros). */
-struct backend_layer {
-    enum model_op op;
-    size_t in, out;              /* row widths before and after the layer */
-    const struct st_tensor *w;   /* dense [out,in]; layernorm [in]; else NULL */
-    const struct st_tensor *b;   /* dense [out]; layernorm [in]; else NULL */
-    float eps;                   /* layernorm */
+/* A weight on one device: defined by each backend in its own file. */
+struct bk_weight;
+
+/* How a weight is stored: in the activation type (GEMM operands, their
+ * biases, embedding tables), or float32 whatever the precision
+ * (normalization parameters, bias tables, rotary frequencies). */
+enum bk_wtype { BK_W_ACT = 0, BK_W_F32 };
+
+/* One piece of a weight: a tensor of the model's file, or floats the
+ * architecture computed. A weight is its pieces concatenated in order
+ * (so Q, K and V stack into one [3H,H] matrix). */
+struct bk_wsrc {
+    const struct st_tensor *t;   /* or NULL, and then: */
+    const float *f;
+    size_t n;                    /* floats at f */
 };
 
-/* One BERT layer's tensors (the file's names in the comments). Linear
- * weights are [out,in] as nn.Linear stores them. */
-struct backend_bert_layer {
-    const struct st_tensor *q_w, *q_b;    /* attention.self.query [H,H], [H] */
-    const struct st_tensor *k_w, *k_b;    /* attention.self.key */
-    const struct st_tensor *v_w, *v_b;    /* attention.self.value */
-    const struct st_tensor *ao_w, *ao_b;  /* attention.output.dense [H,H], [H] */
-    const struct st_tensor *ln1_w, *ln1_b;/* attention.output.LayerNorm [H] */
-    const struct st_tensor *i_w, *i_b;    /* intermediate.dense [I,H], [I] */
-    const struct st_tensor *o_w, *o_b;    /* output.dense [H,I], [H] */
-    const struct st_tensor *ln2_w, *ln2_b;/* output.LayerNorm [H] */
+/* Elementwise activations (epilogues too). gelu is the erf form, gelu_tanh
+ * the tanh approximation; relu keeps NaN; silu is x * sigmoid(x). */
+enum bk_act {
+    BK_ACT_NONE = 0,
+    BK_ACT_RELU,
+    BK_ACT_GELU,
+    BK_ACT_GELU_TANH,
+    BK_ACT_TANH,
+    BK_ACT_SIGMOID,
+    BK_ACT_SILU,
+    BK_N_ACTS
 };
 
-/* A validated BERT encoder (gpu/bert.c reads it from a folder): shapes
- * checked, every tensor present, the head and pooling decided. */
-struct backend_bert {
-    size_t vocab, hidden, heads, intermediate, max_pos, type_vocab, n_layers;
-    float ln_eps;
-    int gelu_tanh;                        /* hidden_act: tanh approximation, else erf */
-    const struct st_tensor *word, *pos, *type; /* embeddings [V,H], [P,H], [T,H] */
-    const struct st_tensor *emb_ln_w, *emb_ln_b;
-    const struct backend_bert_layer *layers;
-    enum model_pooling pooling;
-    int normalize;
-    enum model_head head;
-    int sigmoid;
-    size_t n_labels;
-    const struct st_tensor *pool_w, *pool_b; /* pooler.dense [H,H], [H]: classifier */
-    const struct st_tensor *cls_w, *cls_b;   /* classifier [labels,H], [labels] */
+/* How pool reduces a sequence's tokens to one row. */
+enum bk_pool { BK_POOL_FIRST = 0, BK_POOL_MEAN, BK_POOL_MAX, BK_POOL_LAST, BK_N_POOLS };
+
+/* A batch of n token sequences packed without padding, as the primitives
+ * read it (device memory): sequence i is tokens offsets[i] ..
+ * offsets[i+1]-1; seq[t] is the sequence token t belongs to, pos[t] its
+ * position in it (from 0). tokens and longest are the host's copy of
+ * offsets[n] and the longest sequence. ids and types (types may be NULL:
+ * all 0) were checked against the tables by the runtime. */
+struct bk_seqs {
+    size_t n, tokens, longest;
+    const uint32_t *offsets;
+    const uint32_t *seq;
+    const uint32_t *pos;
+    const int32_t *ids;
+    const int32_t *types;
 };
 
-/* A validated model, as a backend builds from it (plain data, borrowed
- * for the duration of model_new). An encoder has bert set and no layers;
- * its in_w is 0 and out_w its output width per row. */
-struct backend_plan {
-    const char *name;
-    const struct backend_layer *layers;
-    size_t n_layers;
-    size_t in_w, out_w;
-    size_t max_w;                /* widest activation of any layer, input included */
-    const struct backend_bert *bert;
+/* C = act(alpha A B' + bias), batch times: row-major A [m,k]; B either a
+ * weight w stored [n,k] as nn.Linear keeps it, or activations b, [n,k]
+ * when trans_b (C = A B^T) else [k,n]; bias [n] or NULL; C [m,n]. Leading
+ * dimensions of 0 mean dense rows (k, k or n, n); strides (elements
+ * between the matrices of a batch) are for a, b and c; a weight is
+ * shared by the batch. */
+struct bk_gemm {
+    size_t m, n, k;
+    size_t batch;                    /* 0 or 1: one GEMM */
+    float alpha;                     /* 0 means 1 */
+    const void *a;
+    size_t lda, stride_a;
+    const struct bk_weight *w;       /* either w ... */
+    const void *b;                   /* ... or b */
+    int trans_b;
+    size_t ldb, stride_b;
+    const struct bk_weight *bias;    /* [n] in the activation type, or NULL */
+    enum bk_act act;
+    void *c;
+    size_t ldc, stride_c;
 };
+
+/* Scaled dot-product attention of every sequence and head over the
+ * packed rows of qkv: query head h of token t at row t, columns q_col +
+ * h dh; key and value head g at k_col + g dh and v_col + g dh, where g =
+ * h / (heads / kv_heads) (grouped-query attention; kv_heads = heads for
+ * multi-head). Each sequence attends to its own tokens only, causal: to
+ * those at or before its own position. rel_bias, when set, is a float32
+ * table [heads, 2 rel_span - 1] added to the score of query i and key j
+ * (positions in the sequence) at column (j - i) + rel_span - 1, the
+ * distance clamped to +-(rel_span - 1). The context goes to out, row t,
+ * columns h dh .. (h+1) dh - 1. scratch is attention_scratch bytes of
+ * context memory. */
+struct bk_attention {
+    const void *qkv;
+    size_t ld, q_col, k_col, v_col;
+    size_t heads, kv_heads, dh;
+    float scale;
+    int causal;
+    const struct bk_weight *rel_bias;
+    size_t rel_span;
+    const struct bk_seqs *s;
+    void *out;
+    size_t ldo;
+    void *scratch;
+};
+
+/* What graph_begin asks of the caller. */
+enum bk_graph { BK_GRAPH_RUN = 0, BK_GRAPH_REPLAYED };
 
 struct backend_ops {
     const char *name;            /* "cpu", "cuda" */
     int compiled_in;             /* 0 for the stub of a build without it */
-    int encoder_pads;            /* encode pads each sequence to the batch's longest */
+    int attention_pads;          /* attention costs rows x longest (padded), not tokens */
+
+    /* ---- the backend -------------------------------------------------- */
 
     /* How many devices this backend could use now (the CPU counts as
-     * one), with a line saying what they are or why there are none
-     * ("2 x NVIDIA H100 80GB HBM3", "no CUDA driver"). */
+     * one), with a line saying what they are or why there are none. */
     int (*probe)(char *what, size_t what_size);
-
     /* Process-wide set-up (thread pools, devices). Returns the backend's
-     * state, or NULL with errstr filled. The one-line description of
-     * what was set up goes into desc. Borrows c. */
+     * state, or NULL with errstr filled; desc gets a line saying what was
+     * set up. Borrows c. */
     void *(*open)(const struct model_runtime_conf *c, char *desc, size_t desc_size,
                   char *errstr, size_t errstr_size);
     void (*close)(void *be);
-
-    /* The backend's own copy of a validated model's weights (converted,
-     * uploaded to each device). Returns NULL with errstr filled, naming
-     * the model and the sizes when memory runs out. */
-    void *(*model_new)(void *be, const struct backend_plan *p, char *errstr,
-                       size_t errstr_size);
-    void (*model_free)(void *be, void *bm);
-
-    /* A workspace for up to max_rows rows of the model bm (an encoder's:
-     * max_rows sequences of max_tokens tokens in all); slot is the
-     * executor's number. Everything forward needs is allocated here. */
-    void *(*ws_new)(void *be, void *bm, const struct backend_plan *p, unsigned slot,
-                    size_t max_rows, size_t max_tokens, char *errstr, size_t errstr_size);
-    void (*ws_free)(void *ws);
-    /* The workspace's input buffer (max_rows x in_w floats). */
-    float *(*ws_input)(void *ws);
-
-    /* Runs rows (1..max_rows, checked by the caller) through the model;
-     * on MODEL_OK *out points at rows x out_w floats inside the
-     * workspace. MODEL_EFATAL with errstr filled when the device failed
-     * for good. */
-    int (*forward)(void *ws, const float *in, size_t rows, const float **out, char *errstr,
-                   size_t errstr_size);
-    /* An encoder's forward pass over packed sequences (checked by the
-     * caller: counts within the workspace, ids and type ids in range,
-     * every sequence 1..max_pos tokens); *out as model_encode says. NULL
-     * for a backend without encoders. */
-    int (*encode)(void *ws, const struct model_seqs *s, const float **out, char *errstr,
-                  size_t errstr_size);
-    /* Arms ws so its next forward fails as a dead device would. */
-    void (*inject_fault)(void *ws);
-
-    /* What the runtime reports about itself: executors when
-     * batching.executors is 0, the precision, the devices and their
-     * counters (-1 for a device that does not exist). */
+    /* Executors when batching.executors is 0; "fp32"...; devices (0 on
+     * the CPU) and their counters (-1 for one that does not exist). */
     size_t (*executors)(void *be);
     const char *(*precision)(void *be);
     size_t (*devices)(void *be);
     int (*device_stats)(void *be, size_t dev, struct model_device_stats *out);
+    /* How many copies of the weights a model needs (one per device; the
+     * CPU's 1), and bytes per activation element. */
+    size_t (*weight_copies)(void *be);
+    size_t (*act_size)(void *be);
+
+    /* ---- weights ------------------------------------------------------ */
+
+    /* Uploads the concatenation of n pieces to copy dev (0 ..
+     * weight_copies - 1), converted to type. Returns NULL with errstr
+     * filled (naming the sizes when memory runs out). */
+    struct bk_weight *(*weight_new)(void *be, size_t dev, enum bk_wtype type,
+                                    const struct bk_wsrc *src, size_t n, char *errstr,
+                                    size_t errstr_size);
+    void (*weight_free)(void *be, struct bk_weight *w);
+
+    /* ---- executor contexts ------------------------------------------- */
+
+    /* A context for executor slot (its stream and library handles, on the
+     * device the slot maps to). NULL with errstr filled. */
+    void *(*ctx_new)(void *be, unsigned slot, char *errstr, size_t errstr_size);
+    void (*ctx_free)(void *c);
+    /* Which weight copy the context's device reads. */
+    size_t (*ctx_copy)(void *c);
+    /* bytes of device memory (host = 0) or pinned host memory (host = 1),
+     * owned by the context until ctx_free; NULL when out of memory. Never
+     * during a pass. */
+    void *(*ctx_alloc)(void *c, size_t bytes, int host);
+    /* The last failure on the context, "" if none. */
+    const char *(*ctx_error)(void *c);
+    /* Arms the context so the next pass fails as a dead device would (on
+     * a GPU: a kernel writing to an illegal address). */
+    void (*inject_fault)(void *c);
+
+    /* ---- a pass ------------------------------------------------------- */
+
+    /* Brackets one forward pass: pass_end waits for its work and reports
+     * what failed; the device's busy time and pass count are taken here. */
+    int (*pass_begin)(void *c);
+    int (*pass_end)(void *c);
+    /* A pass whose calls depend only on the shape key (its bytes) may be
+     * recorded once and replayed: BK_GRAPH_REPLAYED when the work for key
+     * was enqueued from a recording (skip to the downloads), BK_GRAPH_RUN
+     * when the caller must issue the calls and then graph_end (which may
+     * record and launch them). NULL: no graphs. */
+    int (*graph_begin)(void *c, const void *key, size_t key_len);
+    int (*graph_end)(void *c);
+
+    /* Copies: raw bytes host to device; host float32 to activations;
+     * activations to host float32 (complete after pass_end). */
+    int (*upload)(void *c, void *dst, const void *src, size_t bytes);
+    int (*load_f32)(void *c, void *dst, const float *src, size_t n);
+    int (*store_f32)(void *c, float *dst, const void *src, size_t n);
+
+    /* ---- primitives ---------------------------------------------------- */
+
+    int (*gemm)(void *c, const struct bk_gemm *g);
+    /* y = LayerNorm(x) of rows x w (biased variance, PyTorch's); with res,
+     * x += res first (x keeps the sum). g and b (float32 weights) may be
+     * NULL: ones, zeros. y may be x. */
+    int (*layernorm)(void *c, void *y, void *x, const void *res, const struct bk_weight *g,
+                     const struct bk_weight *b, float eps, size_t rows, size_t w);
+    /* y = x / sqrt(mean(x^2) + eps) * g, rows x w; res as layernorm. */
+    int (*rmsnorm)(void *c, void *y, void *x, const void *res, const struct bk_weight *g,
+                   float eps, size_t rows, size_t w);
+    /* x[t] = word[ids[t]] + pos[pos_base + s->pos[t]] + type[types[t]]
+     * (pos and type may be NULL), then LayerNorm with g, b, eps when ln;
+     * the sum is kept in float32 until normalized. Tables [*, w]. */
+    int (*embed)(void *c, void *x, const struct bk_seqs *s, const struct bk_weight *word,
+                 const struct bk_weight *pos, size_t pos_base, const struct bk_weight *type,
+                 int ln, const struct bk_weight *g, const struct bk_weight *b, float eps,
+                 size_t w);
+    /* Bytes of scratch attention needs for up to max_rows sequences of
+     * max_tokens tokens in all, none longer than max_len. */
+    size_t (*attention_scratch)(void *be, size_t max_rows, size_t max_tokens, size_t max_len,
+                                size_t heads, size_t dh);
+    int (*attention)(void *c, const struct bk_attention *a);
+    /* Rotary embedding of rows x heads x dh values at column col of rows
+     * of x (leading dimension ld), in place, each row at position
+     * pos[row]: the pairs (i, i + dh/2) rotate by pos x inv_freq[i]
+     * (float32, dh/2 values), as Llama's rotate_half. */
+    int (*rope)(void *c, void *x, size_t rows, size_t ld, size_t col, size_t heads, size_t dh,
+                const uint32_t *pos, const struct bk_weight *inv_freq);
+    /* x = act(x), n elements. */
+    int (*act)(void *c, void *x, size_t n, enum bk_act act);
+    /* Row-wise in place over rows x w: softmax (shifted by the row's
+     * max), x / max(||x||_2, 1e-12) (F.normalize). */
+    int (*softmax)(void *c, void *x, size_t rows, size_t w);
+    int (*l2norm)(void *c, void *x, size_t rows, size_t w);
+    /* y[i] = the first, mean, max or last of sequence i's rows of x
+     * [tokens, w] (only its own tokens count). */
+    int (*pool)(void *c, void *y, const void *x, const struct bk_seqs *s, enum bk_pool mode,
+                size_t w);
 };
 
 /* The backends of this build. backend_cuda is the stub of cuda_stub.c
