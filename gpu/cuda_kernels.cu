@@ -66,14 +66,15 @@ __global__ void convert_kernel(const T *x, U *y, size_t n)
 }
 
 template <typename T>
-__global__ void bias_act_kernel(T *x, const T *bias, size_t rows, size_t w, int act)
+__global__ void bias_act_kernel(T *x, size_t ldx, const T *bias, size_t rows, size_t w, int act)
 {
     size_t n = rows * w;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float v = ld(x, i);
-        if (bias) v += ld(bias, i % w);
-        st(x, i, act_fn(v, act));
+        size_t r = i / w, c = i % w;
+        float v = ld(x, r * ldx + c);
+        if (bias) v += ld(bias, c);
+        st(x, r * ldx + c, act_fn(v, act));
     }
 }
 
@@ -401,13 +402,14 @@ extern "C" cudaError_t kc_to_f32(cudaStream_t s, enum kc_type t, const void *x, 
     });
 }
 
-extern "C" cudaError_t kc_bias_act(cudaStream_t s, enum kc_type t, void *x, const void *bias,
-                                   size_t rows, size_t w, enum kc_act act)
+extern "C" cudaError_t kc_bias_act(cudaStream_t s, enum kc_type t, void *x, size_t ld,
+                                   const void *bias, size_t rows, size_t w, enum kc_act act)
 {
     size_t n = rows * w;
     if (n == 0) return cudaSuccess;
+    if (ld < w) return cudaErrorInvalidValue;
     return with_type(t, [&](auto *p) {
-        bias_act_kernel<<<blocks_for(n), kThreads, 0, s>>>((KC_T(p) *)x, (const KC_T(p) *)bias,
+        bias_act_kernel<<<blocks_for(n), kThreads, 0, s>>>((KC_T(p) *)x, ld, (const KC_T(p) *)bias,
                                                            rows, w, (int)act);
     });
 }

@@ -40,10 +40,10 @@ extern "C" {
 cudaError_t kc_from_f32(cudaStream_t s, enum kc_type t, const float *x, void *y, size_t n);
 cudaError_t kc_to_f32(cudaStream_t s, enum kc_type t, const void *x, float *y, size_t n);
 
-/* x = act(x + bias) over rows x w elements of type t; bias (w elements of
- * type t) may be NULL. */
-cudaError_t kc_bias_act(cudaStream_t s, enum kc_type t, void *x, const void *bias, size_t rows,
-                        size_t w, enum kc_act act);
+/* x = act(x + bias) over rows x w elements of type t, rows ld elements
+ * apart (ld >= w); bias (w elements of type t) may be NULL. */
+cudaError_t kc_bias_act(cudaStream_t s, enum kc_type t, void *x, size_t ld, const void *bias,
+                        size_t rows, size_t w, enum kc_act act);
 
 /* y = LayerNorm(x) of each row (biased variance, two-pass float32
  * statistics); with res (rows x w of type t), x += res first and x keeps
