@@ -100,7 +100,7 @@ static int cuda_rc_of(const struct cuda_ctx *c, cudaError_t e)
 }
 
 /* Keeps the pass's first failure (a fatal one overrides a refusal). */
-static int cx_record(struct cuda_ctx *c, int rc, const char *msg)
+int cx_record(struct cuda_ctx *c, int rc, const char *msg)
 {
     if (c->pass_rc == 0 || (rc == MODEL_EFATAL && c->pass_rc != MODEL_EFATAL)) {
         snprintf(c->err, sizeof(c->err), "%s", msg);

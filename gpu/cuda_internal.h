@@ -153,6 +153,9 @@ int cx_cuda(struct cuda_ctx *c, cudaError_t e, const char *call, const char *fil
 int cx_lt(struct cuda_ctx *c, cublasStatus_t st, const char *call, const char *file, int line);
 #define CX(c, call) cx_cuda((c), (call), #call, __FILE__, __LINE__)
 #define CXLT(c, call) cx_lt((c), (call), #call, __FILE__, __LINE__)
+/* Records rc (a negative model_rc) with msg as the pass's failure, unless
+ * it had one already (a fatal one overrides a refusal); returns rc. */
+int cx_record(struct cuda_ctx *c, int rc, const char *msg);
 /* Records a refusal (MODEL_EINVAL) with a message; returns MODEL_EINVAL. */
 int cx_refuse(struct cuda_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* What every primitive checks first: MODEL_EFATAL on a dead context, else

@@ -53,12 +53,10 @@ int cx_lt(struct cuda_ctx *c, cublasStatus_t st, const char *call, const char *f
                      c->capturing
                  ? MODEL_EINVAL
                  : MODEL_EFATAL;
-    if (c->pass_rc == 0 || (rc == MODEL_EFATAL && c->pass_rc != MODEL_EFATAL))
-        snprintf(c->err, sizeof(c->err), "%s:%d: %s: %s: %s", file, line, call,
-                 cl->GetStatusName(st), cl->GetStatusString(st));
-    if (rc < c->pass_rc || c->pass_rc == 0) c->pass_rc = rc;
-    if (rc == MODEL_EFATAL) c->fatal = 1;
-    return rc;
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s:%d: %s: %s: %s", file, line, call, cl->GetStatusName(st),
+             cl->GetStatusString(st));
+    return cx_record(c, rc, msg);
 }
 
 int lt_load(struct lt_api *cl, char *errstr, size_t errstr_size)
@@ -147,7 +145,9 @@ static int plan_query(struct cuda_ctx *c, struct lt_plan *p, cublasLtEpilogue_t 
     int n = 0;
     cublasStatus_t st = cl->MatmulAlgoGetHeuristic(c->lt, p->desc, p->lay[0], p->lay[1],
                                                    p->lay[2], p->lay[2], c->pref, 1, &h, &n);
-    if (st != CUBLAS_STATUS_NOT_SUPPORTED && (rc = CXLT(c, st)) < 0) return rc;
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED &&
+        (rc = cx_lt(c, st, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__)) < 0)
+        return rc;
     *found = st == CUBLAS_STATUS_SUCCESS && n >= 1 && h.state == CUBLAS_STATUS_SUCCESS;
     if (*found) p->algo = h.algo;
     return 0;
