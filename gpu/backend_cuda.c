@@ -34,7 +34,6 @@
  * pass_begin make its device current on that thread). */
 #include "cuda_internal.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,7 +250,8 @@ static size_t cuda_devices(void *bep)
     return ((struct cuda_be *)bep)->n_dev;
 }
 
-/* Memory in use is the device's (every process's), from the driver. */
+/* Memory in use is the device's (every process's), from the driver. The
+ * calling thread's current device is put back (it may be an executor's). */
 static int cuda_device_stats(void *bep, size_t dev, struct model_device_stats *out)
 {
     struct cuda_be *be = bep;
@@ -263,12 +263,15 @@ static int cuda_device_stats(void *bep, size_t dev, struct model_device_stats *o
     out->busy_s = (double)atomic_load(&d->busy_ns) / 1e9;
     out->batches = atomic_load(&d->batches);
     size_t free_b = 0, total_b = 0;
-    if (cudaSetDevice(d->index) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+    int prev = -1;
+    if (cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(d->index) == cudaSuccess &&
+        cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
         out->mem_total = total_b;
         out->mem_used = total_b - free_b;
     } else {
         (void)cudaGetLastError();
     }
+    if (prev >= 0 && prev != d->index) cudaSetDevice(prev);
     return 0;
 }
 
