@@ -130,8 +130,9 @@ test-faults: deps
 # The CUDA backend's tests alone (make test runs them too; without a
 # device they print "skipped: no CUDA device").
 test-gpu: deps
-	$(MAKE) $(B)/kinfer $(B)/tests/test_gpu $(B)/tests/test_gpu_plan
-	KINFER_BIN=$(B)/kinfer tests/run.sh $(B)/tests/test_gpu_plan $(B)/tests/test_gpu
+	$(MAKE) $(B)/kinfer $(B)/tests/test_gpu $(B)/tests/test_gpu_plan $(B)/tests/test_cuda_prims
+	KINFER_BIN=$(B)/kinfer tests/run.sh $(B)/tests/test_gpu_plan $(B)/tests/test_cuda_prims \
+	  $(B)/tests/test_gpu
 
 demo: deps
 	$(MAKE) all
