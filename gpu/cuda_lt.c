@@ -259,6 +259,24 @@ int cuda_gemm(void *cp, const struct bk_gemm *g)
     if (g->bias && (g->bias->type != BK_W_ACT || g->bias->copy != c->copy || g->bias->n < g->n))
         return cx_refuse(c, "gemm: the bias is not [%zu] in the activation type on this "
                          "context's device", g->n);
+    if (g->w && batch > 1) {
+        /* A weight shared by a batch: one GEMM of batch x m rows when the
+         * batch's matrices follow each other, else one GEMM per matrix
+         * (rather than a batch stride of 0, which not every cuBLASLt
+         * algorithm takes). */
+        struct bk_gemm one = *g;
+        one.batch = 1;
+        if (g->stride_a == g->m * lda && g->stride_c == g->m * ldc) {
+            one.m = g->m * batch;
+            return cuda_gemm(c, &one);
+        }
+        for (size_t i = 0; i < batch; i++) {
+            one.a = (const char *)g->a + i * g->stride_a * be->es;
+            one.c = (char *)g->c + i * g->stride_c * be->es;
+            if ((rc = cuda_gemm(c, &one)) < 0) return rc;
+        }
+        return 0;
+    }
     const void *bias = g->bias ? g->bias->p : NULL;
     struct lt_key key;
     memset(&key, 0, sizeof(key));
