@@ -1,7 +1,7 @@
 /* cuda_kernels.h - the CUDA backend's own kernels, behind C launchers that
- * gpu/cuda_prims.c and gpu/backend_cuda.c call: everything but the GEMMs
- * (cuBLASLt does those, gpu/cuda_lt.c, with a bias and some activations
- * fused in its epilogue). Each launcher checks its sizes (returning
+ * gpu/cuda_prims.c, gpu/cuda_lt.c and gpu/backend_cuda.c call: everything
+ * but the GEMMs (cuBLASLt does those, gpu/cuda_lt.c, with a bias and some
+ * activations fused in its epilogue). Each launcher checks its sizes (returning
  * cudaErrorInvalidValue for ones it cannot launch), computes its grid,
  * launches on the given stream and returns cudaGetLastError(), so a bad
  * launch is reported where it happened. Only files in gpu/ include this
