@@ -49,19 +49,20 @@ B ?= build
 else
 B ?= build-$(SANITIZE)
 endif
-# The CUDA backend (gpu/backend_cuda.c and its kernels, gpu/*.cu) compiles
-# wherever nvcc and the runtime exist; elsewhere gpu/cuda_stub.c stands in
-# and says "not built with CUDA". The CPU path never needs CUDA, and only
-# gpu/ files see its headers.
+# The CUDA backend (gpu/backend_cuda.c, gpu/cuda_lt.c, gpu/cuda_prims.c and
+# the kernels, gpu/*.cu) compiles wherever nvcc and the runtime exist;
+# elsewhere gpu/cuda_stub.c stands in and says "not built with CUDA". The
+# CPU path never needs CUDA, and only those gpu/ files see its headers.
 ifneq ($(NVCC),)
 ifeq ($(CUDART_A),)
 $(warning nvcc found ($(NVCC)) but no libcudart_static.a under CUDA_HOME=$(CUDA_HOME); building without CUDA)
 NVCC :=
 endif
 endif
-GPU_SRCS := $(filter-out gpu/backend_cuda.c gpu/cuda_stub.c,$(wildcard gpu/*.c))
+CUDA_C_SRCS := gpu/backend_cuda.c $(filter-out gpu/cuda_stub.c,$(wildcard gpu/cuda_*.c))
+GPU_SRCS := $(filter-out $(CUDA_C_SRCS) gpu/cuda_stub.c,$(wildcard gpu/*.c))
 ifneq ($(NVCC),)
-GPU_SRCS  += gpu/backend_cuda.c
+GPU_SRCS  += $(CUDA_C_SRCS)
 CU_SRCS   := $(wildcard gpu/*.cu)
 CU_OBJS   := $(CU_SRCS:%.cu=$(B)/%.cu.o)
 CUDA_LIBDIR := $(firstword $(dir $(CUDART_A)))
@@ -73,7 +74,7 @@ LDLIBS    += -Wl,-rpath,$(CUDA_LIBDIR) $(CUDART_A) -lstdc++ -ldl -lrt
 CUDA_ARCHS ?= -gencode arch=compute_75,code=compute_75 -gencode arch=compute_80,code=sm_80 \
               -gencode arch=compute_90,code=sm_90
 NVFLAGS   := -O2 -std=c++17 $(CUDA_ARCHS) -Xcompiler -Wall,-Wextra,-fPIC
-$(B)/gpu/backend_cuda.o: CFLAGS += -isystem $(CUDA_HOME)/include
+$(CUDA_C_SRCS:%.c=$(B)/%.o): CFLAGS += -isystem $(CUDA_HOME)/include
 else
 GPU_SRCS  += gpu/cuda_stub.c
 endif
@@ -129,8 +130,9 @@ test-faults: deps
 # The CUDA backend's tests alone (make test runs them too; without a
 # device they print "skipped: no CUDA device").
 test-gpu: deps
-	$(MAKE) $(B)/kinfer $(B)/tests/test_gpu $(B)/tests/test_gpu_plan
-	KINFER_BIN=$(B)/kinfer tests/run.sh $(B)/tests/test_gpu_plan $(B)/tests/test_gpu
+	$(MAKE) $(B)/kinfer $(B)/tests/test_gpu $(B)/tests/test_gpu_plan $(B)/tests/test_cuda_prims
+	KINFER_BIN=$(B)/kinfer tests/run.sh $(B)/tests/test_gpu_plan $(B)/tests/test_cuda_prims \
+	  $(B)/tests/test_gpu
 
 demo: deps
 	$(MAKE) all

@@ -1,17 +1,18 @@
 // cuda_kernels.cu - the CUDA backend's kernels and their C launchers
-// (cuda_kernels.h). Elementwise kernels use a grid-stride loop; row
-// kernels give each row one block and reduce in float32 through warp
-// shuffles and a shared-memory array of the warps' partial results;
-// attention's softmax gives each row one warp (its rows are short and
-// many).
+// (cuda_kernels.h), the primitives of backend.h that are not GEMMs.
+// Elementwise kernels use a grid-stride loop; row kernels give each row
+// one block and reduce in float32 through warp shuffles and a
+// shared-memory array of the warps' partial results; attention's softmax
+// gives each row one warp (its rows are short and many).
 //
 // Each kernel has its CPU twin in gpu/backend_cpu.c (the same formulas:
-// erfc-form gelu, tanh gelu, the overflow-safe sigmoid, two-pass
-// layernorm, the encoder's embeddings, attention and pooling) and
-// tests/test_gpu.c checks them against the float64 reference (layer
-// models) or the CPU backend (encoders).
+// erfc-form gelu, tanh gelu, the overflow-safe sigmoid, silu, two-pass
+// layernorm, rmsnorm, rotate_half rope, embeddings, attention and
+// pooling); tests/test_cuda_prims.c checks each primitive against a
+// float64 reference.
 //
-// Threads: launchers are called by executor threads on their own streams.
+// Threads: launchers are called by executor threads on their own
+// streams; no state.
 #include "cuda_kernels.h"
 
 #include <cuda_bf16.h>
@@ -47,6 +48,11 @@ __device__ __forceinline__ float act_fn(float x, int act)
     }
     case KC_GELU_TANH:  // sqrt(2/pi) = 0.7978845608028654
         return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    case KC_SILU: {  // x sigmoid(x), the overflow-safe sigmoid
+        if (x >= 0.0f) return x / (1.0f + expf(-x));
+        float e = expf(x);
+        return x * e / (1.0f + e);
+    }
     default: return x;
     }
 }
@@ -60,14 +66,15 @@ __global__ void convert_kernel(const T *x, U *y, size_t n)
 }
 
 template <typename T>
-__global__ void bias_act_kernel(T *x, const T *bias, size_t rows, size_t w, int act)
+__global__ void bias_act_kernel(T *x, size_t ldx, const T *bias, size_t rows, size_t w, int act)
 {
     size_t n = rows * w;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float v = ld(x, i);
-        if (bias) v += ld(bias, i % w);
-        st(x, i, act_fn(v, act));
+        size_t r = i / w, c = i % w;
+        float v = ld(x, r * ldx + c);
+        if (bias) v += ld(bias, c);
+        st(x, r * ldx + c, act_fn(v, act));
     }
 }
 
@@ -92,11 +99,12 @@ __device__ float block_reduce(float v, int op, float *shared)
 // written to out, with two-pass float32 statistics over the block (biased
 // variance, as PyTorch). get is called once per element in each pass, so
 // a computed row (a residual sum, the embeddings' sum) is never rounded
-// to the storage type before its statistics; out may be what get reads,
-// since each thread reads and then writes only its own elements. Every
-// thread of the block must call it.
+// to the storage type before its statistics. When sum is not NULL the
+// row get computes is stored there too (a residual sum the caller keeps).
+// out and sum may be what get reads, since each thread reads and then
+// writes only its own elements. Every thread of the block must call it.
 template <typename T, typename Get>
-__device__ void ln_row(T *out, Get get, const float *gamma, const float *beta, float eps,
+__device__ void ln_row(T *out, T *sum, Get get, const float *gamma, const float *beta, float eps,
                        size_t w, float *shared)
 {
     float s = 0.0f;
@@ -109,20 +117,72 @@ __device__ void ln_row(T *out, Get get, const float *gamma, const float *beta, f
     }
     float inv = rsqrtf(block_reduce(q, 0, shared) / (float)w + eps);
     for (size_t i = threadIdx.x; i < w; i += blockDim.x) {
-        float v = (get(i) - mean) * inv;
+        float g = get(i);
+        float v = (g - mean) * inv;
         if (gamma) v *= gamma[i];
         if (beta) v += beta[i];
+        if (sum) st(sum, i, g);
         st(out, i, v);
     }
 }
 
+// y = LayerNorm(x (+ res)); with res and y != x, x keeps the sum.
 template <typename T>
-__global__ void layernorm_kernel(T *x, const float *gamma, const float *beta, float eps,
-                                 size_t w)
+__global__ void layernorm_kernel(T *y, T *x, const T *res, const float *gamma, const float *beta,
+                                 float eps, size_t w)
 {
     __shared__ float shared[kWarps];
-    T *row = x + blockIdx.x * w;
-    ln_row(row, [row](size_t i) { return ld(row, i); }, gamma, beta, eps, w, shared);
+    T *row = x + blockIdx.x * w, *out = y + blockIdx.x * w;
+    if (res) {
+        const T *add = res + blockIdx.x * w;
+        ln_row(out, out == row ? (T *)nullptr : row,
+               [=](size_t i) { return ld(row, i) + ld(add, i); }, gamma, beta, eps, w, shared);
+    } else {
+        ln_row(out, (T *)nullptr, [row](size_t i) { return ld(row, i); }, gamma, beta, eps, w,
+               shared);
+    }
+}
+
+// y = (x (+ res)) / sqrt(mean of squares + eps) * gamma; x keeps the sum
+// as in layernorm_kernel.
+template <typename T>
+__global__ void rmsnorm_kernel(T *y, T *x, const T *res, const float *gamma, float eps, size_t w)
+{
+    __shared__ float shared[kWarps];
+    T *row = x + blockIdx.x * w, *out = y + blockIdx.x * w;
+    const T *add = res ? res + blockIdx.x * w : nullptr;
+    float q = 0.0f;
+    for (size_t i = threadIdx.x; i < w; i += blockDim.x) {
+        float v = ld(row, i) + (add ? ld(add, i) : 0.0f);
+        q += v * v;
+    }
+    float inv = rsqrtf(block_reduce(q, 0, shared) / (float)w + eps);
+    for (size_t i = threadIdx.x; i < w; i += blockDim.x) {
+        float v = ld(row, i) + (add ? ld(add, i) : 0.0f);
+        if (add && out != row) st(row, i, v);
+        st(out, i, v * inv * (gamma ? gamma[i] : 1.0f));
+    }
+}
+
+// One thread per (row, head, pair): the pair (i, i + dh/2) of the head
+// rotates by pos[row] x inv_freq[i]. sincosf, not the fast intrinsics:
+// the angle grows with the position.
+template <typename T>
+__global__ void rope_kernel(T *x, size_t rows, size_t ldx, size_t col, size_t heads, size_t dh,
+                            const uint32_t *pos, const float *inv_freq, size_t total)
+{
+    size_t half = dh / 2;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        size_t i = idx % half, h = idx / half % heads, r = idx / half / heads;
+        T *p = x + r * ldx + col + h * dh;
+        float sn, cs;
+        sincosf((float)pos[r] * inv_freq[i], &sn, &cs);
+        float a = ld(p, i), b = ld(p, i + half);
+        st(p, i, a * cs - b * sn);
+        st(p, i + half, b * cs + a * sn);
+    }
+    (void)rows;
 }
 
 template <typename T>
@@ -154,51 +214,51 @@ __global__ void l2norm_kernel(T *x, size_t w)
     for (size_t i = threadIdx.x; i < w; i += blockDim.x) st(row, i, ld(row, i) * inv);
 }
 
-// ---- text encoders -------------------------------------------------------
+// ---- packed sequences --------------------------------------------------
 
-// One token per block: the three embeddings summed in float32, then the
-// layernorm (gpu/backend_cpu.c's cpu_bert_embed).
+// One token per block: the embeddings summed in float32, then the
+// layernorm, or the sum stored as it is (gpu/backend_cpu.c's embed).
 template <typename T>
-__global__ void embed_kernel(T *x, const T *word, const T *pos, const T *type,
-                             const float *gamma, const float *beta, float eps,
-                             const uint32_t *ids, const uint32_t *types, const uint32_t *seq,
-                             const uint32_t *offsets, size_t w)
+__global__ void embed_kernel(T *x, const T *word, const T *pos, size_t pos_base, const T *type,
+                             int ln, const float *gamma, const float *beta, float eps,
+                             const int32_t *ids, const int32_t *types, const uint32_t *posv,
+                             size_t w)
 {
     __shared__ float shared[kWarps];
     size_t t = blockIdx.x;
     const T *we = word + (size_t)ids[t] * w;
-    const T *pe = pos + (t - offsets[seq[t]]) * w;
-    const T *te = type + (size_t)types[t] * w;
-    ln_row(x + t * w, [=](size_t i) { return ld(we, i) + ld(pe, i) + ld(te, i); }, gamma, beta,
-           eps, w, shared);
-}
-
-template <typename T>
-__global__ void add_layernorm_kernel(T *x, const T *y, const float *gamma, const float *beta,
-                                     float eps, size_t w)
-{
-    __shared__ float shared[kWarps];
-    T *row = x + blockIdx.x * w;
-    const T *add = y + blockIdx.x * w;
-    ln_row(row, [=](size_t i) { return ld(row, i) + ld(add, i); }, gamma, beta, eps, w, shared);
+    const T *pe = pos ? pos + (pos_base + posv[t]) * w : nullptr;
+    const T *te = type ? type + (size_t)(types ? types[t] : 0) * w : nullptr;
+    auto get = [=](size_t i) {
+        return ld(we, i) + (pe ? ld(pe, i) : 0.0f) + (te ? ld(te, i) : 0.0f);
+    };
+    T *row = x + t * w;
+    if (ln) {
+        ln_row(row, (T *)nullptr, get, gamma, beta, eps, w, shared);
+    } else {
+        for (size_t i = threadIdx.x; i < w; i += blockDim.x) st(row, i, get(i));
+    }
 }
 
 // One thread per element of the padded q/k/v (consecutive threads take
 // consecutive elements of a head's row, so reads and writes coalesce).
+// Query head h reads key/value head h / group.
 template <typename T>
-__global__ void attn_gather_kernel(const T *qkv, const uint32_t *offsets, size_t heads, size_t L,
-                                   size_t dh, size_t total, T *q, T *k, T *v)
+__global__ void attn_gather_kernel(const T *qkv, size_t ldq, size_t q_col, size_t k_col,
+                                   size_t v_col, const uint32_t *offsets, size_t heads,
+                                   size_t group, size_t L, size_t dh, size_t total, T *q, T *k,
+                                   T *v)
 {
-    size_t w = heads * dh;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
         size_t d = idx % dh, l = idx / dh % L, b = idx / (dh * L);
         size_t i = b / heads, h = b % heads, o = offsets[i];
         if (l < offsets[i + 1] - o) {
-            const T *src = qkv + (o + l) * 3 * w + h * dh + d;
-            q[idx] = src[0];
-            k[idx] = src[w];
-            v[idx] = src[2 * w];
+            const T *row = qkv + (o + l) * ldq;
+            size_t g = h / group;
+            q[idx] = row[q_col + h * dh + d];
+            k[idx] = row[k_col + g * dh + d];
+            v[idx] = row[v_col + g * dh + d];
         } else {
             st(q, idx, 0.0f);
             st(k, idx, 0.0f);
@@ -218,50 +278,65 @@ __device__ __forceinline__ float warp_reduce(float v, int op)
 }
 
 // One warp per row of scores; a whole warp leaves or stays together, so
-// the shuffles always see all 32 lanes.
+// the shuffles always see all 32 lanes. Key k of query q counts when k <
+// len and, causal, k <= q; its score gains rel[h][clamp(k - q) + span - 1].
 template <typename T>
 __global__ void attn_softmax_kernel(T *scores, const uint32_t *offsets, size_t heads, size_t L,
-                                    size_t rows)
+                                    size_t rows, int causal, const float *rel, size_t span)
 {
     size_t row = blockIdx.x * (size_t)kWarps + (threadIdx.x >> 5);
     unsigned lane = threadIdx.x & 31;
     if (row >= rows) return;
-    size_t q = row % L, i = row / L / heads, len = offsets[i + 1] - offsets[i];
+    size_t q = row % L, h = row / L % heads, i = row / L / heads,
+           len = offsets[i + 1] - offsets[i];
     T *p = scores + row * L;
     if (q >= len) {
         for (size_t k = lane; k < L; k += 32) st(p, k, 0.0f);
         return;
     }
+    size_t end = causal ? q + 1 : len;
+    const float *rb = rel ? rel + h * (2 * span - 1) : nullptr;
+    long long lim = (long long)span - 1;
+    auto score = [=](size_t k) {
+        float v = ld(p, k);
+        if (rb) {
+            long long dist = (long long)k - (long long)q;
+            dist = dist < -lim ? -lim : dist > lim ? lim : dist;
+            v += rb[dist + lim];
+        }
+        return v;
+    };
     float m = -INFINITY;
-    for (size_t k = lane; k < len; k += 32) m = fmaxf(m, ld(p, k));
+    for (size_t k = lane; k < end; k += 32) m = fmaxf(m, score(k));
     m = warp_reduce(m, 1);
     float sum = 0.0f;
-    for (size_t k = lane; k < len; k += 32) sum += expf(ld(p, k) - m);
+    for (size_t k = lane; k < end; k += 32) sum += expf(score(k) - m);
     float inv = 1.0f / warp_reduce(sum, 0);
-    for (size_t k = lane; k < L; k += 32) st(p, k, k < len ? expf(ld(p, k) - m) * inv : 0.0f);
+    for (size_t k = lane; k < L; k += 32) st(p, k, k < end ? expf(score(k) - m) * inv : 0.0f);
 }
 
 template <typename T>
-__global__ void attn_scatter_kernel(const T *ctxp, const uint32_t *seq, const uint32_t *offsets,
-                                    size_t heads, size_t L, size_t dh, size_t total, T *ctx)
+__global__ void attn_scatter_kernel(const T *ctxp, const uint32_t *seq, const uint32_t *pos,
+                                    size_t heads, size_t L, size_t dh, size_t total, T *out,
+                                    size_t ldo)
 {
     size_t w = heads * dh;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
-        size_t t = idx / w, c = idx % w, i = seq[t], l = t - offsets[i];
-        ctx[idx] = ctxp[((i * heads + c / dh) * L + l) * dh + c % dh];
+        size_t t = idx / w, c = idx % w, i = seq[t], l = pos[t];
+        out[t * ldo + c] = ctxp[((i * heads + c / dh) * L + l) * dh + c % dh];
     }
 }
 
 // One sequence per block, one column per thread (gpu/backend_cpu.c's
-// cpu_bert_pool).
+// pool).
 template <typename T, typename U>
 __global__ void pool_kernel(const T *x, const uint32_t *offsets, size_t w, int mode, U *y)
 {
     size_t i = blockIdx.x, o = offsets[i], len = offsets[i + 1] - o;
     const T *first = x + o * w;
     for (size_t c = threadIdx.x; c < w; c += blockDim.x) {
-        float v = ld(first, c);
+        float v = ld(first, mode == KC_POOL_LAST ? (len - 1) * w + c : c);
         if (mode == KC_POOL_MAX) {
             for (size_t t = 1; t < len; t++) v = fmaxf(v, ld(first, t * w + c));
         } else if (mode == KC_POOL_MEAN) {
@@ -327,23 +402,51 @@ extern "C" cudaError_t kc_to_f32(cudaStream_t s, enum kc_type t, const void *x, 
     });
 }
 
-extern "C" cudaError_t kc_bias_act(cudaStream_t s, enum kc_type t, void *x, const void *bias,
-                                   size_t rows, size_t w, enum kc_act act)
+extern "C" cudaError_t kc_bias_act(cudaStream_t s, enum kc_type t, void *x, size_t ld,
+                                   const void *bias, size_t rows, size_t w, enum kc_act act)
 {
     size_t n = rows * w;
     if (n == 0) return cudaSuccess;
+    if (ld < w) return cudaErrorInvalidValue;
     return with_type(t, [&](auto *p) {
-        bias_act_kernel<<<blocks_for(n), kThreads, 0, s>>>((KC_T(p) *)x, (const KC_T(p) *)bias,
+        bias_act_kernel<<<blocks_for(n), kThreads, 0, s>>>((KC_T(p) *)x, ld, (const KC_T(p) *)bias,
                                                            rows, w, (int)act);
     });
 }
 
-extern "C" cudaError_t kc_layernorm(cudaStream_t s, enum kc_type t, void *x, const float *gamma,
-                                    const float *beta, float eps, size_t rows, size_t w)
+extern "C" cudaError_t kc_layernorm(cudaStream_t s, enum kc_type t, void *y, void *x,
+                                    const void *res, const float *gamma, const float *beta,
+                                    float eps, size_t rows, size_t w)
 {
     if (!rows_ok(rows) || w == 0) return cudaErrorInvalidValue;
     return with_type(t, [&](auto *p) {
-        layernorm_kernel<<<(unsigned)rows, kThreads, 0, s>>>((KC_T(p) *)x, gamma, beta, eps, w);
+        using T = KC_T(p);
+        layernorm_kernel<<<(unsigned)rows, kThreads, 0, s>>>((T *)y, (T *)x, (const T *)res,
+                                                             gamma, beta, eps, w);
+    });
+}
+
+extern "C" cudaError_t kc_rmsnorm(cudaStream_t s, enum kc_type t, void *y, void *x,
+                                  const void *res, const float *gamma, float eps, size_t rows,
+                                  size_t w)
+{
+    if (!rows_ok(rows) || w == 0) return cudaErrorInvalidValue;
+    return with_type(t, [&](auto *p) {
+        using T = KC_T(p);
+        rmsnorm_kernel<<<(unsigned)rows, kThreads, 0, s>>>((T *)y, (T *)x, (const T *)res, gamma,
+                                                           eps, w);
+    });
+}
+
+extern "C" cudaError_t kc_rope(cudaStream_t s, enum kc_type t, void *x, size_t rows, size_t ld,
+                               size_t col, size_t heads, size_t dh, const uint32_t *pos,
+                               const float *inv_freq)
+{
+    size_t total = rows * heads * (dh / 2);
+    if (total == 0 || dh % 2) return cudaErrorInvalidValue;
+    return with_type(t, [&](auto *p) {
+        rope_kernel<<<blocks_for(total), kThreads, 0, s>>>((KC_T(p) *)x, rows, ld, col, heads, dh,
+                                                           pos, inv_freq, total);
     });
 }
 
@@ -364,66 +467,58 @@ extern "C" cudaError_t kc_l2norm(cudaStream_t s, enum kc_type t, void *x, size_t
 }
 
 extern "C" cudaError_t kc_embed(cudaStream_t s, enum kc_type t, void *x, const void *word,
-                                const void *pos, const void *type, const float *gamma,
-                                const float *beta, float eps, const uint32_t *ids,
-                                const uint32_t *types, const uint32_t *seq,
-                                const uint32_t *offsets, size_t tokens, size_t w)
+                                const void *pos, size_t pos_base, const void *type, int ln,
+                                const float *gamma, const float *beta, float eps,
+                                const int32_t *ids, const int32_t *types, const uint32_t *posv,
+                                size_t tokens, size_t w)
 {
     if (!rows_ok(tokens) || w == 0) return cudaErrorInvalidValue;
     return with_type(t, [&](auto *p) {
         using T = KC_T(p);
-        embed_kernel<<<(unsigned)tokens, kThreads, 0, s>>>((T *)x, (const T *)word,
-                                                           (const T *)pos, (const T *)type,
-                                                           gamma, beta, eps, ids, types, seq,
-                                                           offsets, w);
+        embed_kernel<<<(unsigned)tokens, kThreads, 0, s>>>(
+            (T *)x, (const T *)word, (const T *)pos, pos_base, (const T *)type, ln, gamma, beta,
+            eps, ids, types, posv, w);
     });
 }
 
-extern "C" cudaError_t kc_add_layernorm(cudaStream_t s, enum kc_type t, void *x, const void *y,
-                                        const float *gamma, const float *beta, float eps,
-                                        size_t rows, size_t w)
-{
-    if (!rows_ok(rows) || w == 0) return cudaErrorInvalidValue;
-    return with_type(t, [&](auto *p) {
-        add_layernorm_kernel<<<(unsigned)rows, kThreads, 0, s>>>((KC_T(p) *)x, (const KC_T(p) *)y,
-                                                                 gamma, beta, eps, w);
-    });
-}
-
-extern "C" cudaError_t kc_attn_gather(cudaStream_t s, enum kc_type t, const void *qkv,
-                                      const uint32_t *offsets, size_t n, size_t heads, size_t L,
-                                      size_t dh, void *q, void *k, void *v)
+extern "C" cudaError_t kc_attn_gather(cudaStream_t s, enum kc_type t, const void *qkv, size_t ld,
+                                      size_t q_col, size_t k_col, size_t v_col,
+                                      const uint32_t *offsets, size_t n, size_t heads,
+                                      size_t kv_heads, size_t L, size_t dh, void *q, void *k,
+                                      void *v)
 {
     size_t total = n * heads * L * dh;
-    if (total == 0) return cudaErrorInvalidValue;
+    if (total == 0 || kv_heads == 0 || heads % kv_heads) return cudaErrorInvalidValue;
     return with_type(t, [&](auto *p) {
         using T = KC_T(p);
         attn_gather_kernel<<<blocks_for(total), kThreads, 0, s>>>(
-            (const T *)qkv, offsets, heads, L, dh, total, (T *)q, (T *)k, (T *)v);
+            (const T *)qkv, ld, q_col, k_col, v_col, offsets, heads, heads / kv_heads, L, dh,
+            total, (T *)q, (T *)k, (T *)v);
     });
 }
 
 extern "C" cudaError_t kc_attn_softmax(cudaStream_t s, enum kc_type t, void *scores,
-                                       const uint32_t *offsets, size_t n, size_t heads, size_t L)
+                                       const uint32_t *offsets, size_t n, size_t heads, size_t L,
+                                       int causal, const float *rel, size_t rel_span)
 {
     size_t rows = n * heads * L, blocks = (rows + kWarps - 1) / kWarps;
-    if (!rows_ok(blocks) || L == 0) return cudaErrorInvalidValue;
+    if (!rows_ok(blocks) || L == 0 || (rel && rel_span == 0)) return cudaErrorInvalidValue;
     return with_type(t, [&](auto *p) {
-        attn_softmax_kernel<<<(unsigned)blocks, kThreads, 0, s>>>((KC_T(p) *)scores, offsets,
-                                                                  heads, L, rows);
+        attn_softmax_kernel<<<(unsigned)blocks, kThreads, 0, s>>>(
+            (KC_T(p) *)scores, offsets, heads, L, rows, causal, rel, rel_span);
     });
 }
 
 extern "C" cudaError_t kc_attn_scatter(cudaStream_t s, enum kc_type t, const void *ctxp,
-                                       const uint32_t *seq, const uint32_t *offsets,
-                                       size_t tokens, size_t heads, size_t L, size_t dh, void *ctx)
+                                       const uint32_t *seq, const uint32_t *pos, size_t tokens,
+                                       size_t heads, size_t L, size_t dh, void *out, size_t ldo)
 {
     size_t total = tokens * heads * dh;
-    if (total == 0 || L == 0) return cudaErrorInvalidValue;
+    if (total == 0 || L == 0 || ldo < heads * dh) return cudaErrorInvalidValue;
     return with_type(t, [&](auto *p) {
         using T = KC_T(p);
-        attn_scatter_kernel<<<blocks_for(total), kThreads, 0, s>>>((const T *)ctxp, seq, offsets,
-                                                                   heads, L, dh, total, (T *)ctx);
+        attn_scatter_kernel<<<blocks_for(total), kThreads, 0, s>>>(
+            (const T *)ctxp, seq, pos, heads, L, dh, total, (T *)out, ldo);
     });
 }
 

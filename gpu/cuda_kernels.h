@@ -1,17 +1,19 @@
 /* cuda_kernels.h - the CUDA backend's own kernels, behind C launchers that
- * gpu/backend_cuda.c calls: everything but the GEMMs (cuBLASLt does those,
- * with the bias and a following ReLU, or an encoder's tanh GELU, fused in
- * its epilogue). Each launcher
- * computes its grid, launches on the given stream and returns
- * cudaGetLastError(), so a bad launch is reported where it happened.
- * Only files in gpu/ include this header (it includes CUDA's).
+ * gpu/cuda_prims.c, gpu/cuda_lt.c and gpu/backend_cuda.c call: everything
+ * but the GEMMs (cuBLASLt does those, gpu/cuda_lt.c, with a bias and some
+ * activations fused in its epilogue). Each launcher checks its sizes (returning
+ * cudaErrorInvalidValue for ones it cannot launch), computes its grid,
+ * launches on the given stream and returns cudaGetLastError(), so a bad
+ * launch is reported where it happened. Only files in gpu/ include this
+ * header (it includes CUDA's).
  *
  * Activations are float32, half or bfloat16 (enum kc_type); every kernel
- * computes in float32 and keeps row statistics (layernorm, softmax,
- * l2norm) in float32, with PyTorch's semantics, as gpu/backend_cpu.c does.
- * Every op works in place on rows x w elements, row-major.
+ * computes in float32 and keeps row statistics (norms, softmax) in
+ * float32, with PyTorch's semantics, as gpu/backend_cpu.c does. Rows are
+ * row-major and dense (w elements apart) unless a leading dimension is
+ * given.
  *
- * Threads: any host thread, on a stream it owns. */
+ * Threads: any host thread, on a stream it owns; no state. */
 #ifndef KINFER_CUDA_KERNELS_H
 #define KINFER_CUDA_KERNELS_H
 
@@ -22,11 +24,12 @@
 enum kc_type { KC_F32 = 0, KC_F16, KC_BF16 };
 
 /* Elementwise activations: relu keeps NaN, gelu is the erf form,
- * gelu_tanh the tanh approximation (hidden_act "gelu_new"). */
-enum kc_act { KC_NONE = 0, KC_RELU, KC_GELU, KC_TANH, KC_SIGMOID, KC_GELU_TANH };
+ * gelu_tanh the tanh approximation (hidden_act "gelu_new"), silu x
+ * sigmoid(x). */
+enum kc_act { KC_NONE = 0, KC_RELU, KC_GELU, KC_TANH, KC_SIGMOID, KC_GELU_TANH, KC_SILU };
 
-/* How an encoder's pooling reduces a sequence's tokens. */
-enum kc_pool { KC_POOL_CLS = 0, KC_POOL_MEAN, KC_POOL_MAX };
+/* How pool reduces a sequence's tokens to one row. */
+enum kc_pool { KC_POOL_FIRST = 0, KC_POOL_MEAN, KC_POOL_MAX, KC_POOL_LAST };
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,15 +40,24 @@ extern "C" {
 cudaError_t kc_from_f32(cudaStream_t s, enum kc_type t, const float *x, void *y, size_t n);
 cudaError_t kc_to_f32(cudaStream_t s, enum kc_type t, const void *x, float *y, size_t n);
 
-/* x = act(x + bias) over rows x w elements of type t; bias (w elements of
- * type t) may be NULL. */
-cudaError_t kc_bias_act(cudaStream_t s, enum kc_type t, void *x, const void *bias, size_t rows,
-                        size_t w, enum kc_act act);
+/* x = act(x + bias) over rows x w elements of type t, rows ld elements
+ * apart (ld >= w); bias (w elements of type t) may be NULL. */
+cudaError_t kc_bias_act(cudaStream_t s, enum kc_type t, void *x, size_t ld, const void *bias,
+                        size_t rows, size_t w, enum kc_act act);
 
-/* Layernorm of each row (biased variance, float32 statistics); gamma and
- * beta are float32 (w each) or NULL for ones and zeros. */
-cudaError_t kc_layernorm(cudaStream_t s, enum kc_type t, void *x, const float *gamma,
-                         const float *beta, float eps, size_t rows, size_t w);
+/* y = LayerNorm(x) of each row (biased variance, two-pass float32
+ * statistics); with res (rows x w of type t), x += res first and x keeps
+ * the sum (rounded to t) while y is normalized from the float32 sum.
+ * gamma and beta are float32 (w each) or NULL for ones and zeros. y may
+ * be x (then x ends normalized). */
+cudaError_t kc_layernorm(cudaStream_t s, enum kc_type t, void *y, void *x, const void *res,
+                         const float *gamma, const float *beta, float eps, size_t rows,
+                         size_t w);
+
+/* y = x / sqrt(mean(x^2) + eps) * gamma of each row; res, gamma (NULL:
+ * ones) and aliasing as kc_layernorm. */
+cudaError_t kc_rmsnorm(cudaStream_t s, enum kc_type t, void *y, void *x, const void *res,
+                       const float *gamma, float eps, size_t rows, size_t w);
 
 /* Softmax of each row, shifted by its max. */
 cudaError_t kc_softmax(cudaStream_t s, enum kc_type t, void *x, size_t rows, size_t w);
@@ -53,56 +65,65 @@ cudaError_t kc_softmax(cudaStream_t s, enum kc_type t, void *x, size_t rows, siz
 /* x / max(||x||_2, 1e-12) of each row, as F.normalize. */
 cudaError_t kc_l2norm(cudaStream_t s, enum kc_type t, void *x, size_t rows, size_t w);
 
-/* ---- text encoders ----------------------------------------------------
+/* Rotary embedding in place: for each of rows rows of x (ld elements
+ * apart), heads heads of dh values starting at column col, the pairs (i,
+ * i + dh/2), i < dh/2, rotate by the angle pos[row] x inv_freq[i]
+ * (float32, dh/2 values): Llama's rotate_half. dh must be even. */
+cudaError_t kc_rope(cudaStream_t s, enum kc_type t, void *x, size_t rows, size_t ld, size_t col,
+                    size_t heads, size_t dh, const uint32_t *pos, const float *inv_freq);
+
+/* ---- packed sequences ------------------------------------------------
  * A batch of n sequences is packed: T tokens in all, sequence i being
- * tokens offsets[i] .. offsets[i+1] (offsets: n + 1 entries, device
- * memory), and seq[t] the sequence token t belongs to. Token rows are
- * row-major [T, w]. Attention runs padded: L is at least the batch's
- * longest sequence (the backend rounds it up for alignment), and a padded
- * tensor is [n, heads, L, dh] (dh = w / heads), sequence-major then
- * head-major, its rows past a sequence's length zero.
- * Every index was checked on the host (gpu/model.c): ids below the
- * vocabulary, type ids below the type vocabulary, lengths 1..L. */
+ * tokens offsets[i] .. offsets[i+1]-1 (offsets: n + 1 entries, device
+ * memory), seq[t] the sequence token t belongs to and pos[t] its position
+ * in it. Token rows are row-major. Attention runs padded: L is at least
+ * the batch's longest sequence (the backend rounds it up for alignment),
+ * and a padded tensor is [n, heads, L, dh], sequence-major then
+ * head-major, its rows past a sequence's length zero. Every index was
+ * checked on the host: ids below the vocabulary, type ids below the type
+ * vocabulary, lengths 1..L, positions inside the position table. */
 
-/* x[t] = LayerNorm(word[ids[t]] + pos[t - offsets[seq[t]]] + type[types[t]])
- * for every token (positions restart at 0 per sequence); the tables are
- * [*, w] of type t, gamma and beta float32 (or NULL). The sum is kept in
- * float32 for the statistics, never rounded before them. */
+/* x[t] = word[ids[t]] + pos[pos_base + posv[t]] + type[types[t]] for every
+ * token (pos or type NULL: left out; types NULL: type 0), then, when ln,
+ * LayerNorm with gamma and beta (float32, or NULL), the sum kept in
+ * float32 until normalized. Tables [*, w] of type t. */
 cudaError_t kc_embed(cudaStream_t s, enum kc_type t, void *x, const void *word, const void *pos,
-                     const void *type, const float *gamma, const float *beta, float eps,
-                     const uint32_t *ids, const uint32_t *types, const uint32_t *seq,
-                     const uint32_t *offsets, size_t tokens, size_t w);
+                     size_t pos_base, const void *type, int ln, const float *gamma,
+                     const float *beta, float eps, const int32_t *ids, const int32_t *types,
+                     const uint32_t *posv, size_t tokens, size_t w);
 
-/* x = LayerNorm(x + y) of each row, in place: the residual sum in float32,
- * as kc_layernorm's statistics. */
-cudaError_t kc_add_layernorm(cudaStream_t s, enum kc_type t, void *x, const void *y,
-                             const float *gamma, const float *beta, float eps, size_t rows,
-                             size_t w);
-
-/* Packed projections qkv [T, 3w] (query, key, value side by side, as the
- * stacked [3w, w] weight makes them) into the padded q, k and v, each
- * [n, heads, L, dh]; padding rows are written as zeros. */
-cudaError_t kc_attn_gather(cudaStream_t s, enum kc_type t, const void *qkv,
-                           const uint32_t *offsets, size_t n, size_t heads, size_t L, size_t dh,
+/* Packed rows of qkv (ld elements apart; query head h at column q_col + h
+ * dh, key and value head g at k_col + g dh and v_col + g dh) into the
+ * padded q, k and v, each [n, heads, L, dh]: the key and value of query
+ * head h are those of head h / (heads / kv_heads) (grouped-query
+ * attention). Padding rows are written as zeros. */
+cudaError_t kc_attn_gather(cudaStream_t s, enum kc_type t, const void *qkv, size_t ld,
+                           size_t q_col, size_t k_col, size_t v_col, const uint32_t *offsets,
+                           size_t n, size_t heads, size_t kv_heads, size_t L, size_t dh,
                            void *q, void *k, void *v);
 
 /* Softmax of each row of the scores [n, heads, L, L] (query-major) over
- * the keys of its own sequence: keys past the sequence's length get
- * probability 0, and the rows of padding queries are all 0. Float32
- * statistics, shifted by the row's max; one warp per row. */
+ * the keys of its own sequence (and, when causal, only those at or
+ * before the query's position); rel, when not NULL, is a float32 table
+ * [heads, 2 rel_span - 1] whose entry (j - i) + rel_span - 1 (the
+ * distance clamped to +-(rel_span - 1)) is added to the score of query i
+ * and key j first. Keys left out get probability 0; rows of padding
+ * queries are all 0. Float32 statistics, shifted by the row's max; one
+ * warp per row. */
 cudaError_t kc_attn_softmax(cudaStream_t s, enum kc_type t, void *scores,
-                            const uint32_t *offsets, size_t n, size_t heads, size_t L);
+                            const uint32_t *offsets, size_t n, size_t heads, size_t L,
+                            int causal, const float *rel, size_t rel_span);
 
-/* The padded context ctxp [n, heads, L, dh] back into packed rows ctx
- * [T, heads x dh] (token t of sequence seq[t] at position
- * t - offsets[seq[t]]). */
+/* The padded context ctxp [n, heads, L, dh] back into packed rows of out
+ * (ldo elements apart, heads x dh columns): token t of sequence seq[t] at
+ * position pos[t]. */
 cudaError_t kc_attn_scatter(cudaStream_t s, enum kc_type t, const void *ctxp,
-                            const uint32_t *seq, const uint32_t *offsets, size_t tokens,
-                            size_t heads, size_t L, size_t dh, void *ctx);
+                            const uint32_t *seq, const uint32_t *pos, size_t tokens,
+                            size_t heads, size_t L, size_t dh, void *out, size_t ldo);
 
-/* One row per sequence from its own tokens of x [T, w]: the first (cls),
- * the mean or the elementwise max, into y [n, w], float32 when y_f32, else
- * of type t. Sums in float32. */
+/* One row per sequence from its own tokens of x [T, w]: the first, the
+ * mean, the elementwise max or the last, into y [n, w], float32 when
+ * y_f32, else of type t. Sums in float32. */
 cudaError_t kc_pool(cudaStream_t s, enum kc_type t, const void *x, const uint32_t *offsets,
                     size_t n, size_t w, enum kc_pool mode, void *y, int y_f32);
 

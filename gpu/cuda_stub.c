@@ -1,10 +1,10 @@
 /* cuda_stub.c - the CUDA backend of a build without CUDA (no nvcc or no
  * CUDA runtime at build time; the Makefile compiles this file instead of
- * backend_cuda.c and its kernels). It finds no device and refuses to open,
- * saying why, so `worker.backend = "auto"` falls back to the CPU and
- * "cuda" fails with a clear message; callers need no #ifdef. Since open
- * never succeeds, nothing else of the table is ever called: those entries
- * are NULL.
+ * gpu/backend_cuda.c, gpu/cuda_lt.c, gpu/cuda_prims.c and the kernels). It
+ * finds no device and refuses to open, saying why, so `worker.backend =
+ * "auto"` falls back to the CPU and "cuda" fails with a clear message;
+ * callers need no #ifdef. Every other entry needs an open backend, so it
+ * is left NULL: nothing can reach it.
  *
  * Threads: any; no state. */
 #include "backend.h"
@@ -23,10 +23,15 @@ static void *stub_open(const struct model_runtime_conf *c, char *desc, size_t de
                        char *errstr, size_t errstr_size)
 {
     (void)c;
-    (void)desc;
-    (void)desc_size;
+    if (desc && desc_size) desc[0] = '\0';
     snprintf(errstr, errstr_size, "%s", NOT_BUILT);
     return NULL;
+}
+
+/* Never reached (open fails); there so a caller's cleanup path may call it. */
+static void stub_close(void *be)
+{
+    (void)be;
 }
 
 const struct backend_ops backend_cuda = {
@@ -34,4 +39,5 @@ const struct backend_ops backend_cuda = {
     .compiled_in = 0,
     .probe = stub_probe,
     .open = stub_open,
+    .close = stub_close,
 };

@@ -118,29 +118,51 @@ int plan_convert(const struct st_tensor *t, enum model_precision p, void *dst)
     return 0;
 }
 
-/* A linear scan: PLAN_SHAPE_SLOTS entries, once per batch. */
-enum plan_shape_action plan_shape_use(struct plan_shapes *t, struct plan_shape key, size_t *slot,
-                                      int *evict)
+uint64_t plan_key_hash(const void *key, size_t len)
+{
+    const unsigned char *p = key;
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* A linear scan: PLAN_SHAPE_SLOTS entries, once per pass. */
+enum plan_shape_action plan_shape_use(struct plan_shapes *t, const void *key, size_t len,
+                                      size_t *slot, int *evict)
 {
     *evict = 0;
+    *slot = PLAN_SHAPE_SLOTS;
+    if (len == 0 || len > PLAN_KEY_MAX) return PLAN_SHAPE_EAGER;
+    uint64_t h = plan_key_hash(key, len);
     t->tick++;
     size_t victim = 0;
     for (size_t i = 0; i < PLAN_SHAPE_SLOTS; i++) {
-        if (t->slot[i].last && t->slot[i].key.n == key.n && t->slot[i].key.tokens == key.tokens &&
-            t->slot[i].key.len == key.len) {
+        if (t->slot[i].last && t->slot[i].hash == h && t->slot[i].len == len &&
+            memcmp(t->slot[i].key, key, len) == 0) {
             t->slot[i].last = t->tick;
             t->slot[i].seen++;
             *slot = i;
             if (t->slot[i].graph) return PLAN_SHAPE_GRAPH;
+            if (t->slot[i].refused) return PLAN_SHAPE_EAGER;
             return t->slot[i].seen >= 2 ? PLAN_SHAPE_CAPTURE : PLAN_SHAPE_EAGER;
         }
         if (t->slot[i].last < t->slot[victim].last) victim = i; /* free (0) or older */
     }
     *evict = t->slot[victim].graph;
-    t->slot[victim].key = key;
+    memcpy(t->slot[victim].key, key, len);
+    t->slot[victim].len = len;
+    t->slot[victim].hash = h;
     t->slot[victim].last = t->tick;
     t->slot[victim].seen = 1;
     t->slot[victim].graph = 0;
+    t->slot[victim].refused = 0;
     *slot = victim;
     return PLAN_SHAPE_EAGER;
+}
+
+void plan_shape_refuse(struct plan_shapes *t, size_t slot)
+{
+    if (slot >= PLAN_SHAPE_SLOTS) return;
+    t->slot[slot].refused = 1;
+    t->slot[slot].graph = 0;
 }

@@ -4,10 +4,10 @@
  * to, which device an executor's workspace lives on, and each weight's
  * bytes in the chosen precision (F16/BF16 weights are taken as they are
  * when the precision matches, never round-tripped through float32), and
- * which encoder batch shapes keep a captured graph.
+ * which pass keys keep a captured graph.
  *
  * Threads: any; no state but a struct plan_shapes, which is one
- * workspace's. */
+ * context's. */
 #ifndef KINFER_PLAN_H
 #define KINFER_PLAN_H
 
@@ -56,43 +56,55 @@ int plan_convert(const struct st_tensor *t, enum model_precision p, void *dst);
  * precision). Returns 0, or -1 when t's dtype is not loadable. */
 int plan_convert_f32(const struct st_tensor *t, float *dst);
 
-/* ---- encoder graphs -------------------------------------------------- */
+/* ---- graphs ----------------------------------------------------------- */
 
-/* An encoder batch's shape as a captured graph fixes it: sequences,
- * tokens, and the padded length attention runs at. */
-struct plan_shape {
-    size_t n, tokens, len;
-};
+/* A pass's shape key is opaque bytes from the caller (backend.h's
+ * graph_begin): every host value its calls depend on (sizes, the padded
+ * length attention runs at, which buffers it uses). Keys of up to
+ * PLAN_KEY_MAX bytes are remembered. */
+#define PLAN_KEY_MAX 64
+#define PLAN_SHAPE_SLOTS 32 /* keys (and graphs) one context remembers */
 
-#define PLAN_SHAPE_SLOTS 32 /* shapes (and graphs) one workspace remembers */
-
-/* The shapes one workspace has seen lately, and which of them have a
- * graph. Zero it to start. */
+/* The keys one context has seen lately, and which of them have a graph.
+ * Zero it to start. */
 struct plan_shapes {
     struct {
-        struct plan_shape key;
+        unsigned char key[PLAN_KEY_MAX];
+        size_t len;
+        uint64_t hash;      /* plan_key_hash of key */
         uint64_t last;      /* tick of its last use; 0 = a free slot */
-        unsigned seen;      /* batches of this shape since it took the slot */
+        unsigned seen;      /* passes of this key since it took the slot */
         int graph;          /* the caller holds a graph for this slot */
+        int refused;        /* its capture failed: it runs eagerly from now on */
     } slot[PLAN_SHAPE_SLOTS];
     uint64_t tick;
 };
 
-/* What to do with a batch of a shape. */
+/* What to do with a pass of a key. */
 enum plan_shape_action {
     PLAN_SHAPE_EAGER = 0, /* run its calls one by one */
     PLAN_SHAPE_CAPTURE,   /* capture them into slot's graph, then launch it */
     PLAN_SHAPE_GRAPH,     /* launch slot's graph */
 };
 
-/* A batch of shape key: a shape with a graph replays it; one seen for
- * the second time while it holds its slot is captured (a shape seen once
- * may never come back, and capturing costs more than a run); others run
- * eagerly. A new shape takes a free slot, else the least recently used
- * one: *evict is then set when that slot's graph must be destroyed first.
- * *slot gets the slot (for CAPTURE and GRAPH). After a successful
- * capture the caller sets t->slot[*slot].graph = 1. */
-enum plan_shape_action plan_shape_use(struct plan_shapes *t, struct plan_shape key, size_t *slot,
-                                      int *evict);
+/* FNV-1a of len bytes at key: the slots are compared by hash, then by
+ * bytes. */
+uint64_t plan_key_hash(const void *key, size_t len);
+
+/* A pass of key (len bytes, 1..PLAN_KEY_MAX): a key with a graph replays
+ * it; one seen for the second time while it holds its slot is captured (a
+ * key seen once may never come back, and capturing costs more than a
+ * run), unless its capture failed before; others run eagerly. A new key
+ * takes a free slot, else the least recently used one: *evict is then set
+ * when that slot's graph must be destroyed first. *slot gets the slot.
+ * After a successful capture the caller sets t->slot[*slot].graph = 1,
+ * after a failed one calls plan_shape_refuse. A len of 0 or over
+ * PLAN_KEY_MAX runs eagerly and takes no slot (*slot = PLAN_SHAPE_SLOTS). */
+enum plan_shape_action plan_shape_use(struct plan_shapes *t, const void *key, size_t len,
+                                      size_t *slot, int *evict);
+
+/* The capture of slot's key failed: it is not tried again while the key
+ * keeps its slot. */
+void plan_shape_refuse(struct plan_shapes *t, size_t slot);
 
 #endif

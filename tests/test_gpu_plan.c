@@ -211,8 +211,20 @@ static void test_convert(void **state)
 }
 
 /* Precision names round-trip and unknown ones are refused. */
+/* A shape key as a caller would make one: plain sizes. */
+struct tkey {
+    uint64_t n, tokens, len;
+};
+
+static enum plan_shape_action use(struct plan_shapes *t, struct tkey k, size_t *slot, int *evict)
+{
+    return plan_shape_use(t, &k, sizeof(k), slot, evict);
+}
+
 /* plan_shape_use: once eager, twice captured, then replayed; the least
- * recently used shape gives its slot up, its graph with it. */
+ * recently used key gives its slot up, its graph with it; a key whose
+ * capture failed runs eagerly; keys are compared by their bytes and
+ * length. */
 static void test_shapes(void **state)
 {
     (void)state;
@@ -220,53 +232,70 @@ static void test_shapes(void **state)
     memset(&t, 0, sizeof(t));
     size_t slot, a_slot;
     int evict;
-    struct plan_shape a = {4, 100, 32}, b = {4, 101, 32};
-    assert_int_equal(plan_shape_use(&t, a, &a_slot, &evict), PLAN_SHAPE_EAGER);
+    struct tkey a = {4, 100, 32}, b = {4, 101, 32};
+    assert_int_equal(use(&t, a, &a_slot, &evict), PLAN_SHAPE_EAGER);
     assert_false(evict);
-    assert_int_equal(plan_shape_use(&t, b, &slot, &evict), PLAN_SHAPE_EAGER);
+    assert_int_equal(use(&t, b, &slot, &evict), PLAN_SHAPE_EAGER);
     assert_int_not_equal(slot, a_slot);
-    assert_int_equal(plan_shape_use(&t, a, &slot, &evict), PLAN_SHAPE_CAPTURE);
+    assert_int_equal(use(&t, a, &slot, &evict), PLAN_SHAPE_CAPTURE);
     assert_int_equal(slot, a_slot);
-    /* a failed capture leaves no graph: the next one tries again */
-    assert_int_equal(plan_shape_use(&t, a, &slot, &evict), PLAN_SHAPE_CAPTURE);
+    /* a capture that was not finished leaves no graph: the next one tries again */
+    assert_int_equal(use(&t, a, &slot, &evict), PLAN_SHAPE_CAPTURE);
     t.slot[slot].graph = 1;
     for (int i = 0; i < 5; i++) {
-        assert_int_equal(plan_shape_use(&t, a, &slot, &evict), PLAN_SHAPE_GRAPH);
+        assert_int_equal(use(&t, a, &slot, &evict), PLAN_SHAPE_GRAPH);
         assert_int_equal(slot, a_slot);
         assert_false(evict);
     }
-    /* every field of the shape counts */
-    struct plan_shape c[3] = {{5, 100, 32}, {4, 100, 40}, {4, 99, 32}};
+    /* every byte of the key counts, and its length */
+    struct tkey c[3] = {{5, 100, 32}, {4, 100, 40}, {4, 99, 32}};
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(plan_shape_use(&t, c[i], &slot, &evict), PLAN_SHAPE_EAGER);
+        assert_int_equal(use(&t, c[i], &slot, &evict), PLAN_SHAPE_EAGER);
         assert_int_not_equal(slot, a_slot);
     }
-    /* Fill every slot with new shapes while using a now and then: b (used
-     * least recently) goes first, a (with its graph) stays. */
-    size_t taken = 0;
+    assert_int_equal(plan_shape_use(&t, &a, sizeof(a) - 1, &slot, &evict), PLAN_SHAPE_EAGER);
+    assert_int_not_equal(slot, a_slot);
+    /* a failed capture: eager from then on, while the key keeps its slot */
+    struct tkey r = {9, 9, 9};
+    size_t r_slot;
+    assert_int_equal(use(&t, r, &r_slot, &evict), PLAN_SHAPE_EAGER);
+    assert_int_equal(use(&t, r, &slot, &evict), PLAN_SHAPE_CAPTURE);
+    plan_shape_refuse(&t, slot);
+    for (int i = 0; i < 3; i++) assert_int_equal(use(&t, r, &slot, &evict), PLAN_SHAPE_EAGER);
+    /* keys too long or empty take no slot */
+    unsigned char big[PLAN_KEY_MAX + 1] = {0};
+    assert_int_equal(plan_shape_use(&t, big, sizeof(big), &slot, &evict), PLAN_SHAPE_EAGER);
+    assert_int_equal(slot, PLAN_SHAPE_SLOTS);
+    assert_int_equal(plan_shape_use(&t, big, 0, &slot, &evict), PLAN_SHAPE_EAGER);
+    assert_int_equal(slot, PLAN_SHAPE_SLOTS);
+    assert_int_equal(plan_shape_use(&t, big, PLAN_KEY_MAX, &slot, &evict), PLAN_SHAPE_EAGER);
+    assert_true(slot < PLAN_SHAPE_SLOTS);
+    /* Fill every slot with new keys while using a now and then: the
+     * others go first, a (with its graph) stays. */
     for (size_t i = 0; i < PLAN_SHAPE_SLOTS; i++) {
-        struct plan_shape n = {1, 1000 + i, 8};
-        plan_shape_use(&t, n, &slot, &evict);
+        struct tkey n = {1, 1000 + i, 8};
+        use(&t, n, &slot, &evict);
         assert_false(evict);
-        taken++;
-        assert_int_equal(plan_shape_use(&t, a, &slot, &evict), PLAN_SHAPE_GRAPH);
+        assert_int_equal(use(&t, a, &slot, &evict), PLAN_SHAPE_GRAPH);
     }
-    assert_int_equal(plan_shape_use(&t, b, &slot, &evict), PLAN_SHAPE_EAGER); /* forgotten */
-    assert_true(taken == PLAN_SHAPE_SLOTS);
-    /* Now a and b hold two slots, the other 30 older shapes the rest:
-     * 30 new ones replace those, and the next new one evicts a (now the
+    assert_int_equal(use(&t, b, &slot, &evict), PLAN_SHAPE_EAGER); /* forgotten */
+    /* Now a and b hold two slots, the other 30 older keys the rest: 30
+     * new ones replace those, and the next new one evicts a (now the
      * least recently used), graph and all. */
     for (size_t i = 0; i + 2 < PLAN_SHAPE_SLOTS; i++) {
-        struct plan_shape n = {2, 5000 + i, 8};
-        plan_shape_use(&t, n, &slot, &evict);
+        struct tkey n = {2, 5000 + i, 8};
+        use(&t, n, &slot, &evict);
         assert_false(evict);
     }
-    struct plan_shape last = {3, 7, 8};
-    assert_int_equal(plan_shape_use(&t, last, &slot, &evict), PLAN_SHAPE_EAGER);
+    struct tkey last = {3, 7, 8};
+    assert_int_equal(use(&t, last, &slot, &evict), PLAN_SHAPE_EAGER);
     assert_true(evict);
     assert_int_equal(slot, a_slot);
     assert_false(t.slot[slot].graph);
-    assert_int_equal(plan_shape_use(&t, a, &slot, &evict), PLAN_SHAPE_EAGER);
+    assert_int_equal(use(&t, a, &slot, &evict), PLAN_SHAPE_EAGER);
+    /* the hash is FNV-1a */
+    assert_true(plan_key_hash("", 0) == 14695981039346656037ull);
+    assert_true(plan_key_hash("a", 1) == 0xaf63dc4c8601ec8cull);
 }
 
 static void test_precision_names(void **state)
