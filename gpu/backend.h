@@ -3,8 +3,8 @@
  * gpu/arch.c) are written once against these primitives; gpu/model.c is
  * the runtime that loads them and runs their passes. Each backend is a
  * file (or a few) of its own: backend_cpu.c (OpenBLAS and loops),
- * backend_cuda*.c with their kernels (cuBLASLt), or cuda_stub.c in a build
- * without CUDA. Nothing outside gpu/ includes this header.
+ * backend_cuda.c, cuda_lt.c and cuda_prims.c with their kernels
+ * (cuBLASLt), or cuda_stub.c in a build without CUDA. Nothing outside gpu/ includes this header.
  *
  * Memory. A backend owns three kinds of memory, all behind its handles:
  *  - weights, uploaded once per device (weight_new), read-only after;
@@ -229,8 +229,10 @@ struct backend_ops {
                  const struct bk_weight *pos, size_t pos_base, const struct bk_weight *type,
                  int ln, const struct bk_weight *g, const struct bk_weight *b, float eps,
                  size_t w);
-    /* Bytes of scratch attention needs for up to max_rows sequences of
-     * max_tokens tokens in all, none longer than max_len. */
+    /* Bytes of scratch attention needs for up to max_rows sequences, none
+     * longer than max_len, in batches whose sequences times the longest
+     * are at most max_tokens (model_encode refuses other batches, so a
+     * backend that pads to the longest never holds more than that). */
     size_t (*attention_scratch)(void *be, size_t max_rows, size_t max_tokens, size_t max_len,
                                 size_t heads, size_t dh);
     int (*attention)(void *c, const struct bk_attention *a);

@@ -143,7 +143,7 @@ size_t cuda_attention_scratch(void *bep, size_t max_rows, size_t max_tokens, siz
     const struct cuda_be *be = bep;
     size_t most = 0, nmax = max_rows < max_tokens ? max_rows : max_tokens;
     for (size_t n = 1; n <= nmax; n++) {
-        size_t longest = max_tokens - (n - 1);
+        size_t longest = max_tokens / n; /* the runtime keeps n x longest <= max_tokens */
         if (longest > max_len) longest = max_len;
         if (longest == 0) break;
         size_t b = attn_bytes(be->es, n, round_up(longest, ATTN_ALIGN), heads, dh);
