@@ -22,7 +22,7 @@
  * Unicode: categories, canonical decomposition and lowercasing come from
  * libutf8proc. The reference classifies characters with older tables
  * (categories as of Unicode 8) and lowercases with newer ones (Unicode 16),
- * so a short table in wordpiece.c records the code points where the two
+ * so a short table in unicode.c records the code points where the two
  * disagree; tests/test_wordpiece.c checks every code point against the
  * reference's own answers (tests/data/wordpiece/unicode.tsv).
  *
