@@ -104,6 +104,7 @@ void wp_destroy(struct wp_tokenizer *t)
     free(t->slot_hash);
     free(t->tn);
     free(t->te);
+    free(t->special);
     free(t);
 }
 
@@ -626,4 +627,76 @@ const char *wp_normalize(const struct wp_tokenizer *t, struct wp_scratch *s, con
     }
     *out_len = s->norm_n;
     return s->norm;
+}
+
+/* ---- decoding ------------------------------------------------------------------ */
+
+/* The reference decoder's cleanup, one replacement after another, each
+ * over the whole piece left to right; every one shortens or keeps the
+ * length, so it runs in place. Returns the new length. */
+static size_t wp_cleanup(char *p, size_t n)
+{
+    static const struct {
+        const char *from, *to;
+    } rep[] = {
+        {" .", "."},       {" ?", "?"},   {" !", "!"},   {" ,", ","},
+        {" ' ", "'"},      {" n't", "n't"}, {" 'm", "'m"}, {" do not", " don't"},
+        {" 's", "'s"},     {" 've", "'ve"}, {" 're", "'re"},
+    };
+    for (size_t k = 0; k < sizeof(rep) / sizeof(rep[0]); k++) {
+        size_t fl = strlen(rep[k].from), tl = strlen(rep[k].to), r = 0, w = 0;
+        while (r < n) {
+            if (n - r >= fl && memcmp(p + r, rep[k].from, fl) == 0) {
+                memmove(p + w, rep[k].to, tl);
+                w += tl;
+                r += fl;
+            } else {
+                p[w++] = p[r++];
+            }
+        }
+        n = w;
+    }
+    return n;
+}
+
+/* The reference's decode with skip_special_tokens, then its WordPiece
+ * decoder, piece by piece (each token is one piece: the cleanup applies
+ * within a piece, as the reference's does). */
+int wp_decode(const struct wp_tokenizer *t, const int32_t *ids, size_t n, char *buf, size_t cap)
+{
+    if ((!ids && n) || (!buf && cap)) return WP_ERR_ARG;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (size_t)ids[i] >= t->n_ids) return WP_ERR_ARG;
+    char *piece = malloc(t->max_start + 2);
+    if (!piece) return WP_ERR_NOMEM;
+    size_t plen_prefix = strlen(t->dec_prefix), total = 0;
+    int first = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (t->special[ids[i]]) continue;
+        const char *tok = t->pool + t->tok_off[ids[i]];
+        size_t tl = t->tok_len[ids[i]], m = 0;
+        if (first) {
+            memcpy(piece, tok, tl);
+            m = tl;
+        } else if (!t->dec_none && tl >= plen_prefix &&
+                   memcmp(tok, t->dec_prefix, plen_prefix) == 0) {
+            memcpy(piece, tok + plen_prefix, tl - plen_prefix);
+            m = tl - plen_prefix;
+        } else {
+            piece[0] = ' ';
+            memcpy(piece + 1, tok, tl);
+            m = tl + 1;
+        }
+        if (!t->dec_none && t->dec_cleanup) m = wp_cleanup(piece, m);
+        if (cap && total < cap - 1) {
+            size_t room = cap - 1 - total;
+            memcpy(buf + total, piece, m < room ? m : room);
+        }
+        total += m;
+        first = 0;
+    }
+    free(piece);
+    if (cap) buf[total < cap - 1 ? total : cap - 1] = '\0';
+    if (total > INT_MAX) return WP_ERR_CAP;
+    return (int)total;
 }

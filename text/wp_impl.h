@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <jansson.h>
 #include <string.h>
 
 #include "wordpiece.h"
@@ -48,12 +49,21 @@ struct wp_tokenizer {
     struct wp_tnode *tn;      /* special-token trie, NULL if none; root is tn[0] */
     struct wp_tedge *te;
     unsigned char first[32];  /* bitmap of the specials' first bytes */
+    unsigned char *special;   /* id -> 1: a special token, which decoding leaves out */
+    char dec_prefix[WP_TOKEN_MAX]; /* the decoder's continuation prefix */
+    int dec_cleanup;          /* the decoder tightens " ." and the like */
+    int dec_none;             /* no decoder: tokens joined by spaces, as they are */
 };
 
 /* Formats into the caller's error buffer; every failure path goes through
  * here so a NULL or zero-sized buffer is handled once. */
 void wp_seterr(char *errstr, size_t errstr_size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* wp_load_json's work on a parsed file (root borrowed, path for messages):
+ * tokenizer.c parses tokenizer.json once and hands it here. */
+struct wp_tokenizer *wp_from_json(const json_t *root, const char *path, char *errstr,
+                                  size_t errstr_size);
 
 /* ---- vocabulary table ------------------------------------------------------ */
 

@@ -7,15 +7,12 @@
  * Threads: whichever thread calls a loader; nothing here is shared.
  * Ownership: a loaded wp_tokenizer owns its token pool, tables and trie;
  * files are read into buffers freed before the loader returns. */
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "tokenizer_impl.h"
 #include "unicode.h"
 #include "wp_impl.h"
 
@@ -96,7 +93,9 @@ static struct wp_tokenizer *wp_build(const struct wp_src *src, size_t n, int32_t
     t->tok_len = malloc((n ? n : 1) * sizeof(*t->tok_len));
     t->slots = malloc(slots * sizeof(*t->slots));
     t->slot_hash = malloc(slots * sizeof(*t->slot_hash));
-    if (!t->pool || !t->tok_off || !t->tok_len || !t->slots || !t->slot_hash) goto fail;
+    t->special = calloc(n ? n : 1, 1);
+    if (!t->pool || !t->tok_off || !t->tok_len || !t->slots || !t->slot_hash || !t->special)
+        goto fail;
     t->n_ids = n;
     t->slot_mask = slots - 1;
     memset(t->slots, 0xff, slots * sizeof(*t->slots));
@@ -197,56 +196,6 @@ static int wp_show_len(size_t n)
     return n > 64 ? 64 : (int)n;
 }
 
-/* Reads the whole of path into a new NUL-terminated buffer, refusing what
- * is not a regular file or is over WP_MAX_FILE_BYTES. */
-static char *wp_read_file(const char *path, size_t *len, char *errstr, size_t errstr_size)
-{
-    char *buf = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        wp_seterr(errstr, errstr_size, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        wp_seterr(errstr, errstr_size, "%s: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        wp_seterr(errstr, errstr_size, "%s: not a regular file", path);
-        goto fail;
-    }
-    if ((unsigned long long)st.st_size > WP_MAX_FILE_BYTES) {
-        wp_seterr(errstr, errstr_size, "%s: file is %lld bytes, over the %zu-byte limit", path,
-                  (long long)st.st_size, WP_MAX_FILE_BYTES);
-        goto fail;
-    }
-    size_t size = (size_t)st.st_size, got = 0;
-    buf = malloc(size + 1);
-    if (!buf) {
-        wp_seterr(errstr, errstr_size, "%s: out of memory", path);
-        goto fail;
-    }
-    while (got < size) {
-        ssize_t r = read(fd, buf + got, size - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            wp_seterr(errstr, errstr_size, "%s: %s", path,
-                      r < 0 ? strerror(errno) : "file shrank while being read");
-            goto fail;
-        }
-        got += (size_t)r;
-    }
-    close(fd);
-    buf[size] = '\0';
-    *len = size;
-    return buf;
-fail:
-    free(buf);
-    close(fd);
-    return NULL;
-}
-
 /* Copies a token string into a conf field, refusing one that does not fit. */
 static int wp_set_tokstr(char *dst, const char *src, size_t n)
 {
@@ -320,7 +269,7 @@ struct wp_tokenizer *wp_load_vocab(const char *vocab_txt, const struct wp_conf *
     size_t len;
     struct wp_src *src = NULL;
     struct wp_tokenizer *t = NULL;
-    char *buf = wp_read_file(vocab_txt, &len, errstr, errstr_size);
+    char *buf = tokenizer_read_file(vocab_txt, &len, errstr, errstr_size);
     if (!buf) return NULL;
     size_t n = 0;
     for (size_t i = 0; i < len; i++) n += buf[i] == '\n';
@@ -389,6 +338,11 @@ struct wp_tokenizer *wp_load_vocab(const char *vocab_txt, const struct wp_conf *
     for (int i = 0; i < 5; i++)
         if (sp[i] >= 0) spv[nsp++] = sp[i];
     if (wp_set_specials(t, spv, nsp, vocab_txt, errstr, errstr_size) != 0) goto fail;
+    /* decoded as transformers' BertTokenizerFast decodes: WordPiece with
+     * the prefix and cleanup, its five specials left out */
+    for (size_t i = 0; i < nsp; i++) t->special[spv[i]] = 1;
+    snprintf(t->dec_prefix, sizeof(t->dec_prefix), "%s", t->conf.prefix);
+    t->dec_cleanup = 1;
     free(src);
     free(buf);
     return t;
@@ -598,29 +552,63 @@ static int wp_json_model(const json_t *model, const char *path, struct wp_conf *
     return 0;
 }
 
-/* A HF tokenizer.json: each component is checked to be BERT's before
- * anything is built, so a BPE or SentencePiece file is refused by name. */
+/* The decoder tokenizer_decode follows: WordPiece's (prefix, cleanup),
+ * or none (tokens joined by spaces, as the reference does without one). */
+static int wp_json_decoder(const json_t *dec, const char *path, struct wp_tokenizer *t,
+                           char *errstr, size_t errstr_size)
+{
+    t->dec_cleanup = 1;
+    snprintf(t->dec_prefix, sizeof(t->dec_prefix), "%s", t->conf.prefix);
+    if (!dec || json_is_null(dec)) {
+        t->dec_none = 1;
+        return 0;
+    }
+    const char *type = wp_json_type(dec);
+    if (!json_is_object(dec) || !type || strcmp(type, "WordPiece") != 0) {
+        wp_seterr(errstr, errstr_size, "%s: decoder is \"%s\", not WordPiece", path,
+                  type ? type : "not an object");
+        return -1;
+    }
+    const json_t *v = json_object_get(dec, "prefix");
+    if (v && (!json_is_string(v) ||
+              wp_set_tokstr(t->dec_prefix, json_string_value(v), json_string_length(v)) != 0)) {
+        wp_seterr(errstr, errstr_size, "%s: decoder.prefix is not a string of under %d bytes",
+                  path, WP_TOKEN_MAX);
+        return -1;
+    }
+    return wp_json_bool(dec, "cleanup", &t->dec_cleanup, path, "decoder", errstr, errstr_size);
+}
+
+/* A HF tokenizer.json, read and parsed, then built by wp_from_json. */
 struct wp_tokenizer *wp_load_json(const char *tokenizer_json, char *errstr, size_t errstr_size)
 {
-    const char *path = tokenizer_json;
     size_t len;
-    struct wp_src *src = NULL;
-    int32_t *spids = NULL;
     struct wp_tokenizer *t = NULL;
-    json_t *root = NULL;
-    char *buf = wp_read_file(path, &len, errstr, errstr_size);
+    char *buf = tokenizer_read_file(tokenizer_json, &len, errstr, errstr_size);
     if (!buf) return NULL;
     json_error_t jerr;
-    root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        wp_seterr(errstr, errstr_size, "%s: line %d column %d: %s", path, jerr.line, jerr.column,
-                  jerr.text);
-        goto fail;
-    }
-    if (!json_is_object(root)) {
-        wp_seterr(errstr, errstr_size, "%s: not a JSON object", path);
-        goto fail;
-    }
+    json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        wp_seterr(errstr, errstr_size, "%s: line %d column %d: %s", tokenizer_json, jerr.line,
+                  jerr.column, jerr.text);
+    else if (!json_is_object(root))
+        wp_seterr(errstr, errstr_size, "%s: not a JSON object", tokenizer_json);
+    else
+        t = wp_from_json(root, tokenizer_json, errstr, errstr_size);
+    json_decref(root);
+    free(buf);
+    return t;
+}
+
+/* Each component is checked to be BERT's before anything is built, so a
+ * BPE or SentencePiece file is refused by name. */
+struct wp_tokenizer *wp_from_json(const json_t *root, const char *path, char *errstr,
+                                  size_t errstr_size)
+{
+    struct wp_src *src = NULL;
+    int32_t *spids = NULL;
+    unsigned char *spflag = NULL;
+    struct wp_tokenizer *t = NULL;
     struct wp_conf c;
     wp_conf_defaults(&c);
     c.pad_token[0] = c.mask_token[0] = '\0';
@@ -674,7 +662,8 @@ struct wp_tokenizer *wp_load_json(const char *tokenizer_json, char *errstr, size
     }
     src = malloc((nv + na) * sizeof(*src));
     spids = malloc((na + 1) * sizeof(*spids));
-    if (!src || !spids) {
+    spflag = calloc(na + 1, 1);
+    if (!src || !spids || !spflag) {
         wp_seterr(errstr, errstr_size, "%s: out of memory", path);
         goto fail;
     }
@@ -732,6 +721,10 @@ struct wp_tokenizer *wp_load_json(const char *tokenizer_json, char *errstr, size
             n++;
         }
         spids[i] = (int32_t)id;
+        int special = 0;
+        if (wp_json_bool(a, "special", &special, path, "added_tokens[]", errstr, errstr_size))
+            goto fail;
+        spflag[i] = (unsigned char)special;
     }
     int32_t da, db;
     t = wp_build(src, n, &da, &db);
@@ -773,18 +766,22 @@ struct wp_tokenizer *wp_load_json(const char *tokenizer_json, char *errstr, size
     if (t->mask >= 0) wp_set_tokstr(c.mask_token, "[MASK]", 6);
     t->conf = c;
     wp_set_prefix(t);
-    if (wp_set_specials(t, spids, na, path, errstr, errstr_size) != 0) goto fail;
-    json_decref(root);
+    if (wp_set_specials(t, spids, na, path, errstr, errstr_size) != 0 ||
+        wp_json_decoder(json_object_get(root, "decoder"), path, t, errstr, errstr_size) != 0)
+        goto fail;
+    /* what the reference's decode leaves out: the added tokens marked
+     * special */
+    for (size_t i = 0; i < na; i++)
+        if (spflag[i]) t->special[spids[i]] = 1;
+    free(spflag);
     free(spids);
     free(src);
-    free(buf);
     return t;
 fail:
     wp_destroy(t);
-    json_decref(root);
+    free(spflag);
     free(spids);
     free(src);
-    free(buf);
     return NULL;
 }
 
@@ -820,7 +817,7 @@ int wp_read_config_json(const char *tokenizer_config_json, struct wp_conf *c,
     size_t len;
     int rc = -1;
     json_t *root = NULL;
-    char *buf = wp_read_file(path, &len, errstr, errstr_size);
+    char *buf = tokenizer_read_file(path, &len, errstr, errstr_size);
     if (!buf) return -1;
     json_error_t jerr;
     /* integers as reals: transformers writes int(1e30), past any json_int_t */
