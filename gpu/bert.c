@@ -30,7 +30,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../text/wordpiece.h"
+#include "../text/tokenizer.h"
 
 /* One read's context, so every message starts "model NAME: ". */
 struct rd {
@@ -335,34 +335,18 @@ static int read_modules(struct rd *r)
 
 /* ---- the tokenizer ----------------------------------------------------------- */
 
-/* tokenizer.json when there is one and no lowercase override; else
- * vocab.txt with tokenizer_config.json's settings. *model_max gets the
- * tokenizer's model_max_length (0: none). */
+/* The folder's tokenizer as text/tokenizer.h reads it, with the entry's
+ * lowercase override. *model_max gets the tokenizer's model_max_length
+ * (0: none). */
 static int read_tokenizer(struct rd *r, size_t *model_max)
 {
-    struct bert_folder *bf = r->bf;
-    char tj[4200], vt[4200], tc[4200], why[512];
-    if (path_in(tj, sizeof(tj), r->spec->path, "tokenizer.json") < 0 ||
-        path_in(vt, sizeof(vt), r->spec->path, "vocab.txt") < 0 ||
-        path_in(tc, sizeof(tc), r->spec->path, "tokenizer_config.json") < 0)
-        return fail(r, "path too long");
-    *model_max = 0;
-    struct wp_conf conf;
-    wp_conf_defaults(&conf);
-    if (exists(tc) && wp_read_config_json(tc, &conf, model_max, why, sizeof(why)) < 0)
+    char why[512];
+    struct tokenizer_opts o;
+    tokenizer_opts_init(&o);
+    o.lowercase = r->spec->enc.lowercase;
+    if (!(r->bf->tok = tokenizer_load(r->spec->path, &o, why, sizeof(why))))
         return fail(r, "%s", why);
-    if (exists(tj) && r->spec->enc.lowercase < 0) {
-        if (!(bf->tok = wp_load_json(tj, why, sizeof(why)))) return fail(r, "%s", why);
-        return 0;
-    }
-    if (!exists(vt))
-        return fail(r, "%s", exists(tj) ? "encoder.lowercase needs vocab.txt in the folder"
-                                        : "no tokenizer.json or vocab.txt in the folder");
-    if (r->spec->enc.lowercase >= 0) {
-        conf.lowercase = r->spec->enc.lowercase;
-        conf.strip_accents = -1;
-    }
-    if (!(bf->tok = wp_load_vocab(vt, &conf, why, sizeof(why)))) return fail(r, "%s", why);
+    *model_max = tokenizer_max_tokens(r->bf->tok);
     return 0;
 }
 
@@ -380,9 +364,9 @@ int bert_folder_read(const struct model_spec *spec, struct bert_folder *bf, char
     if (read_modules(&r) < 0) goto fail;
     size_t tok_max = 0, st_max = 0;
     if (read_tokenizer(&r, &tok_max) < 0) goto fail;
-    if (wp_vocab_size(bf->tok) > p->vocab) {
+    if (tokenizer_vocab_size(bf->tok) > p->vocab) {
         fail(&r, "the tokenizer has %zu tokens, the model's vocab_size is %zu",
-             wp_vocab_size(bf->tok), p->vocab);
+             tokenizer_vocab_size(bf->tok), p->vocab);
         goto fail;
     }
     int absent = 0;
@@ -479,7 +463,7 @@ void bert_folder_fini(struct bert_folder *bf)
     bert_folder_close_file(bf);
     free(bf->layers);
     bf->layers = NULL;
-    wp_destroy(bf->tok);
+    tokenizer_destroy(bf->tok);
     bf->tok = NULL;
     for (size_t i = 0; bf->labels && i < bf->plan.n_labels; i++) free(bf->labels[i]);
     free(bf->labels);

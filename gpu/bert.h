@@ -17,13 +17,13 @@
 #include "model.h"
 #include "safetensors.h"
 
-struct wp_tokenizer;
+struct tokenizer;
 
 struct bert_folder {
     struct st_file *file;           /* model.safetensors */
     struct backend_bert plan;       /* tensors point into file */
     struct backend_bert_layer *layers;
-    struct wp_tokenizer *tok;
+    struct tokenizer *tok;
     char **labels;                  /* plan.n_labels names */
     size_t max_tokens;              /* per row, specials included */
     size_t n_params;

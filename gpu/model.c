@@ -25,7 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../text/wordpiece.h"
+#include "../text/tokenizer.h"
 #include "backend.h"
 #include "bert.h"
 #include "safetensors.h"
@@ -46,7 +46,7 @@ struct model {
     /* An encoder's (plan.bert is NULL once loaded: the file is closed): */
     int is_encoder;
     struct model_encoder_info enc;
-    struct wp_tokenizer *tok;     /* enc.tokenizer */
+    struct tokenizer *tok;        /* enc.tokenizer */
     char **labels;                /* enc.labels */
 };
 
@@ -421,7 +421,7 @@ void model_destroy(struct model *m)
     if (!m) return;
     if (m->bm) m->rt->ops->model_free(m->rt->be, m->bm);
     free(m->layers);
-    wp_destroy(m->tok);
+    tokenizer_destroy(m->tok);
     for (size_t i = 0; m->labels && i < m->enc.n_labels; i++) free(m->labels[i]);
     free(m->labels);
     free(m);

@@ -176,7 +176,8 @@ static void test_refused(void **state)
         {"not an object", "[1, 2]", 0, -1, {"tokenizer.json: not a JSON object"}},
         {"a lowercase override without vocab.txt", NULL, 0, 1, {"no tokenizer.json or vocab.txt"}},
         {"a WordPiece file that is not BERT's",
-         "{\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"vocab\": {\"[UNK]\": 0}},"
+         "{\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\","
+         " \"vocab\": {\"[UNK]\": 0}},"
          " \"normalizer\": {\"type\": \"NFC\"}}",
          0, -1, {"normalizer is \"NFC\", not BertNormalizer"}},
     };

@@ -91,8 +91,8 @@ static inline size_t wp_slot(const struct wp_tokenizer *t, uint64_t h)
 /* Finds the id of the token a+b (the prefix, or nothing, then a piece of
  * a word) given its hash h; -1 if it is not in the vocabulary. Splitting
  * the key in two spares building "##piece" strings in the hot loop. */
-static inline int32_t wp_lookup(const struct wp_tokenizer *t, uint64_t h, const char *a, size_t alen,
-                         const char *b, size_t blen)
+static inline int32_t wp_lookup(const struct wp_tokenizer *t, uint64_t h, const char *a,
+                                size_t alen, const char *b, size_t blen)
 {
     size_t i = wp_slot(t, h);
     for (;;) {

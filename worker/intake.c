@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "../batching/flow.h"
-#include "../text/wordpiece.h"
+#include "../text/tokenizer.h"
 #include "kq.h"
 #include "log.h"
 
@@ -33,7 +33,7 @@ struct intake {
     int64_t tokens_at_us;
     /* Tokenizing an encoder's jobs: one work area, and room for the
      * largest job (max_batch_tokens ids) before it is copied to the job. */
-    struct wp_scratch *wp;
+    struct tokenizer_scratch *tok_scratch;
     int32_t *tok_ids, *tok_types;
     size_t tok_cap;
     int paused;
@@ -203,17 +203,17 @@ static long take_text_row(struct intake *in, struct job *j, const struct model_e
     size_t pair_len = q->pair ? q->pair_off[r + 1] - q->pair_off[r] : 0;
     char why[160];
     size_t full = 0;
-    int n = wp_encode(e->tokenizer, in->wp, q->text + q->text_off[r],
-                      q->text_off[r + 1] - q->text_off[r], pair, pair_len, e->max_tokens,
-                      q->truncate, in->tok_ids + at, in->tok_types + at, in->tok_cap - at, &full,
-                      why, sizeof(why));
+    int n = tokenizer_encode(e->tokenizer, in->tok_scratch, q->text + q->text_off[r],
+                             q->text_off[r + 1] - q->text_off[r], pair, pair_len, e->max_tokens,
+                             q->truncate, in->tok_ids + at, in->tok_types + at, in->tok_cap - at,
+                             &full, why, sizeof(why));
     if (n >= 0) return n;
     switch (n) {
-    case WP_ERR_UTF8:
-    case WP_ERR_TOO_LONG:
+    case TOKENIZER_ERR_UTF8:
+    case TOKENIZER_ERR_TOO_LONG:
         return reject(in, j, "field text: row %zu: %s%s", r, why,
-                      n == WP_ERR_TOO_LONG ? " (truncate is false)" : "");
-    case WP_ERR_CAP:
+                      n == TOKENIZER_ERR_TOO_LONG ? " (truncate is false)" : "");
+    case TOKENIZER_ERR_CAP:
         return reject(in, j, "the job is over batching.max_batch_tokens %zu tokens", in->tok_cap);
     default:
         job_fail(j, PROTO_ERR_INFERENCE_FAILED, "tokenizer: %s", why);
@@ -700,10 +700,10 @@ struct intake *intake_new(const struct intake_conf *c, char *errstr, size_t errs
                         : max_tok * sizeof(int32_t);
     if (in->row_bytes == 0) in->row_bytes = 1;
     if (max_tok) {
-        in->wp = wp_scratch_new(4096);
+        in->tok_scratch = tokenizer_scratch_new(4096);
         in->tok_ids = malloc(in->tok_cap * sizeof(*in->tok_ids));
         in->tok_types = malloc(in->tok_cap * sizeof(*in->tok_types));
-        if (!in->wp || !in->tok_ids || !in->tok_types) {
+        if (!in->tok_scratch || !in->tok_ids || !in->tok_types) {
             snprintf(errstr, errstr_size, "out of memory for the tokenizer's buffers");
             intake_destroy(in);
             return NULL;
@@ -749,7 +749,7 @@ void intake_destroy(struct intake *in)
 {
     if (!in) return;
     if (in->consumer) rd_kafka_destroy(in->consumer);
-    wp_scratch_destroy(in->wp);
+    tokenizer_scratch_destroy(in->tok_scratch);
     free(in->tok_ids);
     free(in->tok_types);
     free(in);
