@@ -210,12 +210,6 @@ int uni_decompose(uint32_t cp, int32_t *out, int cap)
     return (int)nd;
 }
 
-/* utf8proc's canonical combining class, for canonical ordering. */
-int uni_combining_class(uint32_t cp)
-{
-    return utf8proc_get_property((utf8proc_int32_t)cp)->combining_class;
-}
-
 /* ---- UTF-8 -------------------------------------------------------------- */
 
 /* The whole of strict UTF-8 decoding (unicode.h's inline uni_utf8_decode

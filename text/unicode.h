@@ -28,8 +28,6 @@
 
 /* utf8proc's category of cp (UTF8PROC_CATEGORY_*). */
 int uni_category(uint32_t cp);
-/* utf8proc's canonical combining class of cp (0: a starter). */
-int uni_combining_class(uint32_t cp);
 
 /* White_Space beyond ASCII, and punctuation (a P* category) beyond
  * ASCII: use uni_is_ws and uni_is_punct, which take ASCII inline. */
