@@ -136,12 +136,11 @@ int uni_is_ws_wide(uint32_t cp, int cat)
            cat == UTF8PROC_CATEGORY_ZP;
 }
 
-/* clean_text's "control": categories Cc, Cf, Co (Cs cannot occur in valid
- * UTF-8); unassigned code points are kept, as the reference keeps them.
- * Tab, newline and carriage return are whitespace, not controls. */
-int uni_is_control(uint32_t cp, int cat)
+/* clean_text's "control" beyond ASCII: categories Cc, Cf, Co (Cs cannot
+ * occur in valid UTF-8); unassigned code points are kept, as the
+ * reference keeps them. */
+int uni_is_control_wide(uint32_t cp, int cat)
 {
-    if (cp == '\t' || cp == '\n' || cp == '\r') return 0;
     if (cat != UTF8PROC_CATEGORY_CC && cat != UTF8PROC_CATEGORY_CF &&
         cat != UTF8PROC_CATEGORY_CO && cat != UTF8PROC_CATEGORY_CS)
         return 0;

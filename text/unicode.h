@@ -13,7 +13,8 @@
  *
  * A `cat` argument is the code point's utf8proc category
  * (UTF8PROC_CATEGORY_*, from uni_category); ASCII code points need none
- * (any value) except in uni_is_control.
+ * (any value): the inline functions answer ASCII themselves, so the
+ * per-character loop stays in the caller for plain text.
  *
  * Threads: any; nothing here has state. Every pointer is the caller's,
  * borrowed for the call. */
@@ -52,10 +53,16 @@ static inline int uni_is_punct(uint32_t cp, int cat)
     return uni_is_punct_wide(cp, cat);
 }
 
+/* Controls beyond ASCII: use uni_is_control, which takes ASCII inline. */
+int uni_is_control_wide(uint32_t cp, int cat);
+
 /* clean_text's "control": categories Cc, Cf, Co; tab, newline and
- * carriage return are whitespace, not controls. For ASCII, cat must say
- * Cc for U+0000..U+001F and U+007F. */
-int uni_is_control(uint32_t cp, int cat);
+ * carriage return are whitespace, not controls. */
+static inline int uni_is_control(uint32_t cp, int cat)
+{
+    if (cp < 0x80) return cp == 0x7F || (cp < 0x20 && cp != '\t' && cp != '\n' && cp != '\r');
+    return uni_is_control_wide(cp, cat);
+}
 /* A nonspacing mark (Mn): what strip_accents drops. */
 int uni_is_mn(uint32_t cp, int cat);
 /* The CJK ideograph blocks handle_chinese_chars isolates (the reference's

@@ -449,7 +449,7 @@ static void wp_stage_strip(struct wp_enc *e, uint32_t cp)
 static void wp_feed(struct wp_enc *e, uint32_t cp)
 {
     const struct wp_conf *c = &e->t->conf;
-    int cat = cp < 0x80 ? (cp < 0x20 || cp == 0x7F ? UTF8PROC_CATEGORY_CC : 0) : uni_category(cp);
+    int cat = cp < 0x80 ? 0 : uni_category(cp);
     if (c->clean_text) {
         if (cp == 0 || cp == 0xFFFD || uni_is_control(cp, cat)) return;
         if (uni_is_ws(cp, cat)) cp = ' ';
