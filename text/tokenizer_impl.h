@@ -25,7 +25,7 @@
 struct tokenizer_src {
     const char *dir;              /* the folder */
     const json_t *json;           /* tokenizer.json, parsed (borrowed); NULL: the folder has none */
-    const char *json_path;        /* its path, for messages (NULL with json) */
+    const char *json_path;        /* its path, for messages; NULL without json */
     const struct tokenizer_opts *opts;
 };
 
