@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../text/wordpiece.h"
+#include "../text/tokenizer.h"
 
 __attribute__((format(printf, 4, 5)))
 static int folder_fail(const struct model_spec *spec, char *err, size_t n, const char *fmt, ...)
@@ -66,36 +66,19 @@ static json_t *folder_json(const struct model_spec *spec, const char *name, int 
     return j;
 }
 
-/* tokenizer.json when there is one and no lowercase override; else
- * vocab.txt with tokenizer_config.json's settings. */
+/* The folder's tokenizer as text/tokenizer.h reads it, with the entry's
+ * lowercase override. */
 static int folder_tokenizer(const struct model_spec *spec, struct folder *f, char *err,
                             size_t n)
 {
-    char tj[4200], vt[4200], tc[4200], why[512];
-    if (folder_path(tj, sizeof(tj), spec->path, "tokenizer.json") < 0 ||
-        folder_path(vt, sizeof(vt), spec->path, "vocab.txt") < 0 ||
-        folder_path(tc, sizeof(tc), spec->path, "tokenizer_config.json") < 0)
-        return folder_fail(spec, err, n, "path too long");
-    struct wp_conf conf;
-    wp_conf_defaults(&conf);
-    if (folder_exists(tc) && wp_read_config_json(tc, &conf, &f->tok_max, why, sizeof(why)) < 0)
+    char why[512];
+    struct tokenizer_opts o;
+    tokenizer_opts_init(&o);
+    o.lowercase = spec->enc.lowercase;
+    if (!(f->tok = tokenizer_load(spec->path, &o, why, sizeof(why))))
         return folder_fail(spec, err, n, "%s", why);
-    if (folder_exists(tj) && spec->enc.lowercase < 0) {
-        if (!(f->tok = wp_load_json(tj, why, sizeof(why))))
-            return folder_fail(spec, err, n, "%s", why);
-    } else {
-        if (!folder_exists(vt))
-            return folder_fail(spec, err, n, "%s",
-                               folder_exists(tj) ? "encoder.lowercase needs vocab.txt in the folder"
-                                                 : "no tokenizer.json or vocab.txt in the folder");
-        if (spec->enc.lowercase >= 0) {
-            conf.lowercase = spec->enc.lowercase;
-            conf.strip_accents = -1;
-        }
-        if (!(f->tok = wp_load_vocab(vt, &conf, why, sizeof(why))))
-            return folder_fail(spec, err, n, "%s", why);
-    }
-    f->tok_vocab = wp_vocab_size(f->tok);
+    f->tok_max = tokenizer_max_tokens(f->tok);
+    f->tok_vocab = tokenizer_vocab_size(f->tok);
     return 0;
 }
 
@@ -146,7 +129,7 @@ void folder_close(struct folder *f)
 {
     st_close(f->file);
     f->file = NULL;
-    wp_destroy(f->tok);
+    tokenizer_destroy(f->tok);
     f->tok = NULL;
     json_decref(f->config);
     f->config = NULL;

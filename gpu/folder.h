@@ -23,12 +23,12 @@
 #include "model.h"
 #include "safetensors.h"
 
-struct wp_tokenizer;
+struct tokenizer;
 
 struct folder {
     json_t *config;
     const char *model_type;     /* config.json's, "" when it has none */
-    struct wp_tokenizer *tok;
+    struct tokenizer *tok;
     size_t tok_vocab;           /* tokens the tokenizer can produce */
     size_t tok_max;             /* tokenizer's model_max_length (0: none) */
     size_t st_max;              /* sentence-transformers' max_seq_length (0: none) */

@@ -29,7 +29,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../text/wordpiece.h"
+#include "../text/tokenizer.h"
 #include "arch.h"
 #include "backend.h"
 #include "folder.h"
@@ -52,7 +52,7 @@ struct model {
     int is_encoder;
     struct head_conf head;
     struct model_encoder_info enc;
-    struct wp_tokenizer *tok;    /* enc.tokenizer */
+    struct tokenizer *tok;       /* enc.tokenizer */
     char **labels;               /* enc.labels */
 };
 
@@ -303,7 +303,7 @@ void model_destroy(struct model *m)
 {
     if (!m) return;
     if (m->am) m->arch->unload(&(struct arch_rt){m->rt->ops, m->rt->be}, m->am);
-    wp_destroy(m->tok);
+    tokenizer_destroy(m->tok);
     for (size_t i = 0; m->labels && i < m->info.n_labels; i++) free(m->labels[i]);
     free(m->labels);
     free(m);

@@ -247,11 +247,11 @@ size_t model_param_count(const struct model *m);
 
 /* ---- text encoders -------------------------------------------------- */
 
-struct wp_tokenizer;
+struct tokenizer;
 
 /* What the worker needs to know of an encoder (borrowed from the model). */
 struct model_encoder_info {
-    const struct wp_tokenizer *tokenizer;
+    const struct tokenizer *tokenizer;
     size_t hidden, layers, heads, intermediate;
     size_t max_tokens;          /* per row, [CLS]/[SEP] included */
     size_t type_vocab;          /* segment ids 0..type_vocab-1 (2: pairs work) */

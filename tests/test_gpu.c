@@ -11,7 +11,9 @@
  * the fault poisons the context) by an encoder. `make test-gpu`
  * runs it; `make test` builds and runs it too, and on a machine without a
  * usable CUDA device (or a build without CUDA) it prints
- * "skipped: no CUDA device" and exits 0.
+ * "skipped: no CUDA device" and exits 77, which tests/run.sh counts as
+ * skipped, never as passed. With KINFER_REQUIRE_GPU=1 (tools/device-run.sh
+ * sets it) no device is a failure instead: exit 1.
  *
  * Tolerance, per precision, |got - ref| <= tol * max(1, |ref|) as in
  * test_model.c, with activations of O(1) and layers up to 128 wide:
@@ -1008,8 +1010,13 @@ int main(int argc, char **argv)
     char cuda[512];
     model_cuda_describe(cuda, sizeof(cuda));
     if (!model_cuda_built() || strstr(cuda, " 0 usable devices")) {
+        const char *req = getenv("KINFER_REQUIRE_GPU");
+        if (req && strcmp(req, "1") == 0) {
+            printf("test_gpu: FAILED: KINFER_REQUIRE_GPU=1 and no CUDA device (%s)\n", cuda);
+            return 1;
+        }
         printf("test_gpu: skipped: no CUDA device (%s)\n", cuda);
-        return 0;
+        return 77;
     }
     /* The seed goes to the environment, so test_encoder_fault's child
      * draws what this run draws and KINFER_TEST_SEED replays both. */

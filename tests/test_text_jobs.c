@@ -32,7 +32,7 @@
 
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
-#include "../text/wordpiece.h"
+#include "../text/tokenizer.h"
 #include "harness.h"
 #include "testutil.h"
 
@@ -76,7 +76,7 @@ static const char *const model_names[M_N] = {"emb", "cls", "tok", "mlp"};
 static struct model_runtime *ref_rt;
 static struct model *ref_model[M_TOK + 1];
 static struct model_ws *ref_ws[M_TOK + 1];
-static struct wp_scratch *ref_wp;
+static struct tokenizer_scratch *ref_wp;
 
 static const struct model_encoder_info *enc_of(int m)
 {
@@ -111,15 +111,15 @@ static void ref_run(int m, struct row *r)
 }
 
 /* Tokenizes text (and pair) with model m's tokenizer into r, limited to
- * the model's max_tokens when truncate; returns wp_encode's answer, and
+ * the model's max_tokens when truncate; returns tokenizer_encode's answer, and
  * the untruncated length in *full. */
 static int ref_tokenize(int m, const char *text, size_t len, const char *pair, int truncate,
                         struct row *r, size_t *full)
 {
     char err[200];
-    int n = wp_encode(enc_of(m)->tokenizer, ref_wp, text, len, pair, pair ? strlen(pair) : 0,
-                      truncate ? enc_of(m)->max_tokens : 0, truncate, r->ids, r->types,
-                      MAX_IDS, full, err, sizeof(err));
+    int n = tokenizer_encode(enc_of(m)->tokenizer, ref_wp, text, len, pair,
+                             pair ? strlen(pair) : 0, truncate ? enc_of(m)->max_tokens : 0,
+                             truncate, r->ids, r->types, MAX_IDS, full, err, sizeof(err));
     r->len = n > 0 ? (size_t)n : 0;
     return n;
 }
@@ -1350,7 +1350,7 @@ static int setup(void **state)
         return -1;
     }
     if (load_reference(M_EMB, emb_dir) < 0 || load_reference(M_CLS, cls_dir) < 0 ||
-        load_reference(M_TOK, emb_dir) < 0 || !(ref_wp = wp_scratch_new(0)))
+        load_reference(M_TOK, emb_dir) < 0 || !(ref_wp = tokenizer_scratch_new(0)))
         return -1;
     if (enc_of(M_EMB)->max_tokens != MAX_TOK || enc_of(M_CLS)->n_labels != N_LABELS ||
         enc_of(M_EMB)->pooling != MODEL_POOL_MEAN || !enc_of(M_EMB)->normalize) {
@@ -1380,7 +1380,7 @@ static int teardown(void **state)
         model_destroy(ref_model[m]);
     }
     model_runtime_destroy(ref_rt);
-    wp_scratch_destroy(ref_wp);
+    tokenizer_scratch_destroy(ref_wp);
     return 0;
 }
 

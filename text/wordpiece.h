@@ -1,5 +1,7 @@
 /* wordpiece.h - the BERT WordPiece tokenizer, id for id what Hugging Face's
- * fast BertTokenizerFast (the Rust `tokenizers` library) produces:
+ * fast BertTokenizerFast (the Rust `tokenizers` library) produces (callers
+ * outside text/ use it through tokenizer.h; wp_tokenizer.c fills that
+ * interface's table):
  *
  *   1. special tokens written literally in the text ("[CLS]", "[MASK]",
  *      ...) are matched first, on the raw bytes, leftmost-longest, and
@@ -22,7 +24,7 @@
  * Unicode: categories, canonical decomposition and lowercasing come from
  * libutf8proc. The reference classifies characters with older tables
  * (categories as of Unicode 8) and lowercases with newer ones (Unicode 16),
- * so a short table in wordpiece.c records the code points where the two
+ * so a short table in unicode.c records the code points where the two
  * disagree; tests/test_wordpiece.c checks every code point against the
  * reference's own answers (tests/data/wordpiece/unicode.tsv).
  *
@@ -49,7 +51,8 @@
 #include <stdint.h>
 
 #define WP_TOKEN_MAX 128                  /* bytes of a token string in wp_conf, NUL included */
-#define WP_MAX_FILE_BYTES ((size_t)64 << 20) /* vocab.txt / tokenizer*.json larger than this: refused */
+#define WP_MAX_FILE_BYTES ((size_t)64 << 20) /* vocab.txt / tokenizer*.json larger than this:
+                                                refused (TOKENIZER_MAX_FILE_BYTES) */
 
 /* Settings (plain data). wp_conf_defaults gives bert-base-uncased's. The
  * token strings are the vocabulary entries used as specials; pad_token and
@@ -99,9 +102,10 @@ struct wp_tokenizer *wp_load_vocab(const char *vocab_txt, const struct wp_conf *
 
 /* Reads a Hugging Face tokenizer.json that describes a BERT WordPiece
  * tokenizer: a BertNormalizer, a BertPreTokenizer, a WordPiece model, a
- * BertProcessing or BERT-shaped TemplateProcessing post-processor, and
- * added_tokens matched on the raw text (normalized, lstrip, rstrip and
- * single_word all false). Anything else (a BPE model, another normalizer,
+ * BertProcessing or BERT-shaped TemplateProcessing post-processor, a
+ * WordPiece decoder or none, and added_tokens matched on the raw text
+ * (normalized, lstrip, rstrip and single_word all false; "special" marks
+ * the ones wp_decode leaves out). Anything else (a BPE model, another normalizer,
  * repeated tokens or ids, ids outside 0..N-1, an added token or
  * post-processor id that disagrees with the vocabulary, a file over
  * WP_MAX_FILE_BYTES) is refused with a message naming it. The pad id is
@@ -168,6 +172,18 @@ void wp_scratch_destroy(struct wp_scratch *s);
 int wp_encode(const struct wp_tokenizer *t, struct wp_scratch *s, const char *text, size_t len,
               const char *pair, size_t pair_len, size_t max_len, int truncate, int32_t *ids,
               int32_t *type_ids, size_t cap, size_t *full_len, char *errstr, size_t errstr_size);
+
+/* Decodes n ids (borrowed) as the reference's decode with
+ * skip_special_tokens: special tokens (the added tokens tokenizer.json
+ * marks special; for vocab.txt, unk/cls/sep/pad/mask) are left out, and
+ * the rest go through the file's decoder (WordPiece: from the second
+ * token on, one starting with the prefix loses it and any other gets a
+ * space before it; with cleanup, " ." " ?" " !" " ," and the like are
+ * tightened within each token; no decoder: joined by spaces). Writes at
+ * most cap - 1 bytes and a NUL into buf, like snprintf. Returns the whole
+ * text's length, or WP_ERR_ARG (an id out of range, NULL buffers),
+ * WP_ERR_CAP (over INT_MAX bytes), WP_ERR_NOMEM. */
+int wp_decode(const struct wp_tokenizer *t, const int32_t *ids, size_t n, char *buf, size_t cap);
 
 /* Runs only the normalizer (step 2; no special-token matching) over text
  * (len bytes, borrowed), as the reference's normalizer.normalize_str does:

@@ -39,7 +39,7 @@
 
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
-#include "../text/wordpiece.h"
+#include "../text/tokenizer.h"
 #include "textgen.h"
 #include "../cmd/cli.h"
 #include "../worker/config.h"
@@ -1524,7 +1524,7 @@ static int cmd_encode(const struct kcfg *c, const struct bench_opts *o)
     size_t max_tok = (size_t)c->batching.max_batch_tokens, cap = n * e->max_tokens;
     size_t par = o->parallel;
     struct textgen tg;
-    struct wp_scratch *sc = wp_scratch_new(4096);
+    struct tokenizer_scratch *sc = tokenizer_scratch_new(4096);
     int32_t *ids = malloc(cap * sizeof(int32_t));
     size_t *off = malloc((n + 1) * sizeof(size_t)), *order = malloc(2 * n * sizeof(size_t));
     size_t *bstart = malloc((n + 1) * sizeof(size_t));
@@ -1537,8 +1537,8 @@ static int cmd_encode(const struct kcfg *c, const struct bench_opts *o)
     off[0] = 0;
     for (size_t i = 0; i < n; i++) {
         const char *t = o->length ? textgen_fixed(&tg, i, o->length - 2) : textgen_text(&tg, i);
-        int k = wp_encode(e->tokenizer, sc, t, strlen(t), NULL, 0, e->max_tokens, 1,
-                          ids + off[i], NULL, cap - off[i], NULL, err, sizeof(err));
+        int k = tokenizer_encode(e->tokenizer, sc, t, strlen(t), NULL, 0, e->max_tokens, 1,
+                                 ids + off[i], NULL, cap - off[i], NULL, err, sizeof(err));
         if (k < 0) {
             fprintf(stderr, "kinfer bench encode: tokenizer: %s\n", err);
             goto out;
@@ -1605,7 +1605,7 @@ static int cmd_encode(const struct kcfg *c, const struct bench_opts *o)
 out:
     if (dump) fclose(dump);
     textgen_fini(&tg);
-    wp_scratch_destroy(sc);
+    tokenizer_scratch_destroy(sc);
     free(ids);
     free(off);
     free(order);

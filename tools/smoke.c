@@ -24,7 +24,7 @@
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
 #include "../cmd/cli.h"
-#include "../text/wordpiece.h"
+#include "../text/tokenizer.h"
 #include "../worker/kq.h"
 #include "textgen.h"
 
@@ -81,7 +81,7 @@ int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
     size_t in_w = model_input_width(m), out_w = model_output_width(m);
     const struct model_encoder_info *enc = model_encoder(m);
     struct textgen tg = {0};
-    struct wp_scratch *sc = NULL;
+    struct tokenizer_scratch *sc = NULL;
     int32_t *ids = NULL;
     uint32_t *offs = NULL;
     const char **texts = NULL;
@@ -100,7 +100,7 @@ int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
         }
         size_t tok = o->rows * enc->max_tokens;
         ws = model_ws_new_tokens(m, 0, o->rows, tok, err, sizeof(err));
-        sc = wp_scratch_new(4096);
+        sc = tokenizer_scratch_new(4096);
         ids = malloc(tok * sizeof(*ids));
         offs = malloc((o->rows + 1) * sizeof(*offs));
         texts = calloc(o->rows, sizeof(*texts));
@@ -151,9 +151,9 @@ int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
                 if (!(owned[r] = strdup(textgen_text(&tg, (uint64_t)seed * 1000003u + i * o->rows + r))))
                     goto out;
                 texts[r] = owned[r];
-                int n = wp_encode(enc->tokenizer, sc, texts[r], strlen(texts[r]), NULL, 0,
-                                  enc->max_tokens, 1, ids + offs[r], NULL, enc->max_tokens,
-                                  NULL, err, sizeof(err));
+                int n = tokenizer_encode(enc->tokenizer, sc, texts[r], strlen(texts[r]), NULL,
+                                         0, enc->max_tokens, 1, ids + offs[r], NULL,
+                                         enc->max_tokens, NULL, err, sizeof(err));
                 if (n < 0) {
                     fprintf(stderr, "kinfer smoke: tokenizer: %s\n", err);
                     goto out;
@@ -274,7 +274,7 @@ out:
     free(texts);
     free(ids);
     free(offs);
-    wp_scratch_destroy(sc);
+    tokenizer_scratch_destroy(sc);
     textgen_fini(&tg);
     model_ws_destroy(ws);
     model_destroy(m);

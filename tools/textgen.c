@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../text/wordpiece.h"
+#include "../text/tokenizer.h"
 
 /* splitmix64's finalizer: every text and word choice is a hash of the
  * text's number, so no state carries from one text to the next. */
@@ -34,13 +34,13 @@ static size_t text_words(const struct textgen *t, uint64_t seq)
 int textgen_init(struct textgen *t, const struct model_encoder_info *e)
 {
     memset(t, 0, sizeof(*t));
-    size_t v = wp_vocab_size(e->tokenizer);
+    size_t v = tokenizer_vocab_size(e->tokenizer);
     if (!(t->words = malloc(v * sizeof(*t->words)))) {
         fprintf(stderr, "textgen: out of memory\n");
         return -1;
     }
     for (size_t i = 0; i < v; i++) {
-        const char *w = wp_id_token(e->tokenizer, (int32_t)i);
+        const char *w = tokenizer_id_token(e->tokenizer, (int32_t)i);
         size_t n = w ? strlen(w) : 0, k = 0;
         while (k < n && w[k] >= 'a' && w[k] <= 'z') k++;
         if (n >= 2 && k == n) t->words[t->n_words++] = w;

@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "../batching/flow.h"
-#include "../text/wordpiece.h"
+#include "../text/tokenizer.h"
 #include "kq.h"
 #include "log.h"
 
@@ -33,7 +33,7 @@ struct intake {
     int64_t tokens_at_us;
     /* Tokenizing an encoder's jobs: one work area, and room for the
      * largest job (max_batch_tokens ids) before it is copied to the job. */
-    struct wp_scratch *wp;
+    struct tokenizer_scratch *tok_scratch;
     int32_t *tok_ids, *tok_types;
     size_t tok_cap;
     int paused;
@@ -99,7 +99,7 @@ static void answer_now(struct intake *in, struct job *j)
 }
 
 /* Copies what a dead letter needs from the record and queues it. */
-static void dead_letter(struct intake *in, struct job *j, const rd_kafka_message_t *m,
+static void dead_letter(struct intake *in, struct job *j, const struct intake_record *m,
                         const char *why)
 {
     j->kind = JOB_DEAD;
@@ -108,8 +108,8 @@ static void dead_letter(struct intake *in, struct job *j, const rd_kafka_message
     /* The record is copied, up to what the producer can publish: the
      * original stays in its topic at the offset the headers name. */
     size_t klen = m->key_len < 16384 ? m->key_len : 16384;
-    size_t vlen = m->len < in->c.max_record_bytes ? m->len : in->c.max_record_bytes;
-    j->truncated_from = vlen < m->len ? m->len : 0;
+    size_t vlen = m->value_len < in->c.max_record_bytes ? m->value_len : in->c.max_record_bytes;
+    j->truncated_from = vlen < m->value_len ? m->value_len : 0;
     if (klen) {
         j->raw_key = malloc(klen);
         if (j->raw_key) memcpy(j->raw_key, m->key, klen);
@@ -117,7 +117,7 @@ static void dead_letter(struct intake *in, struct job *j, const rd_kafka_message
     }
     if (vlen) {
         j->raw_value = malloc(vlen);
-        if (j->raw_value) memcpy(j->raw_value, m->payload, vlen);
+        if (j->raw_value) memcpy(j->raw_value, m->value, vlen);
         j->raw_value_len = j->raw_value ? vlen : 0;
     }
     /* Held bytes count against the in-flight bound like rows of input. */
@@ -203,17 +203,17 @@ static long take_text_row(struct intake *in, struct job *j, const struct model_e
     size_t pair_len = q->pair ? q->pair_off[r + 1] - q->pair_off[r] : 0;
     char why[160];
     size_t full = 0;
-    int n = wp_encode(e->tokenizer, in->wp, q->text + q->text_off[r],
-                      q->text_off[r + 1] - q->text_off[r], pair, pair_len, e->max_tokens,
-                      q->truncate, in->tok_ids + at, in->tok_types + at, in->tok_cap - at, &full,
-                      why, sizeof(why));
+    int n = tokenizer_encode(e->tokenizer, in->tok_scratch, q->text + q->text_off[r],
+                             q->text_off[r + 1] - q->text_off[r], pair, pair_len, e->max_tokens,
+                             q->truncate, in->tok_ids + at, in->tok_types + at, in->tok_cap - at,
+                             &full, why, sizeof(why));
     if (n >= 0) return n;
     switch (n) {
-    case WP_ERR_UTF8:
-    case WP_ERR_TOO_LONG:
+    case TOKENIZER_ERR_UTF8:
+    case TOKENIZER_ERR_TOO_LONG:
         return reject(in, j, "field text: row %zu: %s%s", r, why,
-                      n == WP_ERR_TOO_LONG ? " (truncate is false)" : "");
-    case WP_ERR_CAP:
+                      n == TOKENIZER_ERR_TOO_LONG ? " (truncate is false)" : "");
+    case TOKENIZER_ERR_CAP:
         return reject(in, j, "the job is over batching.max_batch_tokens %zu tokens", in->tok_cap);
     default:
         job_fail(j, PROTO_ERR_INFERENCE_FAILED, "tokenizer: %s", why);
@@ -268,9 +268,10 @@ oom:
     return -1;
 }
 
-/* Takes one consumed record in: decode, route, queue. Every record becomes
- * exactly one job that is tracked until both its acknowledgements. */
-static void take_record(struct intake *in, const rd_kafka_message_t *m)
+/* Admission (intake.h): decode, route, tokenize, deadline, queue. Every
+ * record becomes exactly one job that is tracked until both its
+ * acknowledgements. */
+enum intake_admitted intake_admit(struct intake *in, const struct intake_record *m)
 {
     const struct kcfg *cfg = in->c.cfg;
     const struct worker_opts *opts = in->c.opts;
@@ -278,35 +279,34 @@ static void take_record(struct intake *in, const rd_kafka_message_t *m)
     if (!j) {
         LOG_E("out_of_memory", "where=take_record");
         atomic_store(in->c.fatal, 1);
-        return;
+        return INTAKE_FATAL;
     }
-    snprintf(j->topic, sizeof(j->topic), "%s", rd_kafka_topic_name(m->rkt));
+    snprintf(j->topic, sizeof(j->topic), "%s", m->topic);
     j->partition = m->partition;
     j->offset = m->offset;
-    rd_kafka_timestamp_type_t tstype;
-    j->record_ts_ms = rd_kafka_message_timestamp(m, &tstype);
+    j->record_ts_ms = m->timestamp_ms;
     if (j->record_ts_ms < 0) j->record_ts_ms = wall_ms();
     j->arrived_us = batcher_now_us();
     if (offsets_track(in->c.offsets, j->topic, j->partition, j->offset) < 0) {
         LOG_E("out_of_memory", "where=offtrack");
         job_free(j);
         atomic_store(in->c.fatal, 1);
-        return;
+        return INTAKE_FATAL;
     }
     stats_consumed(in->c.stats);
 
-    char ctbuf[64], why[256];
-    const char *ct = content_type(m, ctbuf, sizeof(ctbuf));
-    enum codec_rc rc = codec_decode_job(m->payload, m->len, m->key, m->key_len, ct,
-                                        j->record_ts_ms, &in->lim, &j->req, why, sizeof(why));
+    char why[256];
+    enum codec_rc rc = codec_decode_job(m->value, m->value_len, m->key, m->key_len,
+                                        m->content_type, j->record_ts_ms, &in->lim, &j->req, why,
+                                        sizeof(why));
     if (rc == CODEC_DEAD) {
         dead_letter(in, j, m, why);
-        return;
+        return INTAKE_DEAD;
     }
     if (j->req.err != PROTO_OK) {
         job_fail(j, j->req.err, "%s", j->req.errmsg);
         answer_now(in, j);
-        return;
+        return INTAKE_ANSWERED;
     }
     int idx = in->c.model_override >= 0 ? in->c.model_override
               : j->req.model[0]          ? -1
@@ -317,21 +317,21 @@ static void take_record(struct intake *in, const rd_kafka_message_t *m)
         job_fail(j, PROTO_ERR_UNKNOWN_MODEL, "no model named '%s' on this worker",
                  j->req.model);
         answer_now(in, j);
-        return;
+        return INTAKE_ANSWERED;
     }
     j->model_idx = idx;
     j->model_name = model_name(in->c.models[idx]);
     const struct model_encoder_info *enc = model_encoder(in->c.models[idx]);
     size_t rows;
     if (enc) {
-        if (tokenize(in, j, enc) < 0) return;
+        if (tokenize(in, j, enc) < 0) return INTAKE_ANSWERED;
         rows = j->rows;
     } else {
         if (j->req.n_text || j->req.n_token_rows) {
             job_fail(j, PROTO_ERR_INVALID_INPUT, "model %s takes input (float32 rows), not "
                      "text or tokens", j->model_name);
             answer_now(in, j);
-            return;
+            return INTAKE_ANSWERED;
         }
         size_t width = model_input_width(in->c.models[idx]);
         if (j->req.n_input % width != 0) {
@@ -339,7 +339,7 @@ static void take_record(struct intake *in, const rd_kafka_message_t *m)
                      "field input: %zu values is not a multiple of the model's "
                      "input width %zu", j->req.n_input, width);
             answer_now(in, j);
-            return;
+            return INTAKE_ANSWERED;
         }
         rows = j->req.n_input / width;
         if (rows > in->max_job_rows) {
@@ -347,7 +347,7 @@ static void take_record(struct intake *in, const rd_kafka_message_t *m)
                      "field input: %zu rows exceeds batching.max_job_rows %zu", rows,
                      in->max_job_rows);
             answer_now(in, j);
-            return;
+            return INTAKE_ANSWERED;
         }
     }
     /* The configured default timeout bounds every job; a job's own
@@ -359,7 +359,7 @@ static void take_record(struct intake *in, const rd_kafka_message_t *m)
     if (j->deadline_ms && j->deadline_ms <= now_ms) {
         job_fail(j, PROTO_ERR_DEADLINE_EXCEEDED, "deadline passed before the job was queued");
         answer_now(in, j);
-        return;
+        return INTAKE_ANSWERED;
     }
     if (j->deadline_ms) j->deadline_us = job_deadline_us(j->deadline_ms, now_ms, j->arrived_us);
     j->rows = rows;
@@ -370,6 +370,27 @@ static void take_record(struct intake *in, const rd_kafka_message_t *m)
     if (j->deadline_us && j->deadline_us < in->next_deadline_us)
         in->next_deadline_us = j->deadline_us;
     batcher_push(in->c.batcher, j);
+    return INTAKE_QUEUED;
+}
+
+/* A consumed message as admission reads it: its bytes, where it came
+ * from, its timestamp and content-type header. */
+static void take_record(struct intake *in, const rd_kafka_message_t *m)
+{
+    char ctbuf[64];
+    rd_kafka_timestamp_type_t tstype;
+    struct intake_record r = {
+        .topic = rd_kafka_topic_name(m->rkt),
+        .partition = m->partition,
+        .offset = m->offset,
+        .key = m->key,
+        .key_len = m->key_len,
+        .value = m->payload,
+        .value_len = m->len,
+        .content_type = content_type(m, ctbuf, sizeof(ctbuf)),
+        .timestamp_ms = rd_kafka_message_timestamp(m, &tstype),
+    };
+    intake_admit(in, &r);
 }
 
 /* The expiry timer: answers deadline_exceeded for every queued job whose
@@ -661,11 +682,10 @@ int intake_ranges_done(struct intake *in)
     return in->c.ranges && ranges_finished(in->c.ranges, in->consumer, in->c.offsets);
 }
 
-/* The widest model's row sets the codec's input bound and what a dead
- * letter's bytes count for; then the consumer joins the group, or, with
- * ranges, takes its partitions directly (no live group is joined or
- * rebalanced). */
-struct intake *intake_new(const struct intake_conf *c, char *errstr, size_t errstr_size)
+/* Admission's state: the widest model's row sets the codec's input bound
+ * and what a dead letter's bytes count for; encoders get the tokenizer's
+ * buffers. */
+struct intake *intake_new_offline(const struct intake_conf *c, char *errstr, size_t errstr_size)
 {
     struct intake *in = calloc(1, sizeof(*in));
     if (!in) {
@@ -700,19 +720,28 @@ struct intake *intake_new(const struct intake_conf *c, char *errstr, size_t errs
                         : max_tok * sizeof(int32_t);
     if (in->row_bytes == 0) in->row_bytes = 1;
     if (max_tok) {
-        in->wp = wp_scratch_new(4096);
+        in->tok_scratch = tokenizer_scratch_new(4096);
         in->tok_ids = malloc(in->tok_cap * sizeof(*in->tok_ids));
         in->tok_types = malloc(in->tok_cap * sizeof(*in->tok_types));
-        if (!in->wp || !in->tok_ids || !in->tok_types) {
+        if (!in->tok_scratch || !in->tok_ids || !in->tok_types) {
             snprintf(errstr, errstr_size, "out of memory for the tokenizer's buffers");
             intake_destroy(in);
             return NULL;
         }
     }
+    return in;
+}
 
+/* Admission's state, then the consumer joins the group, or, with ranges,
+ * takes its partitions directly (no live group is joined or
+ * rebalanced). */
+struct intake *intake_new(const struct intake_conf *c, char *errstr, size_t errstr_size)
+{
+    struct intake *in = intake_new_offline(c, errstr, errstr_size);
+    if (!in) return NULL;
     struct kq_hooks h = {.opaque = in, .group = c->opts->group, .rebalance_cb = rebalance_cb};
     if (!(in->consumer = kq_client_new(c->cfg, KQ_CONSUMER, &h, errstr, errstr_size))) {
-        free(in);
+        intake_destroy(in);
         return NULL;
     }
     rd_kafka_poll_set_consumer(in->consumer);
@@ -749,7 +778,7 @@ void intake_destroy(struct intake *in)
 {
     if (!in) return;
     if (in->consumer) rd_kafka_destroy(in->consumer);
-    wp_scratch_destroy(in->wp);
+    tokenizer_scratch_destroy(in->tok_scratch);
     free(in->tok_ids);
     free(in->tok_types);
     free(in);

@@ -6,6 +6,10 @@
  * model, deadline already passed), or dead-letters it. It also answers
  * the group's rebalances (docs/reliability.md, rules 4 and 5).
  *
+ * Admission (intake_admit: decode, route, tokenize, deadline) takes a
+ * record's bytes, not a Kafka message, so it is tested without Kafka
+ * (tests/test_admission.c).
+ *
  * The intake never waits on the model or on Redis: when the queue is full
  * it takes no record until there is room (librdkafka keeps what it has
  * prefetched), and full for batching.pause_after_ms it pauses the
@@ -22,6 +26,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../batching/batcher.h"
 #include "../gpu/model.h"
@@ -56,6 +61,41 @@ struct intake;
 /* Makes the consumer and subscribes to kafka.topics (or assigns the
  * ranges). Returns the stage, or NULL with errstr filled. */
 struct intake *intake_new(const struct intake_conf *c, char *errstr, size_t errstr_size);
+
+/* The stage without a consumer: only intake_admit, the in-flight count
+ * and intake_destroy may be used on it (tests/test_admission.c). */
+struct intake *intake_new_offline(const struct intake_conf *c, char *errstr,
+                                  size_t errstr_size);
+
+/* A consumed record, as admission reads it; every pointer is borrowed for
+ * the call. */
+struct intake_record {
+    const char *topic;
+    int32_t partition;
+    int64_t offset;
+    const void *key;
+    size_t key_len;
+    const void *value;
+    size_t value_len;
+    const char *content_type; /* the content-type header, NUL-terminated; NULL: none */
+    int64_t timestamp_ms;     /* the record's timestamp; < 0: none (the wall clock stands in) */
+};
+
+/* Where admission put a record's job. */
+enum intake_admitted {
+    INTAKE_QUEUED,   /* decoded, routed, tokenized: queued in the batcher */
+    INTAKE_ANSWERED, /* failed (invalid input, unknown model, deadline passed...):
+                        its error result encoded and queued in the sink */
+    INTAKE_DEAD,     /* not a job at all: a dead letter queued in the sink */
+    INTAKE_FATAL,    /* out of memory: *fatal set, nothing queued */
+};
+
+/* Admission, what the poll loop does with each record it takes: decodes
+ * it, routes it to its model, tokenizes an encoder's rows, settles its
+ * deadline, tracks its offset, and queues the job where the answer says
+ * (the job then belongs to the batcher or the sink's queue). Needs no
+ * Kafka handle. */
+enum intake_admitted intake_admit(struct intake *in, const struct intake_record *r);
 
 /* One round of the poll loop (see above); waits in the consumer at most
  * 20 ms, less when a queued deadline is nearer. */

@@ -1,0 +1,313 @@
+/* test_admission.c - the intake's admission (worker/intake.h,
+ * intake_admit) without Kafka: records given as bytes go through decode,
+ * routing, tokenizing and the deadline, and each lands where it should,
+ * checked there: queued in the batcher with its rows and token ids (the
+ * model's own tokenizer's), answered at once in the sink's queue with the
+ * error code and message, or dead-lettered with its bytes. Every record's
+ * offset is tracked. Cases are a table.
+ *
+ * Models: a demo BERT folder ("emb", tiny, written here) and a demo MLP
+ * ("mlp", 8 -> 4) on the CPU backend. Single-threaded; the folder lives in
+ * a temporary directory removed at the end. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../batching/batcher.h"
+#include "../gpu/model.h"
+#include "../telemetry/stats.h"
+#include "../text/tokenizer.h"
+#include "../worker/config.h"
+#include "../worker/intake.h"
+#include "../worker/job.h"
+#include "../worker/jobq.h"
+#include "../worker/offsets.h"
+#include "testutil.h"
+
+#define TOPIC "adm.jobs"
+#define MAX_TOKENS 64
+
+static char dir[64];
+
+/* Everything admission needs, made once. */
+struct fx {
+    struct kcfg *cfg;
+    struct model_runtime *rt;
+    struct model *models[2]; /* emb, mlp: the config's order */
+    struct batcher *batcher;
+    struct jobq sink, done;
+    struct offsets *offsets;
+    struct stats *stats;
+    struct worker_opts opts;
+    atomic_int fatal;
+    struct intake *in;
+};
+
+static struct fx F;
+
+/* ---- the cases ----------------------------------------------------------- */
+
+struct acase {
+    const char *what;
+    const char *value;          /* the record's value; NULL: value_hex */
+    const char *key;            /* NULL: none */
+    const char *content_type;   /* NULL: none (the codec sniffs) */
+    enum intake_admitted want;
+    int model_idx;              /* queued: the model it routes to */
+    size_t rows;                /* queued: rows */
+    const char *text[2];        /* queued, emb: each row's text, tokenized as the job was */
+    const char *pair;           /* queued, emb: the first row's pair */
+    enum proto_err err;         /* answered: the code */
+    const char *msg;            /* answered or dead: a substring of the message */
+    const char *id;             /* the job's id, when it has one */
+};
+
+static const struct acase cases[] = {
+    {"text to the encoder", "{\"id\": \"a\", \"model\": \"emb\", \"text\": [\"hello world\"]}",
+     NULL, "application/json", INTAKE_QUEUED, 0, 1, {"hello world"}, .id = "a"},
+    {"two rows and the default model", "{\"id\": \"b\", \"text\": [\"the movie\", \"ok\"]}", NULL,
+     NULL, INTAKE_QUEUED, 0, 2, {"the movie", "ok"}, .id = "b"},
+    {"a pair", "{\"id\": \"c\", \"text\": [\"kafka\"], \"text_pair\": [\"and redis\"]}", NULL,
+     NULL, INTAKE_QUEUED, 0, 1, {"kafka"}, "and redis", .id = "c"},
+    {"a long text truncated",
+     "{\"id\": \"d\", \"text\": [\"a b c d e f g h i j k l m n o p q r s t u v w x y z a b c d e "
+     "f g h i j k l m n o p q r s t u v w x y z a b c d e f g h i j k l m n o p\"]}",
+     NULL, NULL, INTAKE_QUEUED, 0, 1,
+     {"a b c d e f g h i j k l m n o p q r s t u v w x y z a b c d e f g h i j k l m n o p q r s "
+      "t u v w x y z a b c d e f g h i j k l m n o p"},
+     .id = "d"},
+    {"floats to the mlp",
+     "{\"id\": \"e\", \"model\": \"mlp\", \"input\": [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, "
+     "7, 8]}",
+     NULL, NULL, INTAKE_QUEUED, 1, 2, .id = "e"},
+    {"the id from the key", "{\"text\": [\"ok\"]}", "key-7", NULL, INTAKE_QUEUED, 0, 1, {"ok"},
+     .id = "key-7"},
+    {"an unknown model", "{\"id\": \"f\", \"model\": \"nope\", \"text\": [\"x\"]}", NULL, NULL,
+     INTAKE_ANSWERED, .err = PROTO_ERR_UNKNOWN_MODEL, .msg = "no model named 'nope'", .id = "f"},
+    {"text to the mlp", "{\"id\": \"g\", \"model\": \"mlp\", \"text\": [\"x\"]}", NULL, NULL,
+     INTAKE_ANSWERED, .err = PROTO_ERR_INVALID_INPUT,
+     .msg = "model mlp takes input (float32 rows), not text or tokens", .id = "g"},
+    {"floats to the encoder", "{\"id\": \"h\", \"input\": [1, 2, 3, 4, 5, 6, 7, 8]}", NULL, NULL,
+     INTAKE_ANSWERED, .err = PROTO_ERR_INVALID_INPUT,
+     .msg = "model emb is a text encoder: send text or tokens", .id = "h"},
+    {"a row of the wrong width", "{\"id\": \"i\", \"model\": \"mlp\", \"input\": [1, 2, 3]}", NULL,
+     NULL, INTAKE_ANSWERED, .err = PROTO_ERR_INVALID_INPUT,
+     .msg = "3 values is not a multiple of the model's input width 8", .id = "i"},
+    {"too long, truncate false",
+     "{\"id\": \"j\", \"truncate\": false, \"text\": [\"a b c d e f g h i j k l m n o p q r s t u "
+     "v w x y z a b c d e f g h i j k l m n o p q r s t u v w x y z a b c d e f g h i j k l m n "
+     "o p\"]}",
+     NULL, NULL, INTAKE_ANSWERED, .err = PROTO_ERR_INVALID_INPUT,
+     .msg = "over the limit of 64 (truncate is false)", .id = "j"},
+    {"a pre-tokenized id outside the vocabulary",
+     "{\"id\": \"k\", \"tokens\": [[2, 999999, 3]]}", NULL, NULL, INTAKE_ANSWERED,
+     .err = PROTO_ERR_INVALID_INPUT, .msg = "is not in the model's vocabulary", .id = "k"},
+    {"a deadline already passed", "{\"id\": \"l\", \"deadline_ms\": 1, \"text\": [\"x\"]}", NULL,
+     NULL, INTAKE_ANSWERED, .err = PROTO_ERR_DEADLINE_EXCEEDED,
+     .msg = "deadline passed before the job was queued", .id = "l"},
+    {"a bad field", "{\"id\": \"m\", \"text\": 7}", NULL, NULL, INTAKE_ANSWERED,
+     .err = PROTO_ERR_INVALID_INPUT, .msg = "text", .id = "m"},
+    {"not a job", "\x01\x02 garbage", NULL, NULL, INTAKE_DEAD, .msg = ""},
+    {"JSON without an id or key", "{\"text\": [\"x\"]}", NULL, NULL, INTAKE_DEAD, .msg = "id"},
+};
+
+/* The ids the model's own tokenizer gives row text (and pair), as the
+ * intake should have put them in the job. */
+static int want_ids(const char *text, const char *pair, int32_t *ids, int32_t *types)
+{
+    const struct model_encoder_info *e = model_encoder(F.models[0]);
+    struct tokenizer_scratch *s = tokenizer_scratch_new(0);
+    assert_non_null(s);
+    char err[256];
+    int n = tokenizer_encode(e->tokenizer, s, text, strlen(text), pair, pair ? strlen(pair) : 0,
+                             e->max_tokens, 1, ids, types, 256, NULL, err, sizeof(err));
+    tokenizer_scratch_destroy(s);
+    if (n < 0) fail_msg("tokenizer_encode: %s", err);
+    return n;
+}
+
+/* A queued job: its model, rows, and each row's ids and type ids. */
+static void check_queued(const struct acase *c, struct job *j)
+{
+    assert_int_equal(j->model_idx, c->model_idx);
+    assert_int_equal(j->rows, c->rows);
+    if (c->model_idx != 0) {
+        assert_null(j->ids);
+        return;
+    }
+    assert_non_null(j->offs);
+    for (size_t r = 0; r < c->rows; r++) {
+        int32_t ids[256], types[256];
+        int n = want_ids(c->text[r], r == 0 ? c->pair : NULL, ids, types);
+        size_t b = j->offs[r], len = j->offs[r + 1] - b;
+        if (len != (size_t)n) fail_msg("%s: row %zu is %zu tokens, want %d", c->what, r, len, n);
+        assert_memory_equal(j->ids + b, ids, len * sizeof(int32_t));
+        if (j->type_ids) assert_memory_equal(j->type_ids + b, types, len * sizeof(int32_t));
+        assert_true(len <= MAX_TOKENS);
+    }
+    assert_int_equal(j->n_tokens, j->offs[c->rows]);
+}
+
+static void test_cases(void **state)
+{
+    (void)state;
+    size_t n = sizeof(cases) / sizeof(cases[0]);
+    for (size_t i = 0; i < n; i++) {
+        const struct acase *c = &cases[i];
+        struct intake_record r = {
+            .topic = TOPIC,
+            .partition = (int32_t)i,
+            .offset = 100 + (int64_t)i,
+            .key = c->key,
+            .key_len = c->key ? strlen(c->key) : 0,
+            .value = c->value,
+            .value_len = strlen(c->value),
+            .content_type = c->content_type,
+            .timestamp_ms = -1,
+        };
+        enum intake_admitted got = intake_admit(F.in, &r);
+        if (got != c->want) fail_msg("%s: admitted %d, want %d", c->what, got, c->want);
+        struct job *j = got == INTAKE_QUEUED ? batcher_purge(F.batcher, TOPIC, (int32_t)i)
+                                             : jobq_take(&F.sink, 0);
+        if (!j || j->next) fail_msg("%s: not one job where it should be", c->what);
+        assert_string_equal(j->topic, TOPIC);
+        assert_int_equal(j->partition, (int32_t)i);
+        assert_int_equal(j->offset, 100 + (int64_t)i);
+        if (c->id) assert_string_equal(j->req.id, c->id);
+        if (got == INTAKE_QUEUED) {
+            check_queued(c, j);
+        } else if (got == INTAKE_ANSWERED) {
+            assert_int_equal(j->kind, JOB_RESULT);
+            if (j->err != c->err || !strstr(j->errmsg, c->msg))
+                fail_msg("%s: error %d \"%s\", want %d with \"%s\"", c->what, j->err, j->errmsg,
+                         c->err, c->msg);
+        } else {
+            assert_int_equal(j->kind, JOB_DEAD);
+            assert_int_equal(j->raw_value_len, strlen(c->value));
+            assert_memory_equal(j->raw_value, c->value, j->raw_value_len);
+            if (!strstr(j->errmsg, c->msg))
+                fail_msg("%s: dead letter says \"%s\", want \"%s\"", c->what, j->errmsg, c->msg);
+        }
+        printf("  %-42s %s\n", c->what,
+               got == INTAKE_QUEUED ? "queued" : j->errmsg[0] ? j->errmsg : "(answered)");
+        job_free(j);
+    }
+    /* every record's offset is tracked until its job finishes */
+    assert_int_equal(offsets_pending_total(F.offsets), n);
+    assert_int_equal(atomic_load(&F.fatal), 0);
+}
+
+/* ---- fixture ------------------------------------------------------------------ */
+
+static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(p);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    char err[512], emb[128], mlp[128], cfgp[128];
+    snprintf(dir, sizeof(dir), "/tmp/kinfer-adm-XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    snprintf(emb, sizeof(emb), "%s/emb", dir);
+    snprintf(mlp, sizeof(mlp), "%s/mlp.safetensors", dir);
+    snprintf(cfgp, sizeof(cfgp), "%s/adm.cfg", dir);
+    if (model_write_demo_bert(emb, 2, 32, 4, 64, 0, tu_rand64(), err, sizeof(err)) < 0 ||
+        model_write_demo(mlp, 8, 16, 4, tu_rand64(), err, sizeof(err)) < 0) {
+        fprintf(stderr, "test_admission: %s\n", err);
+        return -1;
+    }
+    FILE *f = fopen(cfgp, "w");
+    if (!f) return -1;
+    fprintf(f,
+            "kafka = { brokers = \"127.0.0.1:1\"; group = \"g\"; topics = [ \"" TOPIC "\" ];\n"
+            "  reply_topic = \"adm.results\"; dlq_topic = \"adm.dlq\"; };\n"
+            "batching = { max_batch_rows = 16; max_batch_tokens = 4096; };\n"
+            "models = ( { name = \"emb\"; path = \"emb\"; encoder = { max_tokens = %d; }; },\n"
+            "  { name = \"mlp\"; path = \"mlp.safetensors\";\n"
+            "    layers = ( { op = \"dense\"; weight = \"0.weight\"; bias = \"0.bias\"; },\n"
+            "               { op = \"relu\"; },\n"
+            "               { op = \"dense\"; weight = \"2.weight\"; bias = \"2.bias\"; } ); } );\n"
+            "worker = { backend = \"cpu\"; };\n",
+            MAX_TOKENS);
+    fclose(f);
+    if (!(F.cfg = cfg_load(cfgp, NULL, 0, err, sizeof(err)))) {
+        fprintf(stderr, "test_admission: %s\n", err);
+        return -1;
+    }
+    struct model_runtime_conf rc;
+    model_runtime_conf_defaults(&rc);
+    rc.backend = "cpu";
+    rc.cpu_threads = 1;
+    if (!(F.rt = model_runtime_new(&rc, err, sizeof(err)))) {
+        fprintf(stderr, "test_admission: runtime: %s\n", err);
+        return -1;
+    }
+    for (size_t i = 0; i < 2; i++) {
+        if (!(F.models[i] = model_load(F.rt, &F.cfg->models[i], err, sizeof(err)))) {
+            fprintf(stderr, "test_admission: %s\n", err);
+            return -1;
+        }
+    }
+    struct batcher_conf bc = {.n_models = 2, .max_batch_rows = 16, .max_wait_ms = 5,
+                              .max_batch_tokens = 4096};
+    F.batcher = batcher_new(&bc);
+    jobq_init(&F.sink);
+    jobq_init(&F.done);
+    F.offsets = offsets_new(&F.done);
+    F.stats = stats_new();
+    F.opts.priority = -1;
+    atomic_init(&F.fatal, 0);
+    if (!F.batcher || !F.offsets || !F.stats) return -1;
+    struct intake_conf ic = {.cfg = F.cfg, .opts = &F.opts, .models = F.models, .n_models = 2,
+                             .default_model = 0, .model_override = -1, .batcher = F.batcher,
+                             .sink = &F.sink, .offsets = F.offsets, .stats = F.stats,
+                             .fatal = &F.fatal, .max_record_bytes = 1 << 20};
+    if (!(F.in = intake_new_offline(&ic, err, sizeof(err)))) {
+        fprintf(stderr, "test_admission: intake: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    intake_destroy(F.in);
+    offsets_destroy(F.offsets);
+    job_free_list(jobq_take(&F.done, 0));
+    jobq_fini(&F.done);
+    jobq_fini(&F.sink);
+    batcher_destroy(F.batcher);
+    stats_destroy(F.stats);
+    for (size_t i = 0; i < 2; i++) model_destroy(F.models[i]);
+    model_runtime_destroy(F.rt);
+    cfg_destroy(F.cfg);
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    tu_seed(argv[0]);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cases),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
