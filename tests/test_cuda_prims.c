@@ -15,7 +15,8 @@
  * references see what the device sees.
  *
  * On a machine without a usable CUDA device, or a build without CUDA, it
- * prints "skipped: no CUDA device" and exits 0.
+ * prints "skipped: no CUDA device" and exits 77 (tests/run.sh counts it as
+ * skipped); with KINFER_REQUIRE_GPU=1 that is a failure.
  *
  * Tolerance |got - ref| <= tol * max(1, |ref|): fp32 1e-4, tf32 and fp16
  * 2e-2, bf16 8e-2 (estimates written before a run on a device; the worst
@@ -719,9 +720,15 @@ int main(int argc, char **argv)
     (void)argc;
     char what[256];
     if (!B->compiled_in || B->probe(what, sizeof(what)) <= 0) {
+        const char *req = getenv("KINFER_REQUIRE_GPU");
+        if (req && !strcmp(req, "1")) {
+            printf("test_cuda_prims: FAILED: KINFER_REQUIRE_GPU=1 and no CUDA device (%s)\n",
+                   B->compiled_in ? what : "not built with CUDA");
+            return 1;
+        }
         printf("test_cuda_prims: skipped: no CUDA device (%s)\n",
                B->compiled_in ? what : "not built with CUDA");
-        return 0;
+        return 77;
     }
     have_device = 1;
     tu_seed(argv[0]);

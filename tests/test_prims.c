@@ -4,9 +4,9 @@
  * replays it), with the edges always included: one row, width one, a
  * sequence of one token, the longest sequence.
  *
- * Proves, for the CPU backend, and for the CUDA backend in every
- * precision when a device is usable (KINFER_REQUIRE_GPU=1 makes its
- * absence a failure):
+ * Proves, for the CPU backend (tests/test_cuda_prims.c holds the same
+ * checks, primitive for primitive, for the CUDA backend in every
+ * precision, with its graphs and refusals):
  * - gemm: weights (nn.Linear layout) with and without bias and with each
  *   epilogue activation; activations with B transposed or not, padded
  *   leading dimensions, strided batches, alpha;
@@ -636,38 +636,11 @@ static void test_cpu(void **state)
     backend_cpu.close(d.be);
 }
 
-/* Tolerances on a GPU: float32 accumulation everywhere; the inputs' own
- * rounding dominates in the 16-bit and TF32 precisions. */
-static void test_cuda(void **state)
-{
-    (void)state;
-    char what[256];
-    const char *req = getenv("KINFER_REQUIRE_GPU");
-    if (backend_cuda.probe(what, sizeof(what)) <= 0) {
-        if (req && !strcmp(req, "1")) fail_msg("KINFER_REQUIRE_GPU=1 but no CUDA device: %s", what);
-        printf("  cuda: no usable device (%s): its primitives did not run here\n", what);
-        return;
-    }
-    static const struct {
-        enum model_precision p;
-        const char *label;
-        double tol;
-    } precs[] = {{MODEL_FP32, "fp32", 1e-4}, {MODEL_TF32, "tf32", 8e-3},
-                 {MODEL_FP16, "fp16", 1.2e-2}, {MODEL_BF16, "bf16", 6e-2}};
-    for (size_t i = 0; i < sizeof(precs) / sizeof(precs[0]); i++) {
-        struct dev d = {.o = &backend_cuda, .label = precs[i].label, .tol = precs[i].tol};
-        d.be = open_backend(&backend_cuda, precs[i].p);
-        run_all(&d);
-        backend_cuda.close(d.be);
-    }
-}
-
 int main(void)
 {
     tu_seed("test_prims");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu),
-        cmocka_unit_test(test_cuda),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
