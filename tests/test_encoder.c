@@ -832,8 +832,9 @@ static const struct bad_folder bad_folders[] = {
      .want = {"config.json: hidden_size is missing"}},
     {"hidden_act relu", {.act = "relu"},
      .want = {"config.json: hidden_act \"relu\" is not supported"}},
-    {"model_type roberta", {0}, .cfg_key = "model_type", .cfg_json = "\"roberta\"",
-     .want = {"config.json: model_type \"roberta\" is not one this build runs (bert)"}},
+    {"model_type gpt2", {0}, .cfg_key = "model_type", .cfg_json = "\"gpt2\"",
+     .want = {"config.json: model_type \"gpt2\" is not one this build runs (bert, roberta, "
+              "xlm-roberta, camembert, mpnet, distilbert)"}},
     {"relative positions", {0}, .cfg_key = "position_embedding_type",
      .cfg_json = "\"relative_key\"",
      .want = {"position_embedding_type \"relative_key\": only absolute positions"}},
