@@ -129,6 +129,7 @@ struct desc {
     /* for the error rows: */
     const char *omit, *misshape;
     const char *cfg_key, *cfg_json; /* config.json key set (cfg_json NULL: removed) */
+    size_t max_tokens;              /* the entry's encoder.max_tokens */
 };
 
 static void defaults(struct desc *d)
@@ -934,6 +935,9 @@ static const struct {
      {"config.json: hidden_size is missing"}},
     {{.what = "roberta: position table of 2 rows", .kind = F_ROBERTA, .max_pos = 2},
      {"max_position_embeddings 2 leaves no position"}},
+    {{.what = "roberta: max_tokens over its 38 positions", .kind = F_ROBERTA,
+      .max_tokens = 39},
+     {"encoder.max_tokens 39 is more than the 38 tokens max_position_embeddings 40 allows"}},
     {{.what = "model_type gpt2", .kind = F_ROBERTA, .cfg_key = "model_type",
       .cfg_json = "\"gpt2\""},
      {"config.json: model_type \"gpt2\" is not one this build runs (bert, roberta, "
@@ -953,6 +957,7 @@ static void test_errors(void **state)
         snprintf(spec.name, sizeof(spec.name), "t");
         snprintf(spec.path, sizeof(spec.path), "%s", dir);
         model_encoder_spec_defaults(&spec.enc);
+        spec.enc.max_tokens = bad[i].d.max_tokens;
         struct model *m = model_load(cpu_rt, &spec, err, sizeof(err));
         if (m) fail_msg("%s: loaded", bad[i].d.what);
         if (strncmp(err, "model t: ", 9) != 0)

@@ -876,7 +876,8 @@ static const struct bad_folder bad_folders[] = {
     {"no vocab.txt", {0}, .rm = "vocab.txt",
      .want = {"no tokenizer.json or vocab.txt in the folder"}},
     {"max_tokens over max_position_embeddings", {0}, .max_tokens = 41,
-     .want = {"encoder.max_tokens 41 is more than max_position_embeddings 40"}},
+     .want = {"encoder.max_tokens 41 is more than the 40 tokens max_position_embeddings 40 "
+              "allows"}},
     {"max_tokens 2", {0}, .max_tokens = 2,
      .want = {"at most 2 tokens per row: too few for [CLS] text [SEP]"}},
 };
