@@ -1,7 +1,8 @@
 /* model.c (cmd/) - `kinfer model`: model tools. `kinfer model demo`
  * writes the demo MLP that worker.cfg names (gpu/model.h's
- * model_write_demo), or with --kind bert a small random BERT folder
- * (model_write_demo_bert) for text jobs.
+ * model_write_demo), or with --kind bert, roberta, mpnet or distilbert a
+ * small random encoder folder of that family (model_write_demo_encoder)
+ * for text jobs.
  *
  * Threads: the main thread. */
 #include <getopt.h>
@@ -13,14 +14,16 @@
 #include "commands.h"
 
 static const char usage[] =
-    "usage: kinfer model demo -o PATH [--kind mlp|bert] [options]\n"
+    "usage: kinfer model demo -o PATH [--kind mlp|bert|roberta|mpnet|distilbert] [options]\n"
     "\n"
     "--kind mlp (default) writes a small random MLP as safetensors (tensors\n"
     "0.weight, 0.bias, 2.weight, 2.bias: dense -> relu -> dense), the model\n"
-    "worker.cfg names. --kind bert writes a small random BERT folder as\n"
-    "Hugging Face and sentence-transformers lay it out (config.json,\n"
-    "model.safetensors, vocab.txt, mean pooling, normalized), or with\n"
-    "--labels N a sequence classifier; point a model's path at it.\n"
+    "worker.cfg names. --kind bert (roberta, mpnet, distilbert) writes a\n"
+    "small random encoder folder of that family as Hugging Face and\n"
+    "sentence-transformers lay it out (config.json with the family's keys,\n"
+    "model.safetensors with its tensor names, a WordPiece vocab.txt, mean\n"
+    "pooling, normalized), or with --labels N a sequence classifier; point\n"
+    "a model's path at it.\n"
     "\n"
     "  -o, --output PATH   file (mlp) or folder (bert) to write\n"
     "  --seed S            random seed (default 1)\n"
@@ -28,7 +31,7 @@ static const char usage[] =
     "  --in N              input width (default 64)\n"
     "  --hidden N          hidden width (default 128)\n"
     "  --out N             output width (default 16)\n"
-    "bert:\n"
+    "encoders:\n"
     "  --layers N          encoder layers (default 2)\n"
     "  --hidden N          hidden size (default 64)\n"
     "  --heads N           attention heads (default 4)\n"
@@ -79,23 +82,19 @@ int cmd_model(int argc, char **argv)
         return 1;
     }
     char err[512];
-    if (strcmp(kind, "bert") == 0) {
+    if (strcmp(kind, "mlp") != 0) {
         if (hidden < 0) hidden = 64;
         if (!inter) inter = 4 * hidden;
-        if (model_write_demo_bert(path, (size_t)layers, (size_t)hidden, (size_t)heads,
-                                  (size_t)inter, (size_t)labels, (uint64_t)seed, err,
-                                  sizeof(err)) < 0) {
+        if (model_write_demo_encoder(path, kind, (size_t)layers, (size_t)hidden, (size_t)heads,
+                                     (size_t)inter, (size_t)labels, (uint64_t)seed, err,
+                                     sizeof(err)) < 0) {
             fprintf(stderr, "kinfer model demo: %s\n", err);
             return 1;
         }
-        printf("wrote %s/: BERT, %ld layers, hidden %ld, %ld heads, intermediate %ld, %s\n",
-               path, layers, hidden, heads, inter,
+        printf("wrote %s/: %s, %ld layers, hidden %ld, %ld heads, intermediate %ld, %s\n",
+               path, kind, layers, hidden, heads, inter,
                labels ? "sequence classifier" : "mean-pooled normalized embeddings");
         return 0;
-    }
-    if (strcmp(kind, "mlp") != 0) {
-        fprintf(stderr, "kinfer model demo: --kind %s is not mlp or bert\n", kind);
-        return 1;
     }
     if (hidden < 0) hidden = 128;
     if (model_write_demo(path, (size_t)in, (size_t)hidden, (size_t)out, (uint64_t)seed,

@@ -14,6 +14,9 @@
 const struct arch *const arch_registry[] = {
     &arch_mlp,
     &arch_bert,
+    &arch_roberta,
+    &arch_mpnet,
+    &arch_distilbert,
 };
 const size_t arch_registry_len = sizeof(arch_registry) / sizeof(arch_registry[0]);
 

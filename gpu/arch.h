@@ -137,8 +137,11 @@ void arch_weight_free(const struct arch_rt *rt, struct bk_weight *w);
 size_t arch_act_bytes(const struct arch_rt *rt, size_t n);
 void *arch_act_at(const struct arch_rt *rt, const void *p, size_t n);
 
-/* The layer-list model and BERT (their own files). */
+/* The architectures (a file each). */
 extern const struct arch arch_mlp;
 extern const struct arch arch_bert;
+extern const struct arch arch_roberta;
+extern const struct arch arch_mpnet;
+extern const struct arch arch_distilbert;
 
 #endif

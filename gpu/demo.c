@@ -1,6 +1,8 @@
 /* demo.c - the demo models of gpu/model.h: model_write_demo (a 2-layer
- * MLP as a safetensors file) and model_write_demo_bert (a small BERT
- * folder as Hugging Face and sentence-transformers lay it out). Both are
+ * MLP as a safetensors file) and model_write_demo_encoder (a small BERT,
+ * RoBERTa, MPNet or DistilBERT folder as Hugging Face and
+ * sentence-transformers lay it out, with each family's config keys and
+ * tensor names). Both are
  * written with st_write, so the normal load paths read them, and both
  * draw their weights from one seeded generator: the same seed, the same
  * bytes.
@@ -79,7 +81,7 @@ fail:
     return rc;
 }
 
-/* ---- the BERT folder ------------------------------------------------------ */
+/* ---- the encoder folders ------------------------------------------------------ */
 
 /* dir/name into buf; 0, or -1 when it does not fit. */
 static int path_in(char *buf, size_t cap, const char *dir, const char *name)
@@ -116,14 +118,126 @@ static int write_text(const char *path, const char *text, char *errstr, size_t e
     return 0;
 }
 
-int model_write_demo_bert(const char *dir, size_t layers, size_t hidden, size_t heads,
-                    size_t intermediate, size_t n_labels, uint64_t seed, char *errstr,
-                    size_t errstr_size)
+/* What a family's folder holds: its config.json keys, architectures,
+ * vocabulary specials and tensor names (as Hugging Face saves them; a
+ * classifier's encoder tensors under the family's prefix, except BERT's,
+ * which the demo has always written bare). */
+struct demo_family {
+    const char *kind, *model_type, *embedder, *classifier;
+    const char *prefix;                 /* a classifier's encoder tensors */
+    const char *layer;                  /* "encoder.layer." */
+    const char *mod[8];                 /* q, k, v, attention out, LN, ffn in, out, LN */
+    size_t type_vocab;                  /* 0: no type table */
+    size_t pos_base;                    /* position rows before the first token's */
+    int rel_bias;                       /* MPNet's encoder.relative_attention_bias */
+    const char *cls_pre, *cls_out;
+    int bos_specials;                   /* <s> <pad> </s> <unk> <mask>, else [PAD]... */
+};
+
+static const struct demo_family demo_families[] = {
+    {"bert", "bert", "BertModel", "BertForSequenceClassification", "", "encoder.layer.",
+     {"attention.self.query", "attention.self.key", "attention.self.value",
+      "attention.output.dense", "attention.output.LayerNorm", "intermediate.dense",
+      "output.dense", "output.LayerNorm"},
+     2, 0, 0, "pooler.dense", "classifier", 0},
+    {"roberta", "roberta", "RobertaModel", "RobertaForSequenceClassification", "roberta.",
+     "encoder.layer.",
+     {"attention.self.query", "attention.self.key", "attention.self.value",
+      "attention.output.dense", "attention.output.LayerNorm", "intermediate.dense",
+      "output.dense", "output.LayerNorm"},
+     1, 2, 0, "classifier.dense", "classifier.out_proj", 1},
+    {"mpnet", "mpnet", "MPNetModel", "MPNetForSequenceClassification", "mpnet.",
+     "encoder.layer.",
+     {"attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o",
+      "attention.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm"},
+     0, 2, 1, "classifier.dense", "classifier.out_proj", 1},
+    {"distilbert", "distilbert", "DistilBertModel", "DistilBertForSequenceClassification",
+     "distilbert.", "transformer.layer.",
+     {"attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin",
+      "sa_layer_norm", "ffn.lin1", "ffn.lin2", "output_layer_norm"},
+     0, 0, 0, "pre_classifier", "classifier", 0},
+};
+
+/* The demo's position rows for its 128 tokens. */
+#define DEMO_MAX_TOKENS 128
+
+const char *model_demo_encoder_kinds(void)
 {
+    return "bert, roberta, mpnet, distilbert";
+}
+
+/* config.json of family f into buf. */
+static void demo_config(const struct demo_family *f, char *buf, size_t cap, size_t vocab,
+                        size_t layers, size_t hidden, size_t heads, size_t inter,
+                        size_t n_labels)
+{
+    const char *arch = n_labels ? f->classifier : f->embedder;
+    int n;
+    if (!strcmp(f->kind, "distilbert"))
+        n = snprintf(buf, cap,
+                     "{\n  \"model_type\": \"distilbert\",\n  \"architectures\": [\"%s\"],\n"
+                     "  \"vocab_size\": %zu,\n  \"dim\": %zu,\n  \"n_layers\": %zu,\n"
+                     "  \"n_heads\": %zu,\n  \"hidden_dim\": %zu,\n"
+                     "  \"activation\": \"gelu\",\n  \"max_position_embeddings\": %d,\n"
+                     "  \"sinusoidal_pos_embds\": false,\n  \"pad_token_id\": 0",
+                     arch, vocab, hidden, layers, heads, inter, DEMO_MAX_TOKENS);
+    else if (!strcmp(f->kind, "bert"))
+        n = snprintf(buf, cap,
+                     "{\n  \"model_type\": \"bert\",\n  \"architectures\": [\"%s\"],\n"
+                     "  \"vocab_size\": %zu,\n  \"hidden_size\": %zu,\n  \"num_hidden_layers\": %zu,\n"
+                     "  \"num_attention_heads\": %zu,\n  \"intermediate_size\": %zu,\n"
+                     "  \"hidden_act\": \"gelu\",\n  \"max_position_embeddings\": %d,\n"
+                     "  \"type_vocab_size\": 2,\n  \"layer_norm_eps\": 1e-12,\n"
+                     "  \"position_embedding_type\": \"absolute\"",
+                     arch, vocab, hidden, layers, heads, inter, DEMO_MAX_TOKENS);
+    else
+        n = snprintf(buf, cap,
+                     "{\n  \"model_type\": \"%s\",\n  \"architectures\": [\"%s\"],\n"
+                     "  \"vocab_size\": %zu,\n  \"hidden_size\": %zu,\n  \"num_hidden_layers\": %zu,\n"
+                     "  \"num_attention_heads\": %zu,\n  \"intermediate_size\": %zu,\n"
+                     "  \"hidden_act\": \"gelu\",\n  \"max_position_embeddings\": %zu,\n"
+                     "  \"layer_norm_eps\": 1e-05,\n  \"pad_token_id\": 1,\n"
+                     "  \"bos_token_id\": 0,\n  \"eos_token_id\": 2%s",
+                     f->model_type, arch, vocab, hidden, layers, heads, inter,
+                     DEMO_MAX_TOKENS + f->pos_base,
+                     f->rel_bias ? ",\n  \"relative_attention_num_buckets\": 32"
+                                 : ",\n  \"type_vocab_size\": 1,\n"
+                                   "  \"position_embedding_type\": \"absolute\"");
+    if (n_labels) {
+        n += snprintf(buf + n, cap - (size_t)n, ",\n  \"id2label\": {");
+        for (size_t i = 0; i < n_labels; i++)
+            n += snprintf(buf + n, cap - (size_t)n, "%s\"%zu\": \"label_%zu\"", i ? ", " : "",
+                          i, i);
+        n += snprintf(buf + n, cap - (size_t)n, "}");
+    }
+    snprintf(buf + n, cap - (size_t)n, "\n}\n");
+}
+
+int model_write_demo_bert(const char *dir, size_t layers, size_t hidden, size_t heads,
+                          size_t intermediate, size_t n_labels, uint64_t seed, char *errstr,
+                          size_t errstr_size)
+{
+    return model_write_demo_encoder(dir, "bert", layers, hidden, heads, intermediate, n_labels,
+                                    seed, errstr, errstr_size);
+}
+
+int model_write_demo_encoder(const char *dir, const char *kind, size_t layers, size_t hidden,
+                             size_t heads, size_t intermediate, size_t n_labels, uint64_t seed,
+                             char *errstr, size_t errstr_size)
+{
+    const struct demo_family *f = NULL;
+    for (size_t i = 0; i < sizeof(demo_families) / sizeof(demo_families[0]); i++)
+        if (kind && !strcmp(kind, demo_families[i].kind)) f = &demo_families[i];
+    if (!f) {
+        snprintf(errstr, errstr_size, "--kind %s is not mlp nor an encoder (%s)",
+                 kind ? kind : "(none)", model_demo_encoder_kinds());
+        return -1;
+    }
     if (!layers || !hidden || !heads || hidden % heads || !intermediate || layers > 64 ||
         hidden > 4096 || intermediate > 16384 || n_labels > 64) {
-        snprintf(errstr, errstr_size, "bert demo: bad sizes (layers %zu, hidden %zu, heads %zu, "
-                 "intermediate %zu, labels %zu)", layers, hidden, heads, intermediate, n_labels);
+        snprintf(errstr, errstr_size, "%s demo: bad sizes (layers %zu, hidden %zu, heads %zu, "
+                 "intermediate %zu, labels %zu)", f->kind, layers, hidden, heads, intermediate,
+                 n_labels);
         return -1;
     }
     char path[4200];
@@ -141,7 +255,10 @@ int model_write_demo_bert(const char *dir, size_t layers, size_t hidden, size_t 
         vocab++;                                                                         \
     } while (0)
     static const char *const specials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
-    for (size_t i = 0; i < 5; i++) ADD(specials[i]);
+    /* RoBERTa's and MPNet's order: the padding id is 1, as their
+     * positions assume. */
+    static const char *const bos_specials[] = {"<s>", "<pad>", "</s>", "<unk>", "<mask>"};
+    for (size_t i = 0; i < 5; i++) ADD(f->bos_specials ? bos_specials[i] : specials[i]);
     char one[8];
     for (int c = 33; c < 127; c++) {
         if (c >= 'A' && c <= 'Z') continue; /* uncased */
@@ -165,28 +282,17 @@ int model_write_demo_bert(const char *dir, size_t layers, size_t hidden, size_t 
         goto fail;
 
     char buf[2048];
-    int n = snprintf(buf, sizeof(buf),
-                     "{\n  \"model_type\": \"bert\",\n  \"architectures\": [\"%s\"],\n"
-                     "  \"vocab_size\": %zu,\n  \"hidden_size\": %zu,\n  \"num_hidden_layers\": %zu,\n"
-                     "  \"num_attention_heads\": %zu,\n  \"intermediate_size\": %zu,\n"
-                     "  \"hidden_act\": \"gelu\",\n  \"max_position_embeddings\": 128,\n"
-                     "  \"type_vocab_size\": 2,\n  \"layer_norm_eps\": 1e-12,\n"
-                     "  \"position_embedding_type\": \"absolute\"",
-                     n_labels ? "BertForSequenceClassification" : "BertModel", vocab, hidden,
-                     layers, heads, intermediate);
-    if (n_labels) {
-        n += snprintf(buf + n, sizeof(buf) - (size_t)n, ",\n  \"id2label\": {");
-        for (size_t i = 0; i < n_labels; i++)
-            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%zu\": \"label_%zu\"", i ? ", " : "",
-                          i, i);
-        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "}");
-    }
-    snprintf(buf + n, sizeof(buf) - (size_t)n, "\n}\n");
+    demo_config(f, buf, sizeof(buf), vocab, layers, hidden, heads, intermediate, n_labels);
+    const char *tok_cfg =
+        f->bos_specials
+            ? "{\"do_lower_case\": true, \"model_max_length\": 128, \"bos_token\": \"<s>\", "
+              "\"cls_token\": \"<s>\", \"sep_token\": \"</s>\", \"eos_token\": \"</s>\", "
+              "\"unk_token\": \"<unk>\", \"pad_token\": \"<pad>\", \"mask_token\": \"<mask>\"}\n"
+            : "{\"do_lower_case\": true, \"model_max_length\": 128}\n";
     if (path_in(path, sizeof(path), dir, "config.json") < 0 ||
         write_text(path, buf, errstr, errstr_size) < 0 ||
         path_in(path, sizeof(path), dir, "tokenizer_config.json") < 0 ||
-        write_text(path, "{\"do_lower_case\": true, \"model_max_length\": 128}\n", errstr,
-                   errstr_size) < 0)
+        write_text(path, tok_cfg, errstr, errstr_size) < 0)
         goto fail;
     if (!n_labels) {
         char sub[4200];
@@ -219,18 +325,20 @@ int model_write_demo_bert(const char *dir, size_t layers, size_t hidden, size_t 
      * with the same spread, 0.02) for matrices and embeddings, ones and
      * zeros for LayerNorm, zeros for biases made small instead so they
      * matter in tests. */
-    enum { MAXT = 8 + 16 * 64 + 4 };
+    enum { MAXT = 9 + 16 * 64 + 4 };
     struct st_write_tensor *t = calloc(MAXT, sizeof(*t));
     uint64_t (*shapes)[2] = calloc(MAXT, sizeof(*shapes));
-    char (*names)[96] = calloc(MAXT, sizeof(*names));
+    char (*names)[128] = calloc(MAXT, sizeof(*names));
     float **data = calloc(MAXT, sizeof(float *));
     size_t nt = 0;
     uint64_t s = seed;
     int rc = -1;
     if (!t || !shapes || !names || !data) goto oom2;
-#define TENSOR(nm, d0, d1, kind)                                                         \
+    /* A classifier's encoder tensors under the family's prefix. */
+    const char *px = n_labels ? f->prefix : "";
+#define TENSOR(pfx, nm, d0, d1, kind)                                                    \
     do {                                                                                 \
-        snprintf(names[nt], sizeof(names[nt]), "%s", (nm));                              \
+        snprintf(names[nt], sizeof(names[nt]), "%s%s", (pfx), (nm));                     \
         size_t cnt = (size_t)(d0) * ((d1) ? (size_t)(d1) : 1);                           \
         if (!(data[nt] = malloc(cnt * sizeof(float)))) goto oom2;                        \
         for (size_t q = 0; q < cnt; q++)                                                 \
@@ -242,50 +350,42 @@ int model_write_demo_bert(const char *dir, size_t layers, size_t hidden, size_t 
         t[nt] = (struct st_write_tensor){names[nt], ST_F32, (d1) ? 2 : 1, shapes[nt], data[nt]}; \
         nt++;                                                                            \
     } while (0)
-    char nm[96];
-    TENSOR("embeddings.word_embeddings.weight", vocab, hidden, 0);
-    TENSOR("embeddings.position_embeddings.weight", 128, hidden, 0);
-    TENSOR("embeddings.token_type_embeddings.weight", 2, hidden, 0);
-    TENSOR("embeddings.LayerNorm.weight", hidden, 0, 1);
-    TENSOR("embeddings.LayerNorm.bias", hidden, 0, 2);
-    static const char *const lin[] = {"attention.self.query", "attention.self.key",
-                                      "attention.self.value", "attention.output.dense"};
+    char nm[112];
+    TENSOR(px, "embeddings.word_embeddings.weight", vocab, hidden, 0);
+    TENSOR(px, "embeddings.position_embeddings.weight", DEMO_MAX_TOKENS + f->pos_base, hidden, 0);
+    if (f->type_vocab)
+        TENSOR(px, "embeddings.token_type_embeddings.weight", f->type_vocab, hidden, 0);
+    TENSOR(px, "embeddings.LayerNorm.weight", hidden, 0, 1);
+    TENSOR(px, "embeddings.LayerNorm.bias", hidden, 0, 2);
     for (size_t l = 0; l < layers; l++) {
-        for (int k = 0; k < 4; k++) {
-            snprintf(nm, sizeof(nm), "encoder.layer.%zu.%s.weight", l, lin[k]);
-            TENSOR(nm, hidden, hidden, 0);
-            snprintf(nm, sizeof(nm), "encoder.layer.%zu.%s.bias", l, lin[k]);
-            TENSOR(nm, hidden, 0, 2);
+        for (int k = 0; k < 8; k++) {
+            int ln = k == 4 || k == 7;
+            size_t d0 = k == 5 ? intermediate : hidden;
+            size_t d1 = ln ? 0 : k == 6 ? intermediate : hidden;
+            snprintf(nm, sizeof(nm), "%s%zu.%s.weight", f->layer, l, f->mod[k]);
+            TENSOR(px, nm, d0, d1, ln ? 1 : 0);
+            snprintf(nm, sizeof(nm), "%s%zu.%s.bias", f->layer, l, f->mod[k]);
+            TENSOR(px, nm, d0, 0, 2);
         }
-        snprintf(nm, sizeof(nm), "encoder.layer.%zu.attention.output.LayerNorm.weight", l);
-        TENSOR(nm, hidden, 0, 1);
-        snprintf(nm, sizeof(nm), "encoder.layer.%zu.attention.output.LayerNorm.bias", l);
-        TENSOR(nm, hidden, 0, 2);
-        snprintf(nm, sizeof(nm), "encoder.layer.%zu.intermediate.dense.weight", l);
-        TENSOR(nm, intermediate, hidden, 0);
-        snprintf(nm, sizeof(nm), "encoder.layer.%zu.intermediate.dense.bias", l);
-        TENSOR(nm, intermediate, 0, 2);
-        snprintf(nm, sizeof(nm), "encoder.layer.%zu.output.dense.weight", l);
-        TENSOR(nm, hidden, intermediate, 0);
-        snprintf(nm, sizeof(nm), "encoder.layer.%zu.output.dense.bias", l);
-        TENSOR(nm, hidden, 0, 2);
-        snprintf(nm, sizeof(nm), "encoder.layer.%zu.output.LayerNorm.weight", l);
-        TENSOR(nm, hidden, 0, 1);
-        snprintf(nm, sizeof(nm), "encoder.layer.%zu.output.LayerNorm.bias", l);
-        TENSOR(nm, hidden, 0, 2);
     }
+    if (f->rel_bias) /* spread like the scores, so the bias shows */
+        TENSOR(px, "encoder.relative_attention_bias.weight", 32, heads, 2);
     if (n_labels) {
-        TENSOR("pooler.dense.weight", hidden, hidden, 0);
-        TENSOR("pooler.dense.bias", hidden, 0, 2);
-        TENSOR("classifier.weight", n_labels, hidden, 0);
-        TENSOR("classifier.bias", n_labels, 0, 2);
+        snprintf(nm, sizeof(nm), "%s.weight", f->cls_pre);
+        TENSOR("", nm, hidden, hidden, 0);
+        snprintf(nm, sizeof(nm), "%s.bias", f->cls_pre);
+        TENSOR("", nm, hidden, 0, 2);
+        snprintf(nm, sizeof(nm), "%s.weight", f->cls_out);
+        TENSOR("", nm, n_labels, hidden, 0);
+        snprintf(nm, sizeof(nm), "%s.bias", f->cls_out);
+        TENSOR("", nm, n_labels, 0, 2);
     }
 #undef TENSOR
     if (path_in(path, sizeof(path), dir, "model.safetensors") < 0) goto oom2;
     rc = st_write(path, t, nt, errstr, errstr_size);
     goto done;
 oom2:
-    snprintf(errstr, errstr_size, "bert demo: out of memory");
+    snprintf(errstr, errstr_size, "%s demo: out of memory", f->kind);
 done:
     for (size_t i = 0; data && i < nt; i++) free(data[i]);
     free(data);
@@ -295,7 +395,7 @@ done:
     free(v);
     return rc;
 oom:
-    snprintf(errstr, errstr_size, "bert demo: out of memory");
+    snprintf(errstr, errstr_size, "%s demo: out of memory", f->kind);
 fail:
     free(v);
     return -1;

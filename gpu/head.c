@@ -163,6 +163,7 @@ int head_classifier_read(struct arch_load *ld, const char *const *prefixes, cons
                          struct head_tensors *t)
 {
     memset(t, 0, sizeof(*t));
+    t->pre_act = BK_ACT_TANH;
     const struct st_tensor *cw = st_find(ld->file, out_w);
     for (size_t i = 0; !cw && prefixes && prefixes[i]; i++) {
         char alt[320];
@@ -186,6 +187,7 @@ int head_upload(struct arch_load *ld, size_t dev, const struct head_tensors *t,
                 struct head_weights *w)
 {
     memset(w, 0, sizeof(*w));
+    w->pre_act = t->pre_act;
     if (!t->out_w) return 0;
     if ((t->pre_w && (!(w->pre_w = arch_weight1(ld, dev, BK_W_ACT, t->pre_w)) ||
                       !(w->pre_b = arch_weight1(ld, dev, BK_W_ACT, t->pre_b)))) ||
@@ -259,7 +261,7 @@ int head_run(const struct arch_rt *rt, void *c, const struct head_conf *h,
     const void *in = ws->pooled;
     if (w->pre_w) {
         struct bk_gemm g = {.m = s->n, .n = hidden, .k = hidden, .a = in, .w = w->pre_w,
-                            .bias = w->pre_b, .act = BK_ACT_TANH, .c = ws->tmp};
+                            .bias = w->pre_b, .act = w->pre_act, .c = ws->tmp};
         TRY(o->gemm(c, &g));
         in = ws->tmp;
     }

@@ -2,7 +2,8 @@
  * a job's rows. An embedding head pools each sequence's tokens (first,
  * mean, max, last; or keeps every token) and may L2-normalize them; a
  * classifier head reads the first token through an optional dense layer
- * with tanh, then the labels' layer, then softmax or sigmoid. Which head,
+ * with its activation (tanh for BERT's pooler and RoBERTa's head, ReLU
+ * for DistilBERT's), then the labels' layer, then softmax or sigmoid. Which head,
  * pooling and activation a model has is read here from its folder
  * (config.json's architectures and problem_type, sentence-transformers'
  * modules.json) with the model entry's overrides; an architecture only
@@ -42,12 +43,15 @@ int head_conf_read(const char *dir, const json_t *cfg, const struct model_encode
 /* A classifier's tensors, as the file has them. */
 struct head_tensors {
     const struct st_tensor *pre_w, *pre_b; /* [H,H], [H], or NULL: no dense before */
+    enum bk_act pre_act;                   /* after it: head_classifier_read sets tanh,
+                                              the architecture may change it */
     const struct st_tensor *out_w, *out_b; /* [labels,H], [labels] */
     size_t n_labels;
 };
 
 /* Finds the classifier's tensors by the architecture's names (pre_w NULL:
- * none before the labels' layer) and checks their shapes. 0, or -1 with
+ * none before the labels' layer) and checks their shapes; t->pre_act is
+ * tanh (BERT's pooler) until the caller says otherwise. 0, or -1 with
  * the load's error set. */
 int head_classifier_read(struct arch_load *ld, const char *const *prefixes, const char *pre_w,
                          const char *pre_b, const char *out_w, const char *out_b, size_t hidden,
@@ -56,6 +60,7 @@ int head_classifier_read(struct arch_load *ld, const char *const *prefixes, cons
 /* A classifier on one device. */
 struct head_weights {
     struct bk_weight *pre_w, *pre_b, *out_w, *out_b;
+    enum bk_act pre_act;
 };
 int head_upload(struct arch_load *ld, size_t dev, const struct head_tensors *t,
                 struct head_weights *w);

@@ -189,9 +189,9 @@ static int model_load_folder(struct model *m, const struct model_spec *spec, cha
     if (spec->enc.max_tokens) {
         if (spec->enc.max_tokens > m->info.pos_limit) {
             model_seterr(errstr, errstr_size,
-                         "model %s: encoder.max_tokens %zu is more than "
-                         "max_position_embeddings %zu", spec->name, spec->enc.max_tokens,
-                         m->info.pos_limit);
+                         "model %s: encoder.max_tokens %zu is more than the %zu tokens "
+                         "max_position_embeddings %zu allows", spec->name, spec->enc.max_tokens,
+                         m->info.pos_limit, m->info.max_pos);
             goto done;
         }
         max_tokens = spec->enc.max_tokens;

@@ -833,8 +833,9 @@ static const struct bad_folder bad_folders[] = {
      .want = {"config.json: hidden_size is missing"}},
     {"hidden_act relu", {.act = "relu"},
      .want = {"config.json: hidden_act \"relu\" is not supported"}},
-    {"model_type roberta", {0}, .cfg_key = "model_type", .cfg_json = "\"roberta\"",
-     .want = {"config.json: model_type \"roberta\" is not one this build runs (bert)"}},
+    {"model_type gpt2", {0}, .cfg_key = "model_type", .cfg_json = "\"gpt2\"",
+     .want = {"config.json: model_type \"gpt2\" is not one this build runs (bert, roberta, "
+              "xlm-roberta, camembert, mpnet, distilbert)"}},
     {"relative positions", {0}, .cfg_key = "position_embedding_type",
      .cfg_json = "\"relative_key\"",
      .want = {"position_embedding_type \"relative_key\": only absolute positions"}},
@@ -876,7 +877,8 @@ static const struct bad_folder bad_folders[] = {
     {"no vocab.txt", {0}, .rm = "vocab.txt",
      .want = {"no tokenizer.json or vocab.txt in the folder"}},
     {"max_tokens over max_position_embeddings", {0}, .max_tokens = 41,
-     .want = {"encoder.max_tokens 41 is more than max_position_embeddings 40"}},
+     .want = {"encoder.max_tokens 41 is more than the 40 tokens max_position_embeddings 40 "
+              "allows"}},
     {"max_tokens 2", {0}, .max_tokens = 2,
      .want = {"at most 2 tokens per row: too few for [CLS] text [SEP]"}},
 };
