@@ -62,7 +62,7 @@
 
 #include "../gpu/model.h"
 #include "../gpu/safetensors.h"
-#include "../text/wordpiece.h"
+#include "../text/tokenizer.h"
 #include "refencoder.h"
 #include "testutil.h"
 
@@ -865,11 +865,11 @@ static void test_demo(void **state)
             assert_int_equal(e->n_labels, labels);
             struct re_head h = {labels ? MODEL_HEAD_CLASSIFIER : MODEL_HEAD_EMBEDDING,
                                 labels ? MODEL_POOL_CLS : MODEL_POOL_MEAN, !labels, 0};
-            struct wp_scratch *sc = wp_scratch_new(0);
+            struct tokenizer_scratch *sc = tokenizer_scratch_new(0);
             int32_t ids[256];
             uint32_t off[5] = {0};
             for (size_t i = 0; i < 4; i++) {
-                int n = wp_encode(e->tokenizer, sc, texts[i], strlen(texts[i]), NULL, 0,
+                int n = tokenizer_encode(e->tokenizer, sc, texts[i], strlen(texts[i]), NULL, 0,
                                   e->max_tokens, 1, ids + off[i], NULL, 256 - off[i], NULL, err,
                                   sizeof(err));
                 assert_true(n >= 3);
@@ -889,7 +889,7 @@ static void test_demo(void **state)
             double *ref = ref_encode(&r, &h, &s, &count);
             printf("  %-40s err/tol %.3f\n", what, check(out, ref, count, what));
             free(ref);
-            wp_scratch_destroy(sc);
+            tokenizer_scratch_destroy(sc);
             model_ws_destroy(ws);
             model_destroy(m);
             ref_free(&r);
