@@ -1,4 +1,4 @@
-/* test_encoder.c - BERT encoders on the CPU backend (gpu/bert.c reading a
+/* test_encoder.c - BERT encoders on the CPU backend (gpu/arch_bert.c reading a
  * folder, gpu/backend_cpu.c running it) against the float64 reference of
  * refencoder.h and against PyTorch: every head and pooling on fresh
  * random models and inputs (two shapes and a few more, F32/F16/BF16, the

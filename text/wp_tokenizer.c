@@ -1,6 +1,6 @@
 /* wp_tokenizer.c - WordPiece behind the tokenizer interface: fills
  * tokenizer_impl.h's table with wordpiece.h's functions, and reads a
- * folder the way gpu/bert.c always has: tokenizer.json unless a lowercase
+ * folder the way kinfer always has: tokenizer.json unless a lowercase
  * override asks for vocab.txt, which is read with tokenizer_config.json's
  * settings; tokenizer_config.json's model_max_length either way.
  *
