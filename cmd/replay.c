@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../base/clock.h"
 #include "../worker/config.h"
 #include "../worker/kq.h"
 #include "../worker/log.h"
@@ -585,17 +586,13 @@ static int scan(rd_kafka_t *rk, struct scan_item *items, size_t n, char *why, si
         rc = -1;
     }
     rd_kafka_topic_partition_list_destroy(l);
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int64_t last_progress_ms = (int64_t)t0.tv_sec * 1000 + t0.tv_nsec / 1000000;
+    int64_t last_progress_ms = clock_mono_ms();
     for (;;) {
         size_t left = 0;
         for (size_t i = 0; i < n; i++) left += !items[i].done;
         if (!left || rc || cli_stop) break;
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        int64_t now_ms = clock_mono_ms();
         if (!m) {
             if (now_ms - last_progress_ms > REPLAY_SCAN_STALL_MS) {
                 snprintf(why, why_size, "reading record timestamps: nothing for %d s",

@@ -50,6 +50,8 @@
 #include <jansson.h>
 #include <msgpack.h>
 
+#include "../base/clock.h"
+
 /* Tensors are raw IEEE-754 binary32 on the wire; the byte order is handled
  * explicitly below, the format must match the host's. */
 _Static_assert(sizeof(float) == 4 && sizeof(uint32_t) == 4 && FLT_RADIX == 2 &&
@@ -154,14 +156,6 @@ static float get_f32le(const unsigned char *s)
     return f;
 }
 #endif
-
-/* The wall clock in Unix ms; used only when a record has no timestamp. */
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ------------------------------------------------------------------ */
 /* Decoding                                                            */
@@ -936,7 +930,7 @@ static int take_deadline(struct codec_request *j, const struct fval *dl, const s
         if (to->i < 0)
             return fail(j, PROTO_ERR_INVALID_INPUT, "field timeout_ms: must be >= 0, got %" PRId64,
                         to->i);
-        int64_t base = record_ts_ms > 0 ? record_ts_ms : wall_ms();
+        int64_t base = record_ts_ms > 0 ? record_ts_ms : clock_wall_ms();
         int64_t t = to->i > INT64_MAX - base ? INT64_MAX : base + to->i;
         if (deadline == 0 || t < deadline) deadline = t;
     }

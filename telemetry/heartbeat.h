@@ -35,7 +35,7 @@ struct hb *hb_start(const struct kcfg *c, struct stats *st, char *errstr, size_t
 
 /* Stops the thread (a beat in progress is cut short: rconn_cancel),
  * deletes this worker's hash (best effort: a failure leaves it to expire),
- * frees h. The DEL gets until deadline_us (stats_now_us's clock; 0 = no
+ * frees h. The DEL gets until deadline_us (clock_mono_us's clock; 0 = no
  * deadline, redis.timeout_ms): with Redis frozen, hb_stop returns by then.
  * Accepts NULL. */
 void hb_stop(struct hb *h, int64_t deadline_us);

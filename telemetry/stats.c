@@ -24,6 +24,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../base/clock.h"
+
 #define N_CODES PROTO_N_ERRS
 
 /* Bucket bounds. Rows double up to the largest max_batch_rows allowed;
@@ -94,14 +96,6 @@ struct stats {
     char sink_why[STATS_N_SINK][160];
 };
 
-/* The monotonic clock every "silent for" and rate computation uses. */
-int64_t stats_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* Zeroed atomics are valid atomics (C11 7.17.2.1 allows static-style
  * zero initialisation of lock-free types), so calloc is enough except for
  * the few that start elsewhere than 0. */
@@ -118,9 +112,7 @@ struct stats *stats_new(void)
     atomic_init(&st->watchdog_ms, 60000);
     snprintf(st->backend, sizeof(st->backend), "cpu");
     snprintf(st->precision, sizeof(st->precision), "fp32");
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    st->start_time_s = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    st->start_time_s = (double)clock_wall_us() / 1e6;
     return st;
 }
 
@@ -296,7 +288,7 @@ void stats_heartbeat_error(struct stats *st)
 void stats_alive(struct stats *st, int loop)
 {
     if (loop < 0 || loop >= STATS_N_LOOPS) return;
-    int64_t now = stats_now_us();
+    int64_t now = clock_mono_us();
     set64(&st->loop_last_us[loop], now > 0 ? now : 1);
 }
 
@@ -337,7 +329,7 @@ void stats_sink_failing(struct stats *st, enum stats_sink path, const char *why)
     if (!why) {
         st->sink_since_us[path] = 0;
     } else {
-        if (!st->sink_since_us[path]) st->sink_since_us[path] = stats_now_us();
+        if (!st->sink_since_us[path]) st->sink_since_us[path] = clock_mono_us();
         snprintf(st->sink_why[path], sizeof(st->sink_why[path]), "%s", why);
     }
     pthread_mutex_unlock(&st->mu);

@@ -170,9 +170,6 @@ struct stats *stats_new(void);
 /* Frees st; accepts NULL. No thread may use st any more. */
 void stats_destroy(struct stats *st);
 
-/* Monotonic clock in microseconds, the base of stats_snapshot's now_us. */
-int64_t stats_now_us(void);
-
 /* ---- configuration (main thread, before the loops start) ---- */
 
 /* Names the backend for kinfer_build_info, kinfer_backend_info, /readyz
@@ -265,7 +262,7 @@ int stats_rdkafka_json(struct stats *st, const char *json, size_t len);
 
 /* ---- readers ---- */
 
-/* Copies everything into *out as of now_us (stats_now_us()): updates the
+/* Copies everything into *out as of now_us (clock_mono_us()): updates the
  * smoothed rates (at most once a second, whoever calls) and evaluates the
  * watchdog (tripping it when a loop has been silent too long). Returns 0,
  * or -1 when out of memory (then *out holds no parts). */

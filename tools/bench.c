@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../base/clock.h"
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
 #include "../text/wordpiece.h"
@@ -72,21 +73,12 @@ struct bench_opts {
 
 /* ---- small helpers ------------------------------------------------------- */
 
-/* Wall-clock microseconds: record timestamps and result arrivals are
- * compared across processes, so they must share the system clock. */
-static int64_t bench_wall_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-/* Monotonic seconds, for durations measured inside one process. */
+/* Monotonic seconds, for durations measured inside one process (record
+ * timestamps and result arrivals, compared across processes, are on the
+ * wall clock: clock_wall_us). */
 static double bench_mono_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)clock_mono_us() / 1e6;
 }
 
 /* Sleeps until the wall clock reads us: the open-loop schedule is kept on
@@ -494,7 +486,7 @@ static int produce_warmup(rd_kafka_t *rk, const struct jobgen *g, const char *to
     w.run = run;
     unsigned char *body;
     size_t len;
-    int64_t now = bench_wall_us();
+    int64_t now = clock_wall_us();
     if (jobgen_encode(&w, 0, now, id, sizeof(id), &body, &len) < 0) return -1;
     if (produce_one(rk, topic, id, strlen(id), body, len, now / 1000, RD_KAFKA_MSG_F_FREE) < 0) {
         free(body);
@@ -540,13 +532,13 @@ static int cmd_produce(const struct kcfg *c, const struct bench_opts *o)
         if (produce_warmup(rk, &g, topic) < 0) goto out;
         dc.ok = 0; /* count the run's own jobs only */
     }
-    int64_t max_lag = 0, start = bench_wall_us() + 2000;
+    int64_t max_lag = 0, start = clock_wall_us() + 2000;
     double t0 = bench_mono_s();
     for (size_t i = 0; i < o->jobs; i++) {
-        int64_t due = bench_wall_us();
+        int64_t due = clock_wall_us();
         if (o->rate > 0) {
             due = start + (int64_t)((double)i * 1e6 / o->rate);
-            int64_t now = bench_wall_us();
+            int64_t now = clock_wall_us();
             if (due > now) sleep_until_wall_us(due);
             else if (now - due > max_lag) max_lag = now - due;
         }
@@ -716,7 +708,7 @@ static int collect_keyevents(struct collect *s)
     say_ready();
     size_t plen = strlen(c->redis.key_prefix);
     double give_up = bench_mono_s() + s->o->timeout_s;
-    int64_t now = bench_wall_us();
+    int64_t now = clock_wall_us();
     while (s->got < s->n && bench_mono_s() < give_up) {
         void *v = NULL;
         if (redisGetReplyFromReader(rc, &v) != REDIS_OK) {
@@ -732,7 +724,7 @@ static int collect_keyevents(struct collect *s)
          * comes is the moment it became readable. */
         struct pollfd p = {.fd = rc->fd, .events = POLLIN};
         if (poll(&p, 1, 100) > 0) {
-            now = bench_wall_us();
+            now = clock_wall_us();
             if (redisBufferRead(rc) != REDIS_OK) {
                 fprintf(stderr, "kinfer bench: redis: %s\n", rc->errstr);
                 goto out;
@@ -770,7 +762,7 @@ static int collect_topic(struct collect *s)
     while (s->got < s->n && bench_mono_s() < give_up) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
         if (!m) continue;
-        int64_t now = bench_wall_us();
+        int64_t now = clock_wall_us();
         if (!m->err && m->key) {
             long seq = collect_note(s, m->key, m->key_len, now);
             if (seq >= 0) collect_body(s, (size_t)seq, m->payload, m->len);
@@ -799,7 +791,7 @@ static int collect_dbsize(struct collect *s)
     size_t seen = 0;
     while (seen < s->n && bench_mono_s() < give_up) {
         redisReply *r = redisCommand(rc, "DBSIZE");
-        int64_t now = bench_wall_us();
+        int64_t now = clock_wall_us();
         if (!r || r->type != REDIS_REPLY_INTEGER) {
             fprintf(stderr, "kinfer bench: DBSIZE: %s\n", r ? r->str : rc->errstr);
             if (r) freeReplyObject(r);
@@ -1009,7 +1001,7 @@ static int bodies_init(struct bodies *b, const struct kcfg *c, const struct benc
     size_t width = job_width(c, o);
     if (!width || jobgen_init(&g, o->run, width, o->rows) < 0) return -1;
     int rc = 0;
-    int64_t now = bench_wall_us();
+    int64_t now = clock_wall_us();
     for (size_t i = 0; i < FLOOR_POOL && rc == 0; i++) {
         rc = jobgen_encode(&g, i, now, b->id[i], sizeof(b->id[i]), &b->body[i], &b->len[i]);
         b->bytes += b->len[i];

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../base/clock.h"
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
 #include "../cmd/cli.h"
@@ -42,9 +43,7 @@ static int cmp_double(const void *a, const void *b)
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)clock_mono_us() / 1e6;
 }
 
 static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)

@@ -29,6 +29,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "../base/clock.h"
 #include "../codecs/utf8.h"
 
 enum log_level log_threshold = LOG_INFO;
@@ -294,19 +295,12 @@ struct limit_slot {
 static struct limit_slot limit_slots[LIMIT_SLOTS];
 static pthread_mutex_t limit_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* Whether a line of event may be written now; *dropped receives how many
  * of its lines were suppressed since its last written one. A new event
  * takes a free slot or the one idle longest. */
 static int limit_allow(const char *event, unsigned long *dropped)
 {
-    int64_t now = mono_us();
+    int64_t now = clock_mono_us();
     *dropped = 0;
     pthread_mutex_lock(&limit_mu);
     struct limit_slot *s = NULL, *oldest = &limit_slots[0];
