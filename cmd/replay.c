@@ -35,7 +35,7 @@
 #include "../base/clock.h"
 #include "../worker/config.h"
 #include "../worker/kq.h"
-#include "../worker/log.h"
+#include "../base/log.h"
 #include "../worker/worker.h"
 #include "cli.h"
 

@@ -34,7 +34,7 @@
  *   inference_failed rather than dead-lettering a job that may be fine. */
 #include "codec.h"
 #include "mpscan.h"
-#include "utf8.h"
+#include "../base/utf8.h"
 
 #include <float.h>
 #include <inttypes.h>

@@ -26,8 +26,8 @@
 #include <unistd.h>
 
 #include "../base/clock.h"
-#include "../worker/log.h"
-#include "../worker/rconn.h"
+#include "../base/log.h"
+#include "../base/rconn.h"
 
 #ifndef KINFER_VERSION
 #define KINFER_VERSION "dev"
@@ -106,7 +106,7 @@ const char *hb_worker_id(const struct kcfg *c, char *buf, size_t cap)
 
 /* Connects, applies the timeout to every command, authenticates and
  * selects the database, as every Redis client of kinfer does
- * (worker/rconn.c). Returns a usable context or NULL with err filled. */
+ * (base/rconn.c). Returns a usable context or NULL with err filled. */
 redisContext *hb_redis_open(const char *host, int port, const char *password, int db,
                             int timeout_ms, char *err, size_t cap)
 {

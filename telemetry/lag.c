@@ -20,7 +20,7 @@
 
 #include "../cmd/cli.h"
 #include "../worker/kq.h"
-#include "../worker/log.h"
+#include "../base/log.h"
 
 /* Partition order inside a topic, for a stable table. */
 static int by_partition(const void *a, const void *b)

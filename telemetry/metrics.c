@@ -24,7 +24,7 @@
 
 #include "../base/clock.h"
 #include "../gpu/model.h"
-#include "../worker/log.h"
+#include "../base/log.h"
 
 #ifndef KINFER_VERSION
 #define KINFER_VERSION "dev"

@@ -21,7 +21,7 @@
 
 #include "../codecs/codec.h"
 #include "../codecs/mpscan.h"
-#include "../codecs/utf8.h"
+#include "../base/utf8.h"
 #include "../codecs/wire.h"
 #include "tablebody.h"
 #include "testutil.h"

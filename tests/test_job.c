@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../codecs/utf8.h"
+#include "../base/utf8.h"
 #include "../worker/job.h"
 #include "testutil.h"
 

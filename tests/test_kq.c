@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "../worker/kq.h"
-#include "../worker/log.h"
+#include "../base/log.h"
 #include "testutil.h"
 
 static void test_scope_from_librdkafka(void **state)

@@ -45,7 +45,7 @@
 #include "../cmd/cli.h"
 #include "../worker/config.h"
 #include "../worker/kq.h"
-#include "../worker/log.h"
+#include "../base/log.h"
 
 #define POOL_ROWS 64          /* distinct random input rows jobs are cut from */
 #define FLOOR_POOL 1024       /* distinct bodies the floors cycle through */

@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "../base/clock.h"
-#include "log.h"
+#include "../base/log.h"
 #include "rsink.h"
 
 struct exec {

@@ -19,7 +19,7 @@
 #include "../batching/flow.h"
 #include "../text/wordpiece.h"
 #include "kq.h"
-#include "log.h"
+#include "../base/log.h"
 
 struct intake {
     struct kq_ctx kq;          /* first: the consumer's opaque (kq.h) */

@@ -23,7 +23,7 @@
 #include "../base/clock.h"
 #include "../batching/batcher.h"
 #include "kq.h"
-#include "log.h"
+#include "../base/log.h"
 #include "rsink.h"
 
 struct sink {

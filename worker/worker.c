@@ -32,7 +32,7 @@
 #include "exec.h"
 #include "intake.h"
 #include "jobq.h"
-#include "log.h"
+#include "../base/log.h"
 #include "offsets.h"
 #include "ranges.h"
 #include "sink.h"

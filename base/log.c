@@ -8,7 +8,7 @@
  * escapes). So the format string is walked here rather than handed to
  * vsnprintf whole: every %s argument is written as a well-formed value of
  * the text format (quoted and escaped whenever it needs to be, always when
- * the format quotes it), with ill-formed UTF-8 replaced (codecs/utf8.h).
+ * the format quotes it), with ill-formed UTF-8 replaced (base/utf8.h).
  * The escapes are JSON's, so the JSON format reuses them as they are.
  *
  * Warnings and errors are rate-limited per event name: a burst of
@@ -29,8 +29,8 @@
 #include <sys/types.h>
 #include <time.h>
 
-#include "../base/clock.h"
-#include "../codecs/utf8.h"
+#include "clock.h"
+#include "utf8.h"
 
 enum log_level log_threshold = LOG_INFO;
 enum log_format log_fmt = LOG_TEXT;

@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../base/clock.h"
+#include "clock.h"
 
 int rconn_guard_init(struct rconn_guard *g)
 {
