@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "../base/clock.h"
-#include "../worker/config.h"
+#include "../config/config.h"
 #include "../worker/kq.h"
 #include "../base/log.h"
 #include "../worker/worker.h"

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../worker/config.h"
+#include "../config/config.h"
 #include "stats.h"
 
 struct hb;

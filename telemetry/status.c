@@ -15,7 +15,7 @@
 
 #include "../base/clock.h"
 #include "../cmd/cli.h"
-#include "../worker/config.h"
+#include "../config/config.h"
 #include "heartbeat.h"
 
 static const char usage_status[] =

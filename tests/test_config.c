@@ -1,4 +1,4 @@
-/* test_config.c - worker/config.c: every kind of bad file is refused with
+/* test_config.c - config/config.c: every kind of bad file is refused with
  * its file and line, good files and --set give the values they say, and
  * worker.cfg (the user-facing reference) loads and shows every setting of
  * the table with its default.
@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../worker/config.h"
+#include "../config/config.h"
 
 /* One valid model on one line, so the line numbers of what follows it are
  * easy to count. */

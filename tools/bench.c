@@ -43,7 +43,7 @@
 #include "../text/wordpiece.h"
 #include "textgen.h"
 #include "../cmd/cli.h"
-#include "../worker/config.h"
+#include "../config/config.h"
 #include "../worker/kq.h"
 #include "../base/log.h"
 

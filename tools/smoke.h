@@ -12,7 +12,7 @@
 #include <signal.h>
 #include <stddef.h>
 
-#include "../worker/config.h"
+#include "../config/config.h"
 
 struct smoke_opts {
     size_t jobs;      /* how many jobs to send */

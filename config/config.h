@@ -107,7 +107,7 @@ struct kcfg {
     } log;
 };
 
-/* The scalar settings table (worker/config.c): one row per setting that
+/* The scalar settings table (config/config.c): one row per setting that
  * holds a single value. It drives defaults, reading the file, --set,
  * validation; worker.cfg documents the same rows and
  * tests/test_config.c checks that the two agree. Plain data. */
