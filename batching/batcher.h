@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../worker/job.h"
+#include "job.h"
 
 #define BATCHER_PRIORITIES 10
 #define BATCHER_PREFERRED_MAX 16

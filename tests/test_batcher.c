@@ -33,7 +33,7 @@
 
 #include "../batching/batcher.h"
 #include "../base/clock.h"
-#include "../worker/job.h"
+#include "../batching/job.h"
 #include "testutil.h"
 
 #define LONG_WAIT_MS 60000 /* time never closes a batch in size cases */

@@ -61,7 +61,7 @@ static void rand_id(char *buf, size_t max)
 
 /* What the tests decode into and encode from: the codec's request, and
  * the fields an executor fills before a result is encoded (the pipeline's
- * own record, worker/job.h, is not the codec's business). The result's
+ * own record, batching/job.h, is not the codec's business). The result's
  * error is the request's: the tests set req.err to encode an error. */
 struct tjob {
     struct codec_request req;

@@ -33,7 +33,7 @@
 #include "../telemetry/metrics.h"
 #include "../base/clock.h"
 #include "../telemetry/stats.h"
-#include "../worker/job.h"
+#include "../batching/job.h"
 
 /* Reads a whole file (the statistics samples); fails the test if absent. */
 static char *slurp(const char *path, size_t *len)
