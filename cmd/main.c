@@ -1,6 +1,6 @@
 /* main.c - the kinfer binary: one program, subcommands. Finds the
  * subcommand and hands it the rest of the command line; each lives in a
- * file of its own (cmd/worker.c, cmd/replay.c, telemetry/lag.c, ...), and
+ * file of its own (cmd/worker.c, cmd/replay.c, cmd/lag.c, ...), and
  * cmd/cli.c holds what they share. Only the subcommands decide the exit
  * status.
  *
@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "../gpu/model.h"
-#include "../telemetry/lag.h"
-#include "../telemetry/status.h"
+#include "lag.h"
+#include "status.h"
 #include "../tools/bench.h"
 #include "../tools/broker.h"
 #include "../tools/smoke.h"

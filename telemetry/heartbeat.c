@@ -1,5 +1,5 @@
 /* heartbeat.c - writes this worker's heartbeat hash to Redis from a thread
- * of its own; telemetry/status.c reads everyone's back for `kinfer
+ * of its own; cmd/status.c reads everyone's back for `kinfer
  * status`, typing the fields by this file's table.
  *
  * The writer has its own hiredis connection (the result sink's belongs to

@@ -1,5 +1,5 @@
 /* heartbeat.h - each worker's heartbeat in Redis, which `kinfer status`
- * (telemetry/status.c) lists the live workers from.
+ * (cmd/status.c) lists the live workers from.
  *
  * Every metrics.heartbeat_interval_ms a thread of its own, with a Redis
  * connection of its own, writes one hash per worker,

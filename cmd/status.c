@@ -14,9 +14,9 @@
 #include <time.h>
 
 #include "../base/clock.h"
-#include "../cmd/cli.h"
+#include "cli.h"
 #include "../config/config.h"
-#include "heartbeat.h"
+#include "../telemetry/heartbeat.h"
 
 static const char usage_status[] =
     "usage: kinfer status -c FILE [--set section.key=value]... [--json]\n"

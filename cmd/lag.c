@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cmd/cli.h"
+#include "cli.h"
 #include "../worker/kq.h"
 #include "../base/log.h"
 
