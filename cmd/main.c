@@ -11,9 +11,6 @@
 #include "../gpu/model.h"
 #include "lag.h"
 #include "status.h"
-#include "../tools/bench.h"
-#include "../tools/broker.h"
-#include "../tools/smoke.h"
 #include "commands.h"
 #include "replay.h"
 
@@ -46,8 +43,8 @@ static const struct {
     int (*run)(int argc, char **argv);
 } commands[] = {
     {"worker", cmd_worker}, {"replay", replay_main}, {"lag", lag_main},
-    {"status", status_main}, {"broker", broker_main}, {"smoke", smoke_main},
-    {"bench", bench_main},  {"model", cmd_model},
+    {"status", status_main}, {"broker", cmd_broker}, {"smoke", cmd_smoke},
+    {"bench", cmd_bench},  {"model", cmd_model},
 };
 
 /* The version, and what this build can do with CUDA on this machine. */

@@ -22,7 +22,6 @@
 #include "bench.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
@@ -42,34 +41,12 @@
 #include "../gpu/model.h"
 #include "../text/wordpiece.h"
 #include "textgen.h"
-#include "../cmd/cli.h"
 #include "../config/config.h"
 #include "../worker/kq.h"
 #include "../base/log.h"
 
 #define POOL_ROWS 64          /* distinct random input rows jobs are cut from */
 #define FLOOR_POOL 1024       /* distinct bodies the floors cycle through */
-#define RUN_MAX 64            /* longest run name */
-
-/* Options of every subcommand; each takes the subset its usage lists. */
-struct bench_opts {
-    struct cli_config cfg;  /* -c and --set */
-    double rate;           /* produce: jobs/s, 0 = as fast as possible */
-    size_t jobs;           /* how many jobs / messages */
-    size_t rows;           /* rows per job */
-    size_t width;          /* floats per row; 0 = the default model's */
-    const char *run;       /* run name: the id prefix */
-    const char *from;      /* collect: redis | topic | dbsize */
-    double timeout_s;
-    int no_fetch;          /* collect: don't read result bodies afterwards */
-    const char *batches;   /* gemm: comma-separated batch sizes */
-    int threads;           /* gemm: OpenBLAS threads, 0 = its default */
-    double seconds;        /* gemm: time per batch size */
-    size_t parallel;       /* gemm: forward passes run at once, one per thread */
-    size_t pipeline;       /* floor-redis, passthrough: SETs per round trip */
-    const char *dump;      /* collect: file for one line per job, or NULL */
-    size_t length;         /* encode: every text this many tokens; 0 = the mix */
-};
 
 /* ---- small helpers ------------------------------------------------------- */
 
@@ -213,10 +190,10 @@ static int parse_id(const char *id, size_t len, const char *run, size_t *seq, in
 
 /* A run name becomes the front of every id: letters, digits, _ and - only
  * (no dot, which separates the id's fields). */
-static int run_valid(const char *run)
+int bench_run_valid(const char *run)
 {
     size_t n = strlen(run);
-    if (n == 0 || n > RUN_MAX) return 0;
+    if (n == 0 || n > BENCH_RUN_MAX) return 0;
     for (size_t i = 0; i < n; i++) {
         char ch = run[i];
         if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
@@ -480,7 +457,7 @@ static size_t job_width(const struct kcfg *c, const struct bench_opts *o)
  * would time the producer's start-up, not the system under test. */
 static int produce_warmup(rd_kafka_t *rk, const struct jobgen *g, const char *topic)
 {
-    char run[RUN_MAX + 16], id[128];
+    char run[BENCH_RUN_MAX + 16], id[128];
     snprintf(run, sizeof(run), "%s-warmup", g->run);
     struct jobgen w = *g;
     w.run = run;
@@ -504,7 +481,7 @@ static int produce_warmup(rd_kafka_t *rk, const struct jobgen *g, const char *to
  * happened before), record key = id, record timestamp = the due time. A
  * producer running late sends at once with the due timestamp, so its own
  * lag counts as latency and is reported as max_lag_ms. */
-static int cmd_produce(const struct kcfg *c, const struct bench_opts *o)
+int bench_produce(const struct kcfg *c, const struct bench_opts *o)
 {
     struct dr_count dc = {0};
     struct jobgen g = {0};
@@ -954,7 +931,7 @@ static void collect_report(const struct collect *s, int have_latency)
 /* `bench collect`: waits for the --jobs results of --run, then reports.
  * Exits 0 only when every result arrived (and, when bodies were read,
  * none was an error). */
-static int cmd_collect(const struct kcfg *c, const struct bench_opts *o)
+int bench_collect(const struct kcfg *c, const struct bench_opts *o)
 {
     struct collect s = {.cfg = c, .o = o, .n = o->jobs};
     s.send_us = calloc(s.n, sizeof(int64_t));
@@ -1021,7 +998,7 @@ static void bodies_fini(struct bodies *b)
  * copy, timed to the last acknowledgement), then reads them back with a
  * consumer on the worker's settings (timed from the first record to the
  * last, so start-up is left out). */
-static int cmd_floor_kafka(const struct kcfg *c, const struct bench_opts *o)
+int bench_floor_kafka(const struct kcfg *c, const struct bench_opts *o)
 {
     struct bodies *b = malloc(sizeof(*b));
     struct dr_count dc = {0};
@@ -1079,7 +1056,7 @@ out:
 
 /* `bench floor-redis`: SETs --jobs job bodies as the sink does (key prefix,
  * PX ttl), --pipeline commands per round trip, one connection. */
-static int cmd_floor_redis(const struct kcfg *c, const struct bench_opts *o)
+int bench_floor_redis(const struct kcfg *c, const struct bench_opts *o)
 {
     struct bodies *b = malloc(sizeof(*b));
     redisContext *rc = NULL;
@@ -1193,7 +1170,7 @@ static int nb_settle(redisContext *rc, size_t *unanswered, double timeout_s)
  * replies, up to batching.max_queued_rows unanswered: the most the worker
  * may hold in flight. Stops after --jobs records, or --timeout seconds
  * without one. */
-static int cmd_passthrough(const struct kcfg *c, const struct bench_opts *o)
+int bench_passthrough(const struct kcfg *c, const struct bench_opts *o)
 {
     struct dr_count dc = {0};
     rd_kafka_t *k = bench_consumer(c, NULL), *p = NULL;
@@ -1345,7 +1322,7 @@ static void *gemm_thread(void *arg)
     return NULL;
 }
 
-static int cmd_gemm(const struct kcfg *c, const struct bench_opts *o)
+int bench_gemm(const struct kcfg *c, const struct bench_opts *o)
 {
     size_t sizes[16];
     int n = parse_size_list(o->batches, sizes, 16);
@@ -1500,7 +1477,7 @@ static void *enc_thread(void *arg)
     return NULL;
 }
 
-static int cmd_encode(const struct kcfg *c, const struct bench_opts *o)
+int bench_encode(const struct kcfg *c, const struct bench_opts *o)
 {
     char err[512];
     struct model_runtime *rt;
@@ -1606,206 +1583,5 @@ out:
     free(thr);
     model_destroy(m);
     model_runtime_destroy(rt);
-    return rc;
-}
-
-/* ---- command line ------------------------------------------------------------- */
-
-struct bench_cmd {
-    const char *name;
-    const char *takes;   /* short options the command accepts */
-    int (*run)(const struct kcfg *c, const struct bench_opts *o);
-    const char *usage;
-};
-
-static const struct bench_cmd bench_cmds[] = {
-    {"produce", "nrwRu", cmd_produce,
-     "usage: kinfer bench produce -c FILE [--set K=V]... --rate R --jobs N [--rows K]\n"
-     "                            [--width W] [--run NAME]\n"
-     "Open-loop load: N jobs (MessagePack, K rows of W floats; W defaults to the\n"
-     "default model's input width; for an encoder, one text each, of the mix\n"
-     "`bench encode` describes) to the first input topic, job i due at\n"
-     "start + i/R; record timestamp = due time, id = NAME.i.<due, us since epoch>.\n"
-     "--rate 0 sends as fast as possible (to preload a backlog).\n"},
-    {"collect", "nufTND", cmd_collect,
-     "usage: kinfer bench collect -c FILE [--set K=V]... --jobs N --run NAME\n"
-     "                            [--from redis|topic|dbsize] [--timeout S] [--no-fetch]\n"
-     "                            [--dump FILE]\n"
-     "Waits for the results of run NAME, then prints throughput, latency from\n"
-     "record timestamp to result (p50/p90/p99/max) and batching. Prints\n"
-     "'collect: ready' once listening.\n"
-     "  redis   (default) Redis keyspace events: needs notify-keyspace-events E$\n"
-     "  topic   the reply topic, read from its current end\n"
-     "  dbsize  counts keys only (throughput, no latency): cheapest\n"
-     "Afterwards (redis, dbsize) the bodies are read from Redis unless --no-fetch.\n"
-     "--dump writes 'seq send_us arrival_us latency_ms' per result to FILE.\n"},
-    {"floor-kafka", "nrwuT", cmd_floor_kafka,
-     "usage: kinfer bench floor-kafka -c FILE [--set K=V]... --jobs N [--rows K] [--width W]\n"
-     "Produces N job records to the first input topic, then consumes them, with\n"
-     "the worker's client settings; prints both rates.\n"},
-    {"floor-redis", "nrwuP", cmd_floor_redis,
-     "usage: kinfer bench floor-redis -c FILE [--set K=V]... --jobs N [--pipeline P]\n"
-     "                                [--rows K] [--width W]\n"
-     "N pipelined SETs of job bodies (P per round trip, default max_batch_rows).\n"},
-    {"passthrough", "nPT", cmd_passthrough,
-     "usage: kinfer bench passthrough -c FILE [--set K=V]... --jobs N [--pipeline P]\n"
-     "                                [--timeout S]\n"
-     "Consumes the input topics and writes each record's value unchanged to the\n"
-     "reply topic and to Redis (P SETs per round trip), one thread; exits after N.\n"
-     "Prints 'passthrough: ready' once it has partitions.\n"},
-    {"gemm", "btSe", cmd_gemm,
-     "usage: kinfer bench gemm -c FILE [--set K=V]... [--batch 1,32,128] [--threads T]\n"
-     "                         [--parallel E] [--seconds S]\n"
-     "The default model's forward pass alone on the configured backend\n"
-     "(worker.backend, gpu.*: --set gpu.precision=bf16): rows/s at each batch size,\n"
-     "with T OpenBLAS threads (0 = its default) and E passes at once, one per\n"
-     "thread (as E executors run them, each on its own slot and, on a GPU, its own\n"
-     "stream; default 1); batch_ms is the mean time of one pass, tflops the\n"
-     "dense layers' arithmetic rate (2 x in x out per row and layer).\n"},
-    {"encode", "ntSDeL", cmd_encode,
-     "usage: kinfer bench encode -c FILE [--set K=V]... [--jobs N] [--threads T]\n"
-     "                           [--parallel E] [--seconds S] [--dump FILE] [--length L]\n"
-     "The default model (an encoder) alone on the configured backend: N texts of\n"
-     "`bench produce`'s length mix, tokenized, cut into batches as the batcher does\n"
-     "at saturation with group_by_length (by length, max_batch_rows rows,\n"
-     "max_batch_tokens padded tokens), run back to back for S seconds (whole\n"
-     "passes over the batches) by E threads at once (as E executors; default 1),\n"
-     "each pass with T OpenBLAS threads. Prints sequences/s,\n"
-     "tokens/s, the padding of those batches, and GFLOP/s (projections,\n"
-     "feed-forward and attention). --dump writes the batches' ids, a JSON array of\n"
-     "arrays per line, for bench/torch_encoder_bench.py. --length L makes every\n"
-     "text L tokens instead (at most the model's limit).\n"},
-};
-
-static const char bench_usage[] =
-    "usage: kinfer bench COMMAND -c FILE [--set K=V]... [options]\n"
-    "\n"
-    "Load tools and floors for `make bench` (bench/run.sh). Every command reads\n"
-    "the worker's configuration, so it sees the worker's brokers, topics, Redis\n"
-    "and model, and prints one 'COMMAND: key=value ...' line.\n"
-    "\n"
-    "  produce       open-loop job producer at a fixed rate\n"
-    "  collect       waits for a run's results; latency, throughput, batching\n"
-    "  floor-kafka   raw librdkafka produce and consume of the same records\n"
-    "  floor-redis   pipelined Redis SET of the same bodies\n"
-    "  passthrough   consume -> produce + SET, nothing else\n"
-    "  gemm          the model's forward pass alone\n"
-    "  encode        an encoder's forward pass alone, on mixed-length texts\n"
-    "\n"
-    "  kinfer bench COMMAND --help   options of a command\n";
-
-/* Parses a number option within lo..hi; prints why on failure. */
-static int opt_num(const char *name, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || errno || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "kinfer bench: --%s: '%s' is not a number in %g..%g\n", name, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-/* Parses the command line of cmd into o (-c and --set for every command,
- * the rest only where cmd->takes lists them). Returns 0, 1 for --help
- * (usage printed), or -1 on a bad option (reason printed). */
-static int parse_opts(const struct bench_cmd *cmd, int argc, char **argv,
-                      struct bench_opts *o)
-{
-    static const struct option longs[] = {
-        {"config", required_argument, 0, 'c'}, {"set", required_argument, 0, 's'},
-        {"rate", required_argument, 0, 'R'},   {"jobs", required_argument, 0, 'n'},
-        {"rows", required_argument, 0, 'r'},   {"width", required_argument, 0, 'w'},
-        {"run", required_argument, 0, 'u'},    {"from", required_argument, 0, 'f'},
-        {"timeout", required_argument, 0, 'T'}, {"no-fetch", no_argument, 0, 'N'},
-        {"batch", required_argument, 0, 'b'},  {"threads", required_argument, 0, 't'},
-        {"seconds", required_argument, 0, 'S'}, {"pipeline", required_argument, 0, 'P'},
-        {"dump", required_argument, 0, 'D'},   {"help", no_argument, 0, 'h'},
-        {"length", required_argument, 0, 'L'},
-        {"parallel", required_argument, 0, 'e'},
-        {0, 0, 0, 0}};
-    int ch;
-    double v = 0;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "c:s:R:n:r:w:u:f:T:Nb:t:S:P:D:he:L:", longs, NULL)) != -1) {
-        if (ch == 'h') {
-            fputs(cmd->usage, stdout);
-            return 1;
-        }
-        if (ch != 'c' && ch != 's' && (ch == '?' || !strchr(cmd->takes, ch))) {
-            if (ch != '?') fprintf(stderr, "kinfer bench %s: option '%s' does not apply\n",
-                                   cmd->name, argv[optind - 1]);
-            fputs(cmd->usage, stderr);
-            return -1;
-        }
-        int bad = 0;
-        if (cli_config_opt(&o->cfg, ch, optarg)) continue;
-        switch (ch) {
-        case 'R': bad = opt_num("rate", optarg, 0, 1e7, &o->rate); break;
-        case 'n': bad = opt_num("jobs", optarg, 1, 1e8, &v); o->jobs = (size_t)v; break;
-        case 'r': bad = opt_num("rows", optarg, 1, 65536, &v); o->rows = (size_t)v; break;
-        case 'w': bad = opt_num("width", optarg, 1, 1 << 20, &v); o->width = (size_t)v; break;
-        case 'u': o->run = optarg; break;
-        case 'f': o->from = optarg; break;
-        case 'T': bad = opt_num("timeout", optarg, 0.1, 86400, &o->timeout_s); break;
-        case 'N': o->no_fetch = 1; break;
-        case 'b': o->batches = optarg; break;
-        case 't': bad = opt_num("threads", optarg, 0, 1024, &v); o->threads = (int)v; break;
-        case 'S': bad = opt_num("seconds", optarg, 0.01, 3600, &o->seconds); break;
-        case 'P': bad = opt_num("pipeline", optarg, 1, 65536, &v); o->pipeline = (size_t)v; break;
-        case 'D': o->dump = optarg; break;
-        case 'e': bad = opt_num("parallel", optarg, 1, 256, &v); o->parallel = (size_t)v; break;
-        case 'L': bad = opt_num("length", optarg, 3, 65536, &v); o->length = (size_t)v; break;
-        }
-        if (bad) return -1;
-    }
-    if (optind < argc) {
-        fprintf(stderr, "kinfer bench %s: unexpected argument '%s'\n", cmd->name, argv[optind]);
-        return -1;
-    }
-    if (!run_valid(o->run)) {
-        fprintf(stderr, "kinfer bench %s: --run '%s': 1..%d of [A-Za-z0-9_-]\n", cmd->name,
-                o->run, RUN_MAX);
-        return -1;
-    }
-    return 0;
-}
-
-/* Finds the subcommand, parses its options, loads the configuration once
- * (with the --set overrides, validated as the worker would) and runs it. */
-int bench_main(int argc, char **argv)
-{
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(bench_usage, argc < 2 ? stderr : stdout);
-        return argc < 2;
-    }
-    const struct bench_cmd *cmd = NULL;
-    for (size_t i = 0; i < sizeof(bench_cmds) / sizeof(bench_cmds[0]); i++)
-        if (strcmp(argv[1], bench_cmds[i].name) == 0) cmd = &bench_cmds[i];
-    if (!cmd) {
-        fprintf(stderr, "kinfer bench: unknown command '%s'\n\n%s", argv[1], bench_usage);
-        return 1;
-    }
-    struct bench_opts o = {.rows = 1, .run = "bench", .from = "redis", .timeout_s = 60,
-                           .batches = "1,32,128", .seconds = 2, .jobs = 1000,
-                           .parallel = 1};
-    if (cli_config_init(&o.cfg, argc) < 0) return 1;
-    int rc = parse_opts(cmd, argc - 1, argv + 1, &o);
-    if (rc != 0) {
-        cli_config_fini(&o.cfg);
-        return rc < 0 ? 1 : 0;
-    }
-    struct kcfg *c = cli_config_load("bench", &o.cfg);
-    if (!c) {
-        cli_config_fini(&o.cfg);
-        return 1;
-    }
-    /* A server closing a socket must fail a write, not kill the tool. */
-    signal(SIGPIPE, SIG_IGN);
-    rc = cmd->run(c, &o);
-    cfg_destroy(c);
-    cli_config_fini(&o.cfg);
     return rc;
 }

@@ -27,9 +27,4 @@ struct smoke_opts {
 int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
               volatile sig_atomic_t *stop);
 
-/* `kinfer smoke -c FILE [--set K=V]... [--model NAME] [--jobs N] [--rows K]
- * [--json-every N] [--rate R] [--timeout S]`; argv[0] is "smoke". Returns the exit status:
- * 0 when every job got a correct result, else 1. */
-int smoke_main(int argc, char **argv);
-
 #endif
