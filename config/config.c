@@ -720,7 +720,7 @@ static int read_topic_priorities(struct loader *ld, const config_setting_t *s)
     return 0;
 }
 
-/* gpu.devices = [ 0, 1 ]: CUDA device indices, distinct, at most 16; empty
+/* gpu.devices = [ 0, 1 ]: CUDA device indices, distinct, at most MODEL_MAX_DEVICES; empty
  * means every usable device. Whether they exist is the CUDA backend's to
  * say at start-up (the machine decides, not the file). */
 static int read_devices(struct loader *ld, const config_setting_t *s)

@@ -87,7 +87,7 @@ struct kcfg {
     struct {
         char *precision;        /* "fp32" | "tf32" | "fp16" | "bf16" */
         int graphs;             /* 1: a captured CUDA graph per batch-size bucket */
-        int devices[16];        /* device indices; empty = every usable one */
+        int devices[MODEL_MAX_DEVICES]; /* device indices; empty = every usable one */
         size_t n_devices;
         int executors_per_device; /* 2: executors when batching.executors is 0 */
         int workspace_mb;       /* 32: cuBLASLt workspace per executor */

@@ -80,7 +80,7 @@ struct stats {
 
     pthread_mutex_t mu; /* guards everything below */
     char backend[16], precision[16];
-    struct stats_device devices[STATS_MAX_DEVICES];
+    struct stats_device devices[MODEL_MAX_DEVICES];
     size_t n_devices;
     struct stats_part *parts;
     size_t n_parts;
@@ -361,7 +361,7 @@ void stats_set_precision(struct stats *st, const char *precision)
  * costs nothing here and keeps a device's fields together. */
 void stats_set_device(struct stats *st, size_t slot, const struct stats_device *d)
 {
-    if (slot >= STATS_MAX_DEVICES) return;
+    if (slot >= MODEL_MAX_DEVICES) return;
     pthread_mutex_lock(&st->mu);
     st->devices[slot] = *d;
     if (!(d->busy_ratio >= 0)) st->devices[slot].busy_ratio = 0;

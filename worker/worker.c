@@ -211,14 +211,14 @@ static void report_progress(struct worker *w, int finished)
  * stats cap the ratio at 1). */
 struct device_marks {
     int64_t at_us;
-    double busy_s[STATS_MAX_DEVICES];
+    double busy_s[MODEL_MAX_DEVICES];
 };
 
 static void publish_devices(struct worker *w, struct device_marks *dm, int64_t now)
 {
     size_t n = model_runtime_devices(w->models.rt);
     double wall_s = (double)(now - dm->at_us) / 1e6;
-    for (size_t d = 0; d < n && d < STATS_MAX_DEVICES; d++) {
+    for (size_t d = 0; d < n && d < MODEL_MAX_DEVICES; d++) {
         struct model_device_stats ds;
         if (model_runtime_device_stats(w->models.rt, d, &ds) < 0) continue;
         struct stats_device sd = {.index = ds.index, .mem_used = ds.mem_used,
