@@ -1,4 +1,4 @@
-/* test_codec.c - tests of codecs/codec.c and codecs/mpscan.c against the
+/* test_codec.c - tests of codecs/codec_*.c and codecs/mpscan.c against the
  * wire contract (docs/protocol.md) and the hostile-input rules
  * (docs/reliability.md, rule 9): round trips in both encodings with fresh random
  * data, every error code, and tables of malformed and hostile records,
