@@ -6,9 +6,10 @@
  * documentation. That table drives the defaults, the reading of the file,
  * --set, validation and cfg_destroy; worker.cfg at the
  * repo root documents the same rows and tests/test_config.c checks that
- * they agree. The three settings that are not scalars (kafka.topics,
- * kafka.properties, models) have readers of their own, listed in
- * aggregates[] so the walker knows them.
+ * they agree. The settings that are not scalars have readers of their
+ * own, listed in aggregates[] so the walker knows them: kafka.topics and
+ * kafka.properties in config_kafka.c, models in config_models.c, the
+ * small arrays (preferred sizes, topic priorities, devices) here.
  *
  * The first problem found stops loading, reported as "FILE:LINE: what"
  * (or "--set ARG: what"); main decides to exit.
@@ -17,6 +18,7 @@
  * struct kcfg that owns every string and array in it; nothing in it points
  * into libconfig's tree, which is destroyed before cfg_load returns. */
 #include "config.h"
+#include "config_read.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -32,7 +34,6 @@
 
 #define STR_MAX 4095                     /* longest ordinary string setting */
 #define TTL_MAX 3153600000000LL          /* 100 years in ms */
-#define INPUT_WIDTH_MAX 16777216         /* 2^24 floats per row */
 
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
@@ -169,26 +170,6 @@ static const struct cfg_option options[] = {
 #undef STR_OPT
 #undef BOOL_OPT
 
-/* Where a setting's value came from, so an error found after reading (a
- * cross-field check) can still point at the line or the --set that set it.
- * All fields NULL/0: the table's default. */
-struct origin {
-    const char *file;  /* libconfig's copy; valid until config_destroy */
-    unsigned line;
-    const char *set;   /* the --set argument, borrowed from the caller */
-};
-
-struct loader {
-    struct kcfg *c;
-    const char *path;            /* the file cfg_load was given */
-    char *err;
-    size_t err_size;
-    struct origin orig[N_OPTIONS];
-};
-
-static int read_topics(struct loader *ld, const config_setting_t *s);
-static int read_properties(struct loader *ld, const config_setting_t *s);
-static int read_models(struct loader *ld, const config_setting_t *s);
 static int read_preferred_sizes(struct loader *ld, const config_setting_t *s);
 static int read_topic_priorities(struct loader *ld, const config_setting_t *s);
 static int read_devices(struct loader *ld, const config_setting_t *s);
@@ -200,9 +181,9 @@ static const struct aggregate {
     const char *shape;
     int (*read)(struct loader *ld, const config_setting_t *s);
 } aggregates[] = {
-    {"kafka.topics", "a list of strings", read_topics},
-    {"kafka.properties", "a list of ( \"name\", \"value\" ) pairs", read_properties},
-    {"models", "a list of groups", read_models},
+    {"kafka.topics", "a list of strings", cfg_read_topics},
+    {"kafka.properties", "a list of ( \"name\", \"value\" ) pairs", cfg_read_properties},
+    {"models", "a list of groups", cfg_read_models},
     {"batching.preferred_sizes", "an array of integers [ 8, 16, 32 ]", read_preferred_sizes},
     {"batching.topic_priorities", "a list of ( \"topic\", priority ) pairs", read_topic_priorities},
     {"gpu.devices", "an array of device indices [ 0, 1 ]", read_devices},
@@ -251,7 +232,7 @@ static bool is_section(const char *name)
 }
 
 /* libconfig's type codes in words, for "expected X, got Y" messages. */
-static const char *type_words(int type)
+const char *cfg_type_words(int type)
 {
     switch (type) {
     case CONFIG_TYPE_GROUP: return "a group";
@@ -271,7 +252,7 @@ static const char *type_words(int type)
  * the main file's directory, see cfg_load) for an included one. This
  * turns either into a path that works from the cwd, for messages and for
  * resolving model paths. */
-static void display_path(const struct loader *ld, const char *file, char *buf, size_t cap)
+void cfg_display_path(const struct loader *ld, const char *file, char *buf, size_t cap)
 {
     const char *slash = strrchr(ld->path, '/');
     if (!file || strcmp(file, ld->path) == 0 || file[0] == '/' || !slash)
@@ -281,7 +262,7 @@ static void display_path(const struct loader *ld, const char *file, char *buf, s
 }
 
 /* Records the first error as "FILE:LINE: message" at setting s; returns -1
- * so callers can `return fail_at(...)`. */
+ * so callers can `return cfg_fail_at(...)`. */
 /* Writes the message after the n-byte "where" prefix already in ld->err
  * (n as snprintf returned it). The error formatters below share it. */
 __attribute__((format(printf, 3, 0)))
@@ -292,10 +273,10 @@ static void append_message(struct loader *ld, int n, const char *fmt, va_list ap
 }
 
 __attribute__((format(printf, 3, 4)))
-static int fail_at(struct loader *ld, const config_setting_t *s, const char *fmt, ...)
+int cfg_fail_at(struct loader *ld, const config_setting_t *s, const char *fmt, ...)
 {
     char file[4200];
-    display_path(ld, config_setting_source_file(s), file, sizeof(file));
+    cfg_display_path(ld, config_setting_source_file(s), file, sizeof(file));
     int n = snprintf(ld->err, ld->err_size, "%s:%u: ", file, config_setting_source_line(s));
     va_list ap;
     va_start(ap, fmt);
@@ -308,7 +289,7 @@ static int fail_at(struct loader *ld, const config_setting_t *s, const char *fmt
  * came from: "FILE:LINE: name: message", "--set ARG: message", or
  * "FILE: name: message" for a default. Returns -1. */
 __attribute__((format(printf, 4, 5)))
-static int fail_origin(struct loader *ld, const struct origin *o, const char *name,
+int cfg_fail_origin(struct loader *ld, const struct origin *o, const char *name,
                        const char *fmt, ...)
 {
     int n;
@@ -316,7 +297,7 @@ static int fail_origin(struct loader *ld, const struct origin *o, const char *na
     if (o && o->set) {
         n = snprintf(ld->err, ld->err_size, "--set %s: ", o->set);
     } else if (o && o->file) {
-        display_path(ld, o->file, file, sizeof(file));
+        cfg_display_path(ld, o->file, file, sizeof(file));
         n = snprintf(ld->err, ld->err_size, "%s:%u: %s: ", file, o->line, name);
     } else
         n = snprintf(ld->err, ld->err_size, "%s: %s: ", ld->path, name);
@@ -330,7 +311,7 @@ static int fail_origin(struct loader *ld, const struct origin *o, const char *na
 /* Records an error with no setting to point at (out of memory, no file).
  * Returns -1. */
 __attribute__((format(printf, 2, 3)))
-static int fail_plain(struct loader *ld, const char *fmt, ...)
+int cfg_fail_plain(struct loader *ld, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -382,7 +363,7 @@ static int option_set_int(struct loader *ld, const struct cfg_option *o,
                           const struct origin *org, long long v)
 {
     if (v < o->min || v > o->max)
-        return fail_origin(ld, org, o->name, "%lld is out of range %lld..%lld", v, o->min,
+        return cfg_fail_origin(ld, org, o->name, "%lld is out of range %lld..%lld", v, o->min,
                            o->max);
     if (o->type == CFG_INT || o->type == CFG_BOOL)
         *(int *)field_at(ld->c, o) = (int)v;
@@ -399,7 +380,7 @@ static int option_set_str(struct loader *ld, const struct cfg_option *o,
 {
     size_t len = strlen(v);
     if (len == 0 && o->min > 0)
-        return fail_origin(ld, org, o->name, "must not be empty");
+        return cfg_fail_origin(ld, org, o->name, "must not be empty");
     if (o->choices) {
         const char *const *ch = o->choices;
         while (*ch && strcmp(*ch, v) != 0) ch++;
@@ -412,18 +393,18 @@ static int option_set_str(struct loader *ld, const struct cfg_option *o,
                 if (n < 0) break;
                 used += (size_t)n;
             }
-            return fail_origin(ld, org, o->name, "'%s' is not one of %s", v, list);
+            return cfg_fail_origin(ld, org, o->name, "'%s' is not one of %s", v, list);
         }
     }
     if ((long long)len < o->min || (long long)len > o->max)
-        return fail_origin(ld, org, o->name, "'%s' must be %lld..%lld characters long", v,
+        return cfg_fail_origin(ld, org, o->name, "'%s' must be %lld..%lld characters long", v,
                            o->min, o->max);
     if (o->check) {
         char why[256];
-        if (o->check(v, why, sizeof(why)) < 0) return fail_origin(ld, org, o->name, "%s", why);
+        if (o->check(v, why, sizeof(why)) < 0) return cfg_fail_origin(ld, org, o->name, "%s", why);
     }
     char *copy = strdup(v);
-    if (!copy) return fail_plain(ld, "out of memory");
+    if (!copy) return cfg_fail_plain(ld, "out of memory");
     char **slot = field_at(ld->c, o);
     free(*slot);
     *slot = copy;
@@ -445,17 +426,17 @@ static int read_option(struct loader *ld, const struct cfg_option *o, const conf
             return option_set_int(ld, o, &org, config_setting_get_int(s));
         if (t == CONFIG_TYPE_INT64)
             return option_set_int(ld, o, &org, config_setting_get_int64(s));
-        return fail_at(ld, s, "%s: expected an integer, got %s", o->name, type_words(t));
+        return cfg_fail_at(ld, s, "%s: expected an integer, got %s", o->name, cfg_type_words(t));
     case CFG_STRING:
         if (t != CONFIG_TYPE_STRING)
-            return fail_at(ld, s, "%s: expected a string, got %s", o->name, type_words(t));
+            return cfg_fail_at(ld, s, "%s: expected a string, got %s", o->name, cfg_type_words(t));
         return option_set_str(ld, o, &org, config_setting_get_string(s));
     case CFG_BOOL:
         if (t != CONFIG_TYPE_BOOL)
-            return fail_at(ld, s, "%s: expected true or false, got %s", o->name, type_words(t));
+            return cfg_fail_at(ld, s, "%s: expected true or false, got %s", o->name, cfg_type_words(t));
         return option_set_int(ld, o, &org, config_setting_get_bool(s));
     }
-    return fail_at(ld, s, "%s: bad table row", o->name);
+    return cfg_fail_at(ld, s, "%s: bad table row", o->name);
 }
 
 /* Visits every member of group g (named prefix, NULL for the root): table
@@ -470,7 +451,7 @@ static int walk_group(struct loader *ld, const config_setting_t *g, const char *
         int len = prefix ? snprintf(name, sizeof(name), "%s.%s", prefix, config_setting_name(m))
                          : snprintf(name, sizeof(name), "%s", config_setting_name(m));
         if (len < 0 || (size_t)len >= sizeof(name))
-            return fail_at(ld, m, "unknown setting '%s'", config_setting_name(m));
+            return cfg_fail_at(ld, m, "unknown setting '%s'", config_setting_name(m));
         const struct cfg_option *o = option_find(name);
         const struct aggregate *a = o ? NULL : aggregate_find(name);
         int rc;
@@ -480,172 +461,13 @@ static int walk_group(struct loader *ld, const config_setting_t *g, const char *
             rc = a->read(ld, m);
         } else if (is_section(name)) {
             if (!config_setting_is_group(m))
-                return fail_at(ld, m, "%s: expected a group { ... }, got %s", name,
-                               type_words(config_setting_type(m)));
+                return cfg_fail_at(ld, m, "%s: expected a group { ... }, got %s", name,
+                               cfg_type_words(config_setting_type(m)));
             rc = walk_group(ld, m, name);
         } else {
-            return fail_at(ld, m, "unknown setting '%s'", name);
+            return cfg_fail_at(ld, m, "unknown setting '%s'", name);
         }
         if (rc < 0) return rc;
-    }
-    return 0;
-}
-
-/* kafka.topics: a non-empty list or array of distinct, non-empty strings.
- * Replaces the default list. */
-static int read_topics(struct loader *ld, const config_setting_t *s)
-{
-    struct kcfg *c = ld->c;
-    if (!config_setting_is_list(s) && !config_setting_is_array(s))
-        return fail_at(ld, s, "kafka.topics: expected a list of strings [ \"jobs\" ], got %s",
-                       type_words(config_setting_type(s)));
-    int n = config_setting_length(s);
-    if (n == 0) return fail_at(ld, s, "kafka.topics: must name at least one topic");
-    for (size_t i = 0; i < c->kafka.n_topics; i++) free(c->kafka.topics[i]);
-    free(c->kafka.topics);
-    c->kafka.n_topics = 0;
-    c->kafka.topics = calloc((size_t)n, sizeof(char *));
-    if (!c->kafka.topics) return fail_plain(ld, "out of memory");
-    for (int i = 0; i < n; i++) {
-        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
-        if (config_setting_type(e) != CONFIG_TYPE_STRING)
-            return fail_at(ld, e, "kafka.topics[%d]: expected a string, got %s", i,
-                           type_words(config_setting_type(e)));
-        const char *t = config_setting_get_string(e);
-        if (!*t) return fail_at(ld, e, "kafka.topics[%d]: must not be empty", i);
-        for (size_t j = 0; j < c->kafka.n_topics; j++)
-            if (strcmp(c->kafka.topics[j], t) == 0)
-                return fail_at(ld, e, "kafka.topics: '%s' is listed twice", t);
-        if (!(c->kafka.topics[i] = strdup(t))) return fail_plain(ld, "out of memory");
-        c->kafka.n_topics++;
-    }
-    return 0;
-}
-
-/* librdkafka properties kinfer's delivery guarantees rest on. They pass
- * through like any other property when given their safe value (which is
- * harmless), and are refused otherwise, saying why; safe == NULL means
- * kinfer sets it from its own setting and it may not be given here. */
-static const char *const bool_true[] = {"true", "t", "1", NULL};
-static const char *const bool_false[] = {"false", "f", "0", NULL};
-static const char *const acks_all[] = {"all", "-1", NULL};
-static const char *const reset_earliest[] = {"earliest", "smallest", "beginning", NULL};
-static const char *const store_broker[] = {"broker", NULL};
-
-static const struct guarded_property {
-    const char *name;
-    const char *const *safe;
-    const char *why;
-} guarded[] = {
-    {"enable.auto.offset.store", bool_false,
-     "must stay false: kinfer stores each offset itself, only after the job's result is "
-     "acknowledged, so a crash replays jobs instead of losing them"},
-    {"enable.auto.commit", bool_true,
-     "must stay true: kinfer commits the offsets it stored through librdkafka's auto-commit"},
-    {"auto.commit.enable", bool_true,
-     "must stay true: kinfer commits the offsets it stored through librdkafka's auto-commit"},
-    {"offset.store.method", store_broker,
-     "must be broker: kinfer's progress lives in the consumer group's committed offsets"},
-    {"auto.offset.reset", reset_earliest,
-     "must be earliest: a new consumer group must not skip jobs already waiting"},
-    {"enable.idempotence", bool_true,
-     "must stay true: a retried produce must not publish a result twice or out of order"},
-    {"acks", acks_all,
-     "must be all (or -1): a job's offset is stored once its result is acknowledged, which "
-     "must mean every in-sync replica has it"},
-    {"request.required.acks", acks_all,
-     "must be all (or -1): a job's offset is stored once its result is acknowledged, which "
-     "must mean every in-sync replica has it"},
-    {"transactional.id", NULL,
-     "cannot be set: kinfer does not use transactions, and a transactional producer refuses "
-     "plain produces"},
-    {"group.id", NULL, "cannot be set here: use kafka.group"},
-    {"group.instance.id", NULL,
-     "cannot be set here: set metrics.worker_id (unique per worker), which "
-     "kafka.static_membership = 1 makes the static member id"},
-    {"bootstrap.servers", NULL, "cannot be set here: use kafka.brokers"},
-    {"metadata.broker.list", NULL, "cannot be set here: use kafka.brokers"},
-};
-
-/* Returns why property key=value is refused, or NULL if it may pass
- * through to librdkafka. Values compare without case, as librdkafka's
- * own parsing of booleans and enums does. */
-static const char *property_refusal(const char *key, const char *value)
-{
-    for (size_t i = 0; i < sizeof(guarded) / sizeof(guarded[0]); i++) {
-        if (strcmp(guarded[i].name, key) != 0) continue;
-        if (guarded[i].safe)
-            for (const char *const *v = guarded[i].safe; *v; v++)
-                if (strcasecmp(*v, value) == 0) return NULL;
-        return guarded[i].why;
-    }
-    return NULL;
-}
-
-/* Adds key=value to kafka.properties, or replaces the value of a key
- * already there (a --set overrides the file; a key given twice in the
- * file is refused by read_properties before it gets here). */
-static int property_put(struct loader *ld, const char *key, const char *value)
-{
-    struct kcfg *c = ld->c;
-    for (size_t i = 0; i < c->kafka.n_properties; i++) {
-        if (strcmp(c->kafka.properties[i].key, key) != 0) continue;
-        char *v = strdup(value);
-        if (!v) return fail_plain(ld, "out of memory");
-        free(c->kafka.properties[i].value);
-        c->kafka.properties[i].value = v;
-        return 0;
-    }
-    struct cfg_kv *p = realloc(c->kafka.properties,
-                               (c->kafka.n_properties + 1) * sizeof(*p));
-    if (!p) return fail_plain(ld, "out of memory");
-    c->kafka.properties = p;
-    struct cfg_kv *kv = &p[c->kafka.n_properties];
-    kv->key = strdup(key);
-    kv->value = strdup(value);
-    if (!kv->key || !kv->value) {
-        free(kv->key);
-        free(kv->value);
-        return fail_plain(ld, "out of memory");
-    }
-    c->kafka.n_properties++;
-    return 0;
-}
-
-/* kafka.properties: ( ( "name", "value" ), ... ). libconfig 1.5 names
- * cannot hold dots, so librdkafka's dotted names travel as string pairs
- * and reach librdkafka untouched (kinfer never re-declares its options),
- * except the guarded ones above. */
-static int read_properties(struct loader *ld, const config_setting_t *s)
-{
-    /* An empty [] is an array; a non-empty one cannot hold pairs. */
-    if (!config_setting_is_list(s) &&
-        !(config_setting_is_array(s) && config_setting_length(s) == 0))
-        return fail_at(ld, s,
-                       "kafka.properties: expected a list of pairs "
-                       "( ( \"name\", \"value\" ), ... ), got %s",
-                       type_words(config_setting_type(s)));
-    int n = config_setting_length(s);
-    for (int i = 0; i < n; i++) {
-        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
-        bool pair = (config_setting_is_list(e) || config_setting_is_array(e)) &&
-                    config_setting_length(e) == 2 &&
-                    config_setting_type(config_setting_get_elem(e, 0)) == CONFIG_TYPE_STRING &&
-                    config_setting_type(config_setting_get_elem(e, 1)) == CONFIG_TYPE_STRING;
-        if (!pair)
-            return fail_at(ld, e,
-                           "kafka.properties[%d]: expected a pair of strings "
-                           "( \"name\", \"value\" ); write numbers as strings too",
-                           i);
-        const char *key = config_setting_get_string_elem(e, 0);
-        const char *value = config_setting_get_string_elem(e, 1);
-        if (!*key) return fail_at(ld, e, "kafka.properties[%d]: empty property name", i);
-        for (size_t j = 0; j < ld->c->kafka.n_properties; j++)
-            if (strcmp(ld->c->kafka.properties[j].key, key) == 0)
-                return fail_at(ld, e, "kafka.properties: '%s' is given twice", key);
-        const char *why = property_refusal(key, value);
-        if (why) return fail_at(ld, e, "kafka.properties: '%s' %s", key, why);
-        if (property_put(ld, key, value) < 0) return -1;
     }
     return 0;
 }
@@ -657,25 +479,25 @@ static int read_preferred_sizes(struct loader *ld, const config_setting_t *s)
 {
     struct kcfg *c = ld->c;
     if (!config_setting_is_array(s) && !config_setting_is_list(s))
-        return fail_at(ld, s, "batching.preferred_sizes: expected an array of integers "
-                       "[ 8, 16, 32 ], got %s", type_words(config_setting_type(s)));
+        return cfg_fail_at(ld, s, "batching.preferred_sizes: expected an array of integers "
+                       "[ 8, 16, 32 ], got %s", cfg_type_words(config_setting_type(s)));
     int n = config_setting_length(s);
     size_t cap = sizeof(c->batching.preferred_sizes) / sizeof(c->batching.preferred_sizes[0]);
     if ((size_t)n > cap)
-        return fail_at(ld, s, "batching.preferred_sizes: at most %zu sizes, got %d", cap, n);
+        return cfg_fail_at(ld, s, "batching.preferred_sizes: at most %zu sizes, got %d", cap, n);
     c->batching.n_preferred_sizes = 0;
     for (int i = 0; i < n; i++) {
         const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
         int t = config_setting_type(e);
         if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64)
-            return fail_at(ld, e, "batching.preferred_sizes[%d]: expected an integer, got %s",
-                           i, type_words(t));
+            return cfg_fail_at(ld, e, "batching.preferred_sizes[%d]: expected an integer, got %s",
+                           i, cfg_type_words(t));
         long long v = config_setting_get_int64(e);
         if (v < 1 || v > 65536)
-            return fail_at(ld, e, "batching.preferred_sizes[%d]: %lld is out of range 1..65536",
+            return cfg_fail_at(ld, e, "batching.preferred_sizes[%d]: %lld is out of range 1..65536",
                            i, v);
         if (i > 0 && (size_t)v <= c->batching.preferred_sizes[i - 1])
-            return fail_at(ld, e, "batching.preferred_sizes: sizes must be strictly increasing "
+            return cfg_fail_at(ld, e, "batching.preferred_sizes: sizes must be strictly increasing "
                            "(%lld after %zu)", v, c->batching.preferred_sizes[i - 1]);
         c->batching.preferred_sizes[c->batching.n_preferred_sizes++] = (size_t)v;
     }
@@ -689,12 +511,12 @@ static int read_topic_priorities(struct loader *ld, const config_setting_t *s)
 {
     struct kcfg *c = ld->c;
     if (!config_setting_is_list(s) && !(config_setting_is_array(s) && config_setting_length(s) == 0))
-        return fail_at(ld, s, "batching.topic_priorities: expected a list of pairs "
+        return cfg_fail_at(ld, s, "batching.topic_priorities: expected a list of pairs "
                        "( ( \"topic\", priority ), ... ), got %s",
-                       type_words(config_setting_type(s)));
+                       cfg_type_words(config_setting_type(s)));
     int n = config_setting_length(s);
     c->batching.topic_priorities = calloc((size_t)n + 1, sizeof(struct cfg_topic_prio));
-    if (!c->batching.topic_priorities) return fail_plain(ld, "out of memory");
+    if (!c->batching.topic_priorities) return cfg_fail_plain(ld, "out of memory");
     for (int i = 0; i < n; i++) {
         const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
         const config_setting_t *t = config_setting_is_list(e) && config_setting_length(e) == 2
@@ -702,18 +524,18 @@ static int read_topic_priorities(struct loader *ld, const config_setting_t *s)
         const config_setting_t *p = t ? config_setting_get_elem(e, 1) : NULL;
         if (!t || config_setting_type(t) != CONFIG_TYPE_STRING ||
             (config_setting_type(p) != CONFIG_TYPE_INT && config_setting_type(p) != CONFIG_TYPE_INT64))
-            return fail_at(ld, e, "batching.topic_priorities[%d]: expected ( \"topic\", priority )",
+            return cfg_fail_at(ld, e, "batching.topic_priorities[%d]: expected ( \"topic\", priority )",
                            i);
         long long v = config_setting_get_int64(p);
         if (v < 0 || v > 9)
-            return fail_at(ld, e, "batching.topic_priorities[%d]: priority %lld is out of range 0..9",
+            return cfg_fail_at(ld, e, "batching.topic_priorities[%d]: priority %lld is out of range 0..9",
                            i, v);
         const char *topic = config_setting_get_string(t);
         for (size_t k = 0; k < c->batching.n_topic_priorities; k++)
             if (strcmp(c->batching.topic_priorities[k].topic, topic) == 0)
-                return fail_at(ld, e, "batching.topic_priorities: '%s' is given twice", topic);
+                return cfg_fail_at(ld, e, "batching.topic_priorities: '%s' is given twice", topic);
         struct cfg_topic_prio *tp = &c->batching.topic_priorities[c->batching.n_topic_priorities];
-        if (!(tp->topic = strdup(topic))) return fail_plain(ld, "out of memory");
+        if (!(tp->topic = strdup(topic))) return cfg_fail_plain(ld, "out of memory");
         tp->priority = (int)v;
         c->batching.n_topic_priorities++;
     }
@@ -727,328 +549,27 @@ static int read_devices(struct loader *ld, const config_setting_t *s)
 {
     struct kcfg *c = ld->c;
     if (!config_setting_is_array(s) && !config_setting_is_list(s))
-        return fail_at(ld, s, "gpu.devices: expected an array of device indices [ 0, 1 ], got %s",
-                       type_words(config_setting_type(s)));
+        return cfg_fail_at(ld, s, "gpu.devices: expected an array of device indices [ 0, 1 ], got %s",
+                       cfg_type_words(config_setting_type(s)));
     int n = config_setting_length(s);
     size_t cap = sizeof(c->gpu.devices) / sizeof(c->gpu.devices[0]);
     if ((size_t)n > cap)
-        return fail_at(ld, s, "gpu.devices: at most %zu devices, got %d", cap, n);
+        return cfg_fail_at(ld, s, "gpu.devices: at most %zu devices, got %d", cap, n);
     c->gpu.n_devices = 0;
     for (int i = 0; i < n; i++) {
         const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
         int t = config_setting_type(e);
         if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64)
-            return fail_at(ld, e, "gpu.devices[%d]: expected an integer, got %s", i,
-                           type_words(t));
+            return cfg_fail_at(ld, e, "gpu.devices[%d]: expected an integer, got %s", i,
+                           cfg_type_words(t));
         long long v = config_setting_get_int64(e);
         if (v < 0 || v > 1023)
-            return fail_at(ld, e, "gpu.devices[%d]: %lld is out of range 0..1023", i, v);
+            return cfg_fail_at(ld, e, "gpu.devices[%d]: %lld is out of range 0..1023", i, v);
         for (size_t k = 0; k < c->gpu.n_devices; k++)
             if (c->gpu.devices[k] == v)
-                return fail_at(ld, e, "gpu.devices: device %lld is listed twice", v);
+                return cfg_fail_at(ld, e, "gpu.devices: device %lld is listed twice", v);
         c->gpu.devices[c->gpu.n_devices++] = (int)v;
     }
-    return 0;
-}
-
-/* Copies a tensor name into a layer spec's fixed buffer, refusing what
- * does not fit rather than truncating it into another tensor's name. */
-static int read_tensor_name(struct loader *ld, const config_setting_t *s, const char *what,
-                            char *dst, size_t cap)
-{
-    if (config_setting_type(s) != CONFIG_TYPE_STRING)
-        return fail_at(ld, s, "%s: expected a string, got %s", what,
-                       type_words(config_setting_type(s)));
-    const char *v = config_setting_get_string(s);
-    if (!*v) return fail_at(ld, s, "%s: must not be empty", what);
-    if (strlen(v) >= cap)
-        return fail_at(ld, s, "%s: tensor name longer than %zu characters", what, cap - 1);
-    memcpy(dst, v, strlen(v) + 1);
-    return 0;
-}
-
-/* One layer group { op = "..."; weight = "..."; bias = "..."; eps = ...; }.
- * Keys may come in any order, so they are gathered first and judged once
- * the op is known. */
-static int read_layer(struct loader *ld, const config_setting_t *s, size_t mi, size_t li,
-                      struct model_layer_spec *l)
-{
-    char where[64];
-    snprintf(where, sizeof(where), "models[%zu].layers[%zu]", mi, li);
-    if (!config_setting_is_group(s))
-        return fail_at(ld, s, "%s: expected a group { op = \"...\"; ... }, got %s", where,
-                       type_words(config_setting_type(s)));
-    const config_setting_t *op = NULL, *weight = NULL, *bias = NULL, *eps = NULL;
-    int n = config_setting_length(s);
-    for (int i = 0; i < n; i++) {
-        const config_setting_t *m = config_setting_get_elem(s, (unsigned)i);
-        const char *k = config_setting_name(m);
-        if (strcmp(k, "op") == 0) op = m;
-        else if (strcmp(k, "weight") == 0) weight = m;
-        else if (strcmp(k, "bias") == 0) bias = m;
-        else if (strcmp(k, "eps") == 0) eps = m;
-        else return fail_at(ld, m, "unknown setting '%s.%s'", where, k);
-    }
-    if (!op) return fail_at(ld, s, "%s: missing 'op'", where);
-    if (config_setting_type(op) != CONFIG_TYPE_STRING)
-        return fail_at(ld, op, "%s.op: expected a string, got %s", where,
-                       type_words(config_setting_type(op)));
-    const char *opname = config_setting_get_string(op);
-    if (model_op_parse(opname, &l->op) < 0) {
-        char known[256] = "";
-        size_t used = 0;
-        for (int o = 0; o < MODEL_N_OPS && used < sizeof(known); o++) {
-            int k = snprintf(known + used, sizeof(known) - used, "%s%s", o ? ", " : "",
-                             model_op_name((enum model_op)o));
-            if (k < 0) break;
-            used += (size_t)k;
-        }
-        return fail_at(ld, op, "%s.op: unknown op '%s' (known: %s)", where, opname, known);
-    }
-    /* The op table says which keys the op gives meaning to and which it
-     * needs; a stray key is an error with its line number rather than
-     * something the loader would refuse later without one. */
-    const struct model_op_desc *d = model_op_desc(l->op);
-    const struct {
-        const config_setting_t *s;
-        unsigned key;
-        const char *name;
-    } keys[] = {{weight, MODEL_KEY_WEIGHT, "weight"}, {bias, MODEL_KEY_BIAS, "bias"},
-                {eps, MODEL_KEY_EPS, "eps"}};
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-        if (keys[i].s && !(d->keys & keys[i].key))
-            return fail_at(ld, keys[i].s, "%s: '%s' does not apply to op %s", where,
-                           keys[i].name, opname);
-        if (!keys[i].s && (d->required & keys[i].key))
-            return fail_at(ld, s, "%s: op %s needs '%s'%s", where, opname, keys[i].name,
-                           keys[i].key == MODEL_KEY_EPS ? "" : " (a tensor name)");
-    }
-    char what[96];
-    if (weight) {
-        snprintf(what, sizeof(what), "%s.weight", where);
-        if (read_tensor_name(ld, weight, what, l->weight, sizeof(l->weight)) < 0) return -1;
-    }
-    if (bias) {
-        snprintf(what, sizeof(what), "%s.bias", where);
-        if (read_tensor_name(ld, bias, what, l->bias, sizeof(l->bias)) < 0) return -1;
-    }
-    l->eps = MODEL_EPS_DEFAULT;
-    if (eps) {
-        int t = config_setting_type(eps);
-        if (t == CONFIG_TYPE_FLOAT) l->eps = config_setting_get_float(eps);
-        else if (t == CONFIG_TYPE_INT) l->eps = config_setting_get_int(eps);
-        else if (t == CONFIG_TYPE_INT64) l->eps = (double)config_setting_get_int64(eps);
-        else
-            return fail_at(ld, eps, "%s.eps: expected a number, got %s", where, type_words(t));
-        char why[128];
-        if (model_eps_check(l->eps, why, sizeof(why)) < 0)
-            return fail_at(ld, eps, "%s.eps: %s", where, why);
-    }
-    return 0;
-}
-
-/* Model names show up in jobs, log fields and metric labels, so they are
- * kept to characters that need no quoting anywhere. */
-static bool model_name_ok(const char *s)
-{
-    for (; *s; s++) {
-        char ch = *s;
-        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                  ch == '.' || ch == '_' || ch == '-' || ch == ':' || ch == '/';
-        if (!ok) return false;
-    }
-    return true;
-}
-
-/* Resolves a model path against the directory of the file that names it:
- * "models/demo.safetensors" in /etc/kinfer/worker.cfg means
- * /etc/kinfer/models/demo.safetensors whatever the worker's cwd. */
-static int resolve_model_path(struct loader *ld, const config_setting_t *s, const char *what,
-                              char *dst, size_t cap)
-{
-    const char *p = config_setting_get_string(s);
-    char file[4200];
-    display_path(ld, config_setting_source_file(s), file, sizeof(file));
-    const char *slash = strrchr(file, '/');
-    int n;
-    if (p[0] == '/' || !slash)
-        n = snprintf(dst, cap, "%s", p);
-    else
-        n = snprintf(dst, cap, "%.*s/%s", (int)(slash - file), file, p);
-    if (n < 0 || (size_t)n >= cap)
-        return fail_at(ld, s, "%s: path longer than %zu characters once resolved", what,
-                       cap - 1);
-    return 0;
-}
-
-/* encoder = { pooling; normalize; head; activation; lowercase; max_tokens }:
- * a model folder's overrides, each optional. */
-static int read_encoder(struct loader *ld, const config_setting_t *s, const char *where,
-                        struct model_encoder_spec *e)
-{
-    if (!config_setting_is_group(s))
-        return fail_at(ld, s, "%s.encoder: expected a group { pooling = \"mean\"; ... }, got %s",
-                       where, type_words(config_setting_type(s)));
-    static const char *const heads[] = {"embedding", "classifier", NULL};
-    static const char *const acts[] = {"softmax", "sigmoid", NULL};
-    int n = config_setting_length(s);
-    for (int i = 0; i < n; i++) {
-        const config_setting_t *v = config_setting_get_elem(s, (unsigned)i);
-        const char *k = config_setting_name(v);
-        int t = config_setting_type(v);
-        if (!strcmp(k, "normalize") || !strcmp(k, "lowercase")) {
-            if (t != CONFIG_TYPE_BOOL)
-                return fail_at(ld, v, "%s.encoder.%s: expected true or false, got %s", where, k,
-                               type_words(t));
-            *(!strcmp(k, "normalize") ? &e->normalize : &e->lowercase) =
-                config_setting_get_bool(v);
-        } else if (!strcmp(k, "max_tokens")) {
-            if (t != CONFIG_TYPE_INT || config_setting_get_int(v) < 3 ||
-                config_setting_get_int(v) > 65536)
-                return fail_at(ld, v, "%s.encoder.max_tokens: expected an integer in 3..65536",
-                               where);
-            e->max_tokens = (size_t)config_setting_get_int(v);
-        } else if (!strcmp(k, "pooling") || !strcmp(k, "head") || !strcmp(k, "activation")) {
-            if (t != CONFIG_TYPE_STRING)
-                return fail_at(ld, v, "%s.encoder.%s: expected a string, got %s", where, k,
-                               type_words(t));
-            const char *val = config_setting_get_string(v);
-            enum model_pooling pool;
-            if (!strcmp(k, "pooling")) {
-                if (model_pooling_parse(val, &pool) < 0)
-                    return fail_at(ld, v, "%s.encoder.pooling: '%s' is not one of cls, mean, "
-                                   "max, none", where, val);
-                e->pooling = (int)pool;
-                continue;
-            }
-            const char *const *names = !strcmp(k, "head") ? heads : acts;
-            int found = -1;
-            for (int c = 0; names[c]; c++)
-                if (!strcmp(val, names[c])) found = c;
-            if (found < 0)
-                return fail_at(ld, v, "%s.encoder.%s: '%s' is not one of %s, %s", where, k, val,
-                               names[0], names[1]);
-            if (!strcmp(k, "head")) e->head = found; /* enum model_head order */
-            else e->sigmoid = found;                 /* softmax 0, sigmoid 1 */
-        } else {
-            return fail_at(ld, v, "unknown setting '%s.encoder.%s' (pooling, normalize, head, "
-                           "activation, lowercase, max_tokens)", where, k);
-        }
-    }
-    return 0;
-}
-
-/* One model group { name; path; input_width; layers } for a safetensors
- * file, or { name; path; encoder } (no layers) for a Hugging Face model
- * folder. Earlier
- * models are already in ld->c->models[0..mi), which is how duplicates are
- * found. */
-static int read_model(struct loader *ld, const config_setting_t *s, size_t mi)
-{
-    struct model_spec *m = &ld->c->models[mi];
-    char where[32], what[64];
-    snprintf(where, sizeof(where), "models[%zu]", mi);
-    if (!config_setting_is_group(s))
-        return fail_at(ld, s, "%s: expected a group { name = ...; path = ...; layers = ...; }, "
-                       "got %s", where, type_words(config_setting_type(s)));
-    const config_setting_t *name = NULL, *path = NULL, *width = NULL, *layers = NULL,
-                           *enc = NULL;
-    model_encoder_spec_defaults(&m->enc);
-    int n = config_setting_length(s);
-    for (int i = 0; i < n; i++) {
-        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
-        const char *k = config_setting_name(e);
-        if (strcmp(k, "name") == 0) name = e;
-        else if (strcmp(k, "path") == 0) path = e;
-        else if (strcmp(k, "input_width") == 0) width = e;
-        else if (strcmp(k, "layers") == 0) layers = e;
-        else if (strcmp(k, "encoder") == 0) enc = e;
-        else return fail_at(ld, e, "unknown setting '%s.%s'", where, k);
-    }
-    if (!name) return fail_at(ld, s, "%s: missing 'name'", where);
-    if (!path) return fail_at(ld, s, "%s: missing 'path'", where);
-
-    const config_setting_t *str[] = {name, path};
-    for (size_t i = 0; i < 2; i++) {
-        if (config_setting_type(str[i]) != CONFIG_TYPE_STRING)
-            return fail_at(ld, str[i], "%s.%s: expected a string, got %s", where,
-                           config_setting_name(str[i]), type_words(config_setting_type(str[i])));
-        if (!*config_setting_get_string(str[i]))
-            return fail_at(ld, str[i], "%s.%s: must not be empty", where,
-                           config_setting_name(str[i]));
-    }
-    const char *nm = config_setting_get_string(name);
-    if (strlen(nm) >= sizeof(m->name))
-        return fail_at(ld, name, "%s.name: '%s' is longer than %zu characters", where, nm,
-                       sizeof(m->name) - 1);
-    if (!model_name_ok(nm))
-        return fail_at(ld, name, "%s.name: '%s' may hold only letters, digits and . _ - : /",
-                       where, nm);
-    for (size_t i = 0; i < mi; i++)
-        if (strcmp(ld->c->models[i].name, nm) == 0)
-            return fail_at(ld, name, "%s.name: model '%s' is defined twice", where, nm);
-    memcpy(m->name, nm, strlen(nm) + 1);
-
-    snprintf(what, sizeof(what), "%s.path", where);
-    if (resolve_model_path(ld, path, what, m->path, sizeof(m->path)) < 0) return -1;
-
-    /* Without layers the path names a Hugging Face model folder: its files
-     * say what the model is, and encoder = { } may override them (whether
-     * the folder exists is the loader's to say, as for a file). */
-    if (!layers) {
-        if (width)
-            return fail_at(ld, width, "%s.input_width: a model folder (an entry without "
-                           "layers) takes text: its config.json gives the sizes", where);
-        return enc ? read_encoder(ld, enc, where, &m->enc) : 0;
-    }
-    if (enc)
-        return fail_at(ld, enc, "%s.encoder: only for a model folder, an entry without layers",
-                       where);
-
-    if (width) {
-        int t = config_setting_type(width);
-        long long w;
-        if (t == CONFIG_TYPE_INT) w = config_setting_get_int(width);
-        else if (t == CONFIG_TYPE_INT64) w = config_setting_get_int64(width);
-        else
-            return fail_at(ld, width, "%s.input_width: expected an integer, got %s", where,
-                           type_words(t));
-        if (w < 0 || w > INPUT_WIDTH_MAX)
-            return fail_at(ld, width, "%s.input_width: %lld is out of range 0..%d", where, w,
-                           INPUT_WIDTH_MAX);
-        m->input_width = (size_t)w;
-    }
-
-    if (!config_setting_is_list(layers) &&
-        !(config_setting_is_array(layers) && config_setting_length(layers) == 0))
-        return fail_at(ld, layers, "%s.layers: expected a list of groups ( { op = ...; }, ... ), "
-                       "got %s", where, type_words(config_setting_type(layers)));
-    int nl = config_setting_length(layers);
-    if (nl == 0) return fail_at(ld, layers, "%s.layers: must list at least one layer", where);
-    m->layers = calloc((size_t)nl, sizeof(*m->layers));
-    if (!m->layers) return fail_plain(ld, "out of memory");
-    m->n_layers = (size_t)nl;
-    for (int i = 0; i < nl; i++)
-        if (read_layer(ld, config_setting_get_elem(layers, (unsigned)i), mi, (size_t)i,
-                       &m->layers[i]) < 0)
-            return -1;
-    return 0;
-}
-
-/* models = ( { ... }, ... ): at least one. n_models is set before the
- * entries are read so cfg_destroy frees partly read ones too. */
-static int read_models(struct loader *ld, const config_setting_t *s)
-{
-    if (!config_setting_is_list(s))
-        return fail_at(ld, s, "models: expected a list of groups ( { name = ...; }, ... ), got %s",
-                       type_words(config_setting_type(s)));
-    int n = config_setting_length(s);
-    if (n == 0) return fail_at(ld, s, "models: must list at least one model");
-    ld->c->models = calloc((size_t)n, sizeof(*ld->c->models));
-    if (!ld->c->models) return fail_plain(ld, "out of memory");
-    ld->c->n_models = (size_t)n;
-    for (int i = 0; i < n; i++)
-        if (read_model(ld, config_setting_get_elem(s, (unsigned)i), (size_t)i) < 0) return -1;
     return 0;
 }
 
@@ -1059,10 +580,10 @@ static int apply_set(struct loader *ld, const char *arg)
 {
     const char *eq = strchr(arg, '=');
     struct origin org = {NULL, 0, arg};
-    if (!eq || eq == arg) return fail_origin(ld, &org, NULL, "expected section.key=value");
+    if (!eq || eq == arg) return cfg_fail_origin(ld, &org, NULL, "expected section.key=value");
     char name[256];
     size_t nlen = (size_t)(eq - arg);
-    if (nlen >= sizeof(name)) return fail_origin(ld, &org, NULL, "unknown setting");
+    if (nlen >= sizeof(name)) return cfg_fail_origin(ld, &org, NULL, "unknown setting");
     memcpy(name, arg, nlen);
     name[nlen] = '\0';
     const char *value = eq + 1;
@@ -1070,31 +591,31 @@ static int apply_set(struct loader *ld, const char *arg)
     static const char props[] = "kafka.properties.";
     if (strncmp(name, props, sizeof(props) - 1) == 0) {
         const char *key = name + sizeof(props) - 1;
-        if (!*key) return fail_origin(ld, &org, NULL, "empty property name");
-        const char *why = property_refusal(key, value);
-        if (why) return fail_origin(ld, &org, NULL, "'%s' %s", key, why);
-        return property_put(ld, key, value);
+        if (!*key) return cfg_fail_origin(ld, &org, NULL, "empty property name");
+        const char *why = cfg_property_refusal(key, value);
+        if (why) return cfg_fail_origin(ld, &org, NULL, "'%s' %s", key, why);
+        return cfg_property_put(ld, key, value);
     }
     const struct cfg_option *o = option_find(name);
     if (!o) {
         const struct aggregate *a = aggregate_find(name);
         if (a)
-            return fail_origin(ld, &org, NULL, "%s is %s; set it in the file", name, a->shape);
-        return fail_origin(ld, &org, NULL, "unknown setting");
+            return cfg_fail_origin(ld, &org, NULL, "%s is %s; set it in the file", name, a->shape);
+        return cfg_fail_origin(ld, &org, NULL, "unknown setting");
     }
     if (o->type == CFG_STRING) return option_set_str(ld, o, &org, value);
     if (o->type == CFG_BOOL) {
         /* libconfig's own spelling, and 1/0 as the other settings write it. */
         int is_true = !strcasecmp(value, "true") || !strcmp(value, "1");
         if (!is_true && strcasecmp(value, "false") != 0 && strcmp(value, "0") != 0)
-            return fail_origin(ld, &org, NULL, "expected true or false");
+            return cfg_fail_origin(ld, &org, NULL, "expected true or false");
         return option_set_int(ld, o, &org, is_true);
     }
     char *end;
     errno = 0;
     long long v = strtoll(value, &end, 10);
     if (!*value || *end || errno == ERANGE || isspace((unsigned char)value[0]))
-        return fail_origin(ld, &org, NULL, "expected an integer");
+        return cfg_fail_origin(ld, &org, NULL, "expected an integer");
     return option_set_int(ld, o, &org, v);
 }
 
@@ -1108,7 +629,7 @@ static int validate(struct loader *ld)
     const struct origin *b = ORIG("batching.max_batch_rows");
     const struct origin *j = ORIG("batching.max_job_rows");
     if (c->batching.max_queued_rows < c->batching.max_batch_rows)
-        return fail_origin(ld, (q->file || q->set) ? q : b,
+        return cfg_fail_origin(ld, (q->file || q->set) ? q : b,
                            (q->file || q->set) ? "batching.max_queued_rows"
                                                : "batching.max_batch_rows",
                            "max_queued_rows (%d) must be >= max_batch_rows (%d): the queue "
@@ -1118,7 +639,7 @@ static int validate(struct loader *ld)
      * records after every job, and each stop costs a fetch restart per
      * job (docs/batching.md, "A small queue and big jobs"). */
     if ((long long)c->batching.max_queued_rows < 2LL * c->batching.max_job_rows)
-        return fail_origin(ld, (q->file || q->set) ? q : j,
+        return cfg_fail_origin(ld, (q->file || q->set) ? q : j,
                            (q->file || q->set) ? "batching.max_queued_rows"
                                                : "batching.max_job_rows",
                            "max_queued_rows (%d) must be >= 2 x max_job_rows (%d): the queue "
@@ -1129,14 +650,14 @@ static int validate(struct loader *ld)
                            c->batching.max_queued_rows / 2, 2LL * c->batching.max_job_rows);
 
     if (c->metrics.watchdog_ms < 2 * c->metrics.heartbeat_interval_ms)
-        return fail_origin(ld, ORIG("metrics.watchdog_ms"), "metrics.watchdog_ms",
+        return cfg_fail_origin(ld, ORIG("metrics.watchdog_ms"), "metrics.watchdog_ms",
                            "watchdog_ms (%d) must be at least twice heartbeat_interval_ms (%d): "
                            "the heartbeat loop reports once per interval, so a shorter watchdog "
                            "would stop a healthy worker", c->metrics.watchdog_ms,
                            c->metrics.heartbeat_interval_ms);
     for (size_t i = 0; i < c->batching.n_preferred_sizes; i++)
         if (c->batching.preferred_sizes[i] > (size_t)c->batching.max_batch_rows)
-            return fail_plain(ld, "%s: batching.preferred_sizes: %zu is larger than "
+            return cfg_fail_plain(ld, "%s: batching.preferred_sizes: %zu is larger than "
                               "max_batch_rows (%d)", ld->path, c->batching.preferred_sizes[i],
                               c->batching.max_batch_rows);
     for (size_t i = 0; i < c->batching.n_topic_priorities; i++) {
@@ -1144,7 +665,7 @@ static int validate(struct loader *ld)
         size_t k = 0;
         while (k < c->kafka.n_topics && strcmp(c->kafka.topics[k], t) != 0) k++;
         if (k == c->kafka.n_topics)
-            return fail_plain(ld, "%s: batching.topic_priorities: '%s' is not one of "
+            return cfg_fail_plain(ld, "%s: batching.topic_priorities: '%s' is not one of "
                               "kafka.topics", ld->path, t);
     }
 
@@ -1154,18 +675,18 @@ static int validate(struct loader *ld)
         const char *t = *(char **)field_at(c, o);
         for (size_t k = 0; k < c->kafka.n_topics; k++)
             if (strcmp(c->kafka.topics[k], t) == 0)
-                return fail_origin(ld, &ld->orig[o - options], o->name,
+                return cfg_fail_origin(ld, &ld->orig[o - options], o->name,
                                    "'%s' is also in kafka.topics: the worker would consume its "
                                    "own output as jobs", t);
     }
 
     if (c->n_models == 0)
-        return fail_plain(ld, "%s: no models: add models = ( { name = \"...\"; path = \"...\"; "
+        return cfg_fail_plain(ld, "%s: no models: add models = ( { name = \"...\"; path = \"...\"; "
                           "layers = ( ... ); } );", ld->path);
     if (!c->default_model) {
-        if (!(c->default_model = strdup(c->models[0].name))) return fail_plain(ld, "out of memory");
+        if (!(c->default_model = strdup(c->models[0].name))) return cfg_fail_plain(ld, "out of memory");
     } else if (cfg_model_index(c, c->default_model) < 0) {
-        return fail_origin(ld, ORIG("default_model"), "default_model",
+        return cfg_fail_origin(ld, ORIG("default_model"), "default_model",
                            "'%s' is not one of the models", c->default_model);
     }
 #undef ORIG
@@ -1185,13 +706,13 @@ static int set_defaults(struct loader *ld)
             *(int64_t *)field_at(c, o) = o->def_int;
         } else if (o->def_str) {
             char *s = strdup(o->def_str);
-            if (!s) return fail_plain(ld, "out of memory");
+            if (!s) return cfg_fail_plain(ld, "out of memory");
             *(char **)field_at(c, o) = s;
         }
     }
     c->kafka.topics = calloc(1, sizeof(char *));
     if (!c->kafka.topics || !(c->kafka.topics[0] = strdup("jobs")))
-        return fail_plain(ld, "out of memory");
+        return cfg_fail_plain(ld, "out of memory");
     c->kafka.n_topics = 1;
     return 0;
 }
@@ -1206,7 +727,8 @@ struct kcfg *cfg_load(const char *path, const char *const *sets, size_t n_sets, 
     struct kcfg *c = calloc(1, sizeof(*c));
     config_t lc;
     bool lc_live = false;
-    if (!ld || !c) {
+    if (ld) ld->orig = calloc(N_OPTIONS, sizeof(*ld->orig));
+    if (!ld || !ld->orig || !c) {
         snprintf(errstr, errstr_size, "out of memory");
         goto fail;
     }
@@ -1218,7 +740,7 @@ struct kcfg *cfg_load(const char *path, const char *const *sets, size_t n_sets, 
 
     if (set_defaults(ld) < 0) goto fail;
     if (!path) {
-        fail_plain(ld, "no config file given");
+        cfg_fail_plain(ld, "no config file given");
         goto fail;
     }
     /* libconfig reports a missing file, or a directory, as a bare "file
@@ -1226,7 +748,7 @@ struct kcfg *cfg_load(const char *path, const char *const *sets, size_t n_sets, 
     FILE *f = fopen(path, "r");
     struct stat st;
     if (!f || fstat(fileno(f), &st) != 0 || S_ISDIR(st.st_mode)) {
-        fail_plain(ld, "%s: %s", path, !f ? strerror(errno) : "is a directory");
+        cfg_fail_plain(ld, "%s: %s", path, !f ? strerror(errno) : "is a directory");
         if (f) fclose(f);
         goto fail;
     }
@@ -1244,11 +766,11 @@ struct kcfg *cfg_load(const char *path, const char *const *sets, size_t n_sets, 
     }
     if (!config_read_file(&lc, path)) {
         char file[4200];
-        display_path(ld, config_error_file(&lc), file, sizeof(file));
+        cfg_display_path(ld, config_error_file(&lc), file, sizeof(file));
         if (config_error_type(&lc) == CONFIG_ERR_FILE_IO)
-            fail_plain(ld, "%s: %s", file, config_error_text(&lc));
+            cfg_fail_plain(ld, "%s: %s", file, config_error_text(&lc));
         else
-            fail_plain(ld, "%s:%d: %s", file, config_error_line(&lc), config_error_text(&lc));
+            cfg_fail_plain(ld, "%s:%d: %s", file, config_error_line(&lc), config_error_text(&lc));
         goto fail;
     }
     if (walk_group(ld, config_root_setting(&lc), NULL) < 0) goto fail;
@@ -1257,11 +779,13 @@ struct kcfg *cfg_load(const char *path, const char *const *sets, size_t n_sets, 
     if (validate(ld) < 0) goto fail;
 
     config_destroy(&lc);
+    free(ld->orig);
     free(ld);
     return c;
 
 fail:
     if (lc_live) config_destroy(&lc);
+    if (ld) free(ld->orig);
     free(ld);
     cfg_destroy(c);
     return NULL;

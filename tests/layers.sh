@@ -18,7 +18,6 @@ ALLOW="
 gpu/backend_cuda.c
 text/wordpiece.c
 cmd/replay.c
-config/config.c
 tools/bench.c
 "
 
