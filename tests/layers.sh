@@ -18,7 +18,6 @@ ALLOW="
 gpu/backend_cuda.c
 text/wordpiece.c
 cmd/replay.c
-tools/bench.c
 "
 
 fail=0
