@@ -17,7 +17,6 @@ MAX_LINES=900
 ALLOW="
 gpu/backend_cuda.c
 text/wordpiece.c
-cmd/replay.c
 "
 
 fail=0
