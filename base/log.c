@@ -350,14 +350,14 @@ void log_emit(enum log_level lvl, const char *event, const char *fmt, ...)
         int n = snprintf(more, sizeof(more), "%ssuppressed=%lu", b.len ? " " : "", dropped);
         put(&b, more, (size_t)n);
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t now_ms = clock_wall_ms();
+    time_t now_s = (time_t)(now_ms / 1000);
     struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
+    gmtime_r(&now_s, &tm);
     char when[96];
     snprintf(when, sizeof(when), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ",
              tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-             tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+             tm.tm_min, tm.tm_sec, (long)(now_ms % 1000));
     char line[FIELDS_MAX * 2 + 256];
     if (log_fmt == LOG_JSON) {
         char json[FIELDS_MAX * 2];
