@@ -178,6 +178,8 @@ static int beat_once(struct hb *h, char *err, size_t cap)
         snprintf(v[F_READY], 64, "%d", ready);
         snprintf(v[F_HEALTHY], 64, "%d", s.healthy);
         snprintf(v[F_STARTED], 64, "%" PRId64, h->started_at_ms);
+        /* The wall clock: `kinfer status` compares updated_at_ms across
+         * machines, so it cannot be a monotonic reading. */
         snprintf(v[F_UPDATED], 64, "%" PRId64, clock_wall_ms());
         stats_snapshot_fini(&s);
 
