@@ -293,7 +293,7 @@ bad:
 static int has_option(const char *name)
 {
     size_t n;
-    const struct cfg_option *o = cfg_options(&n);
+    const struct cfgtab_row *o = cfg_options(&n);
     for (size_t i = 0; i < n; i++)
         if (strcmp(o[i].name, name) == 0) return 1;
     return 0;

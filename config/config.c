@@ -3,7 +3,9 @@
  *
  * Every setting that holds a single value is a row of options[] below:
  * dotted name, type, bounds, default, place in struct kcfg and one line of
- * documentation. That table drives the defaults, the reading of the file,
+ * documentation (rows in base/cfgtab.h's format; that engine does the
+ * defaults, the checked stores and the freeing). That table drives the
+ * defaults, the reading of the file,
  * --set, validation and cfg_destroy; worker.cfg at the
  * repo root documents the same rows and tests/test_config.c checks that
  * they agree. The settings that are not scalars have readers of their
@@ -44,16 +46,16 @@ static int check_listen(const char *value, char *why, size_t why_size);
 
 #define F(field) offsetof(struct kcfg, field)
 #define INT_OPT(n, lo, hi, def, field, d) \
-    {n, CFG_INT, lo, hi, def, NULL, NULL, NULL, F(field), d}
+    {n, CFGTAB_INT, lo, hi, def, NULL, NULL, NULL, F(field), d}
 #define I64_OPT(n, lo, hi, def, field, d) \
-    {n, CFG_INT64, lo, hi, def, NULL, NULL, NULL, F(field), d}
+    {n, CFGTAB_INT64, lo, hi, def, NULL, NULL, NULL, F(field), d}
 #define STR_OPT(n, lo, hi, def, choices, check, field, d) \
-    {n, CFG_STRING, lo, hi, 0, def, choices, check, F(field), d}
-#define BOOL_OPT(n, def, field, d) {n, CFG_BOOL, 0, 1, def, NULL, NULL, NULL, F(field), d}
+    {n, CFGTAB_STRING, lo, hi, 0, def, choices, check, F(field), d}
+#define BOOL_OPT(n, def, field, d) {n, CFGTAB_BOOL, 0, 1, def, NULL, NULL, NULL, F(field), d}
 
 /* The table. Keep worker.cfg in step: tests/test_config.c fails when a
  * row is missing there or shows another default. */
-static const struct cfg_option options[] = {
+static const struct cfgtab_row options[] = {
     STR_OPT("kafka.brokers", 1, STR_MAX, "127.0.0.1:9092", NULL, NULL, kafka.brokers,
             "bootstrap brokers, comma-separated host:port (librdkafka bootstrap.servers)"),
     STR_OPT("kafka.group", 1, 255, "kinfer", NULL, NULL, kafka.group,
@@ -191,24 +193,16 @@ static const struct aggregate {
 #define N_AGGREGATES (sizeof(aggregates) / sizeof(aggregates[0]))
 
 /* Gives the table to callers that document or check it (tests, --help). */
-const struct cfg_option *cfg_options(size_t *n)
+const struct cfgtab_row *cfg_options(size_t *n)
 {
     *n = N_OPTIONS;
     return options;
 }
 
-/* Lets a helper write any field through the table's offset. */
-static void *field_at(struct kcfg *c, const struct cfg_option *o)
+/* Finds a row by its dotted name; the walker, --set and validate use it. */
+static const struct cfgtab_row *option_find(const char *name)
 {
-    return (char *)c + o->offset;
-}
-
-/* Finds a row by its dotted name; the walker, --set and the test use it. */
-static const struct cfg_option *option_find(const char *name)
-{
-    for (size_t i = 0; i < N_OPTIONS; i++)
-        if (strcmp(options[i].name, name) == 0) return &options[i];
-    return NULL;
+    return cfgtab_find(options, N_OPTIONS, name);
 }
 
 /* Finds an aggregate (a setting with its own reader) by dotted name. */
@@ -357,57 +351,31 @@ static int check_listen(const char *value, char *why, size_t why_size)
     return 0;
 }
 
-/* Stores an integer into row o after the bounds check, so the file and
- * --set share one set of rules. org says where v came from. */
-static int option_set_int(struct loader *ld, const struct cfg_option *o,
+/* The engine's reasons are written here before they get their place
+ * ("FILE:LINE: name: ..."); errstr buffers are smaller. */
+#define WHY_MAX 8192
+
+/* Stores an integer into row o (bounds checked by the table engine) and
+ * notes where it came from. */
+static int option_set_int(struct loader *ld, const struct cfgtab_row *o,
                           const struct origin *org, long long v)
 {
-    if (v < o->min || v > o->max)
-        return cfg_fail_origin(ld, org, o->name, "%lld is out of range %lld..%lld", v, o->min,
-                           o->max);
-    if (o->type == CFG_INT || o->type == CFG_BOOL)
-        *(int *)field_at(ld->c, o) = (int)v;
-    else
-        *(int64_t *)field_at(ld->c, o) = (int64_t)v;
+    char why[WHY_MAX];
+    if (cfgtab_set_int(o, ld->c, v, why, sizeof(why)) < 0)
+        return cfg_fail_origin(ld, org, o->name, "%s", why);
     ld->orig[o - options] = *org;
     return 0;
 }
 
-/* Stores a copy of a string into row o after the length, choice and
- * extra checks; frees the value it replaces. */
-static int option_set_str(struct loader *ld, const struct cfg_option *o,
+/* Stores a copy of a string into row o after the table engine's length,
+ * choice and extra checks, and notes where it came from. */
+static int option_set_str(struct loader *ld, const struct cfgtab_row *o,
                           const struct origin *org, const char *v)
 {
-    size_t len = strlen(v);
-    if (len == 0 && o->min > 0)
-        return cfg_fail_origin(ld, org, o->name, "must not be empty");
-    if (o->choices) {
-        const char *const *ch = o->choices;
-        while (*ch && strcmp(*ch, v) != 0) ch++;
-        if (!*ch) {
-            char list[256] = "";
-            size_t used = 0;
-            for (ch = o->choices; *ch && used < sizeof(list); ch++) {
-                int n = snprintf(list + used, sizeof(list) - used, "%s%s",
-                                 ch == o->choices ? "" : ", ", *ch);
-                if (n < 0) break;
-                used += (size_t)n;
-            }
-            return cfg_fail_origin(ld, org, o->name, "'%s' is not one of %s", v, list);
-        }
-    }
-    if ((long long)len < o->min || (long long)len > o->max)
-        return cfg_fail_origin(ld, org, o->name, "'%s' must be %lld..%lld characters long", v,
-                           o->min, o->max);
-    if (o->check) {
-        char why[256];
-        if (o->check(v, why, sizeof(why)) < 0) return cfg_fail_origin(ld, org, o->name, "%s", why);
-    }
-    char *copy = strdup(v);
-    if (!copy) return cfg_fail_plain(ld, "out of memory");
-    char **slot = field_at(ld->c, o);
-    free(*slot);
-    *slot = copy;
+    char why[WHY_MAX];
+    int rc = cfgtab_set_str(o, ld->c, v, why, sizeof(why));
+    if (rc == CFGTAB_ENOMEM) return cfg_fail_plain(ld, "out of memory");
+    if (rc < 0) return cfg_fail_origin(ld, org, o->name, "%s", why);
     ld->orig[o - options] = *org;
     return 0;
 }
@@ -415,23 +383,23 @@ static int option_set_str(struct loader *ld, const struct cfg_option *o,
 /* Reads one scalar of the table from the file. libconfig 1.5 types a
  * number by its literal (an L suffix makes it 64-bit), so either integer
  * type is taken for either int field, as long as it is in range. */
-static int read_option(struct loader *ld, const struct cfg_option *o, const config_setting_t *s)
+static int read_option(struct loader *ld, const struct cfgtab_row *o, const config_setting_t *s)
 {
     struct origin org = {config_setting_source_file(s), config_setting_source_line(s), NULL};
     int t = config_setting_type(s);
     switch (o->type) {
-    case CFG_INT:
-    case CFG_INT64:
+    case CFGTAB_INT:
+    case CFGTAB_INT64:
         if (t == CONFIG_TYPE_INT)
             return option_set_int(ld, o, &org, config_setting_get_int(s));
         if (t == CONFIG_TYPE_INT64)
             return option_set_int(ld, o, &org, config_setting_get_int64(s));
         return cfg_fail_at(ld, s, "%s: expected an integer, got %s", o->name, cfg_type_words(t));
-    case CFG_STRING:
+    case CFGTAB_STRING:
         if (t != CONFIG_TYPE_STRING)
             return cfg_fail_at(ld, s, "%s: expected a string, got %s", o->name, cfg_type_words(t));
         return option_set_str(ld, o, &org, config_setting_get_string(s));
-    case CFG_BOOL:
+    case CFGTAB_BOOL:
         if (t != CONFIG_TYPE_BOOL)
             return cfg_fail_at(ld, s, "%s: expected true or false, got %s", o->name, cfg_type_words(t));
         return option_set_int(ld, o, &org, config_setting_get_bool(s));
@@ -452,7 +420,7 @@ static int walk_group(struct loader *ld, const config_setting_t *g, const char *
                          : snprintf(name, sizeof(name), "%s", config_setting_name(m));
         if (len < 0 || (size_t)len >= sizeof(name))
             return cfg_fail_at(ld, m, "unknown setting '%s'", config_setting_name(m));
-        const struct cfg_option *o = option_find(name);
+        const struct cfgtab_row *o = option_find(name);
         const struct aggregate *a = o ? NULL : aggregate_find(name);
         int rc;
         if (o) {
@@ -596,15 +564,15 @@ static int apply_set(struct loader *ld, const char *arg)
         if (why) return cfg_fail_origin(ld, &org, NULL, "'%s' %s", key, why);
         return cfg_property_put(ld, key, value);
     }
-    const struct cfg_option *o = option_find(name);
+    const struct cfgtab_row *o = option_find(name);
     if (!o) {
         const struct aggregate *a = aggregate_find(name);
         if (a)
             return cfg_fail_origin(ld, &org, NULL, "%s is %s; set it in the file", name, a->shape);
         return cfg_fail_origin(ld, &org, NULL, "unknown setting");
     }
-    if (o->type == CFG_STRING) return option_set_str(ld, o, &org, value);
-    if (o->type == CFG_BOOL) {
+    if (o->type == CFGTAB_STRING) return option_set_str(ld, o, &org, value);
+    if (o->type == CFGTAB_BOOL) {
         /* libconfig's own spelling, and 1/0 as the other settings write it. */
         int is_true = !strcasecmp(value, "true") || !strcmp(value, "1");
         if (!is_true && strcasecmp(value, "false") != 0 && strcmp(value, "0") != 0)
@@ -671,8 +639,8 @@ static int validate(struct loader *ld)
 
     const char *out[] = {"kafka.reply_topic", "kafka.dlq_topic", "replay.reply_topic"};
     for (size_t i = 0; i < sizeof(out) / sizeof(out[0]); i++) {
-        const struct cfg_option *o = option_find(out[i]);
-        const char *t = *(char **)field_at(c, o);
+        const struct cfgtab_row *o = option_find(out[i]);
+        const char *t = *(char **)cfgtab_field(o, c);
         for (size_t k = 0; k < c->kafka.n_topics; k++)
             if (strcmp(c->kafka.topics[k], t) == 0)
                 return cfg_fail_origin(ld, &ld->orig[o - options], o->name,
@@ -698,18 +666,7 @@ static int validate(struct loader *ld)
 static int set_defaults(struct loader *ld)
 {
     struct kcfg *c = ld->c;
-    for (size_t i = 0; i < N_OPTIONS; i++) {
-        const struct cfg_option *o = &options[i];
-        if (o->type == CFG_INT || o->type == CFG_BOOL) {
-            *(int *)field_at(c, o) = (int)o->def_int;
-        } else if (o->type == CFG_INT64) {
-            *(int64_t *)field_at(c, o) = o->def_int;
-        } else if (o->def_str) {
-            char *s = strdup(o->def_str);
-            if (!s) return cfg_fail_plain(ld, "out of memory");
-            *(char **)field_at(c, o) = s;
-        }
-    }
+    if (cfgtab_defaults(options, N_OPTIONS, c) < 0) return cfg_fail_plain(ld, "out of memory");
     c->kafka.topics = calloc(1, sizeof(char *));
     if (!c->kafka.topics || !(c->kafka.topics[0] = strdup("jobs")))
         return cfg_fail_plain(ld, "out of memory");
@@ -796,8 +753,7 @@ fail:
 void cfg_destroy(struct kcfg *c)
 {
     if (!c) return;
-    for (size_t i = 0; i < N_OPTIONS; i++)
-        if (options[i].type == CFG_STRING) free(*(char **)field_at(c, &options[i]));
+    cfgtab_free(options, N_OPTIONS, c);
     for (size_t i = 0; i < c->kafka.n_topics; i++) free(c->kafka.topics[i]);
     free(c->kafka.topics);
     for (size_t i = 0; i < c->kafka.n_properties; i++) {

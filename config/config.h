@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../base/cfgtab.h"
 #include "../gpu/model.h"
 
 struct cfg_kv {
@@ -108,26 +109,12 @@ struct kcfg {
 };
 
 /* The scalar settings table (config/config.c): one row per setting that
- * holds a single value. It drives defaults, reading the file, --set,
- * validation; worker.cfg documents the same rows and
- * tests/test_config.c checks that the two agree. Plain data. */
-enum cfg_type { CFG_INT, CFG_INT64, CFG_STRING, CFG_BOOL /* an int field, 0 or 1 */ };
-
-struct cfg_option {
-    const char *name;           /* "batching.max_wait_ms", or "default_model" */
-    enum cfg_type type;
-    long long min, max;         /* value bounds (ints); length bounds (strings) */
-    long long def_int;          /* default of an int setting */
-    const char *def_str;        /* default of a string setting; NULL = computed */
-    const char *const *choices; /* NULL-terminated allowed values, or NULL */
-    /* Extra check of a string value: returns 0, or -1 with why filled. */
-    int (*check)(const char *value, char *why, size_t why_size);
-    size_t offset;              /* where the value lives in struct kcfg */
-    const char *doc;            /* one line, for humans */
-};
-
+ * holds a single value, in base/cfgtab.h's row format, with offsets into
+ * struct kcfg. It drives defaults, reading the file, --set, validation;
+ * worker.cfg documents the same rows and tests/test_config.c checks that
+ * the two agree. */
 /* Returns the table (static storage) and stores its length in *n. */
-const struct cfg_option *cfg_options(size_t *n);
+const struct cfgtab_row *cfg_options(size_t *n);
 
 /* Reads path, applies each "section.key=value" override in sets (n_sets of
  * them) and validates everything. Returns a new config, or NULL with errstr
