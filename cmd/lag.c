@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "../worker/kq.h"
+#include "../kafka/kq.h"
 #include "../base/log.h"
 
 /* Partition order inside a topic, for a stable table. */

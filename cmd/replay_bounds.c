@@ -21,7 +21,7 @@
 
 #include "../base/clock.h"
 #include "../config/config.h"
-#include "../worker/kq.h"
+#include "../kafka/kq.h"
 #include "../base/log.h"
 #include "../worker/worker.h"
 #include "cli.h"

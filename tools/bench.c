@@ -46,7 +46,7 @@
 #include "../text/wordpiece.h"
 #include "textgen.h"
 #include "../config/config.h"
-#include "../worker/kq.h"
+#include "../kafka/kq.h"
 #include "../base/log.h"
 
 /* ---- small helpers ------------------------------------------------------- */

@@ -32,7 +32,7 @@
 #include "../text/wordpiece.h"
 #include "textgen.h"
 #include "../config/config.h"
-#include "../worker/kq.h"
+#include "../kafka/kq.h"
 #include "../base/log.h"
 
 /* Sends one job of a run of its own ("<run>-warmup") and waits for its

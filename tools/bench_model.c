@@ -29,7 +29,7 @@
 #include "../text/wordpiece.h"
 #include "textgen.h"
 #include "../config/config.h"
-#include "../worker/kq.h"
+#include "../kafka/kq.h"
 #include "../base/log.h"
 
 /* `bench gemm`: the default model's forward pass alone (model_forward, the

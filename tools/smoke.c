@@ -23,7 +23,7 @@
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
 #include "../text/wordpiece.h"
-#include "../worker/kq.h"
+#include "../kafka/kq.h"
 #include "textgen.h"
 
 struct pending {

@@ -18,7 +18,7 @@
 #include "../base/clock.h"
 #include "../batching/flow.h"
 #include "../text/wordpiece.h"
-#include "kq.h"
+#include "../kafka/kq.h"
 #include "../base/log.h"
 
 struct intake {

@@ -22,7 +22,7 @@
 
 #include "../base/clock.h"
 #include "../batching/batcher.h"
-#include "kq.h"
+#include "../kafka/kq.h"
 #include "../base/log.h"
 #include "rsink.h"
 
