@@ -14,6 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../base/clock.h"
+
 #define N_BUCKETS 21 /* batch sizes 1, 2, 4, ... 2^20 rows or tokens */
 #define DEADLINE_MARGIN_US 1000 /* close this much before the estimate says */
 
@@ -38,16 +40,9 @@ struct batcher {
     int closing, stopped;
 };
 
-int64_t batcher_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 int64_t batcher_clock(const struct batcher *b)
 {
-    return b->conf.clock ? b->conf.clock(b->conf.clock_ctx) : batcher_now_us();
+    return b->conf.clock ? b->conf.clock(b->conf.clock_ctx) : clock_mono_us();
 }
 
 const char *batcher_reason_name(enum batcher_reason r)
@@ -464,7 +459,7 @@ struct job *batcher_next(struct batcher *b, int timeout_ms, size_t *rows,
         if (wake > give_up) wake = give_up;
         /* The condition variable runs on the real monotonic clock; with an
          * injected clock, re-check at least every millisecond. */
-        int64_t until = b->conf.clock ? batcher_now_us() + 1000
+        int64_t until = b->conf.clock ? clock_mono_us() + 1000
                                       : wake;
         struct timespec ts = {.tv_sec = until / 1000000,
                               .tv_nsec = (until % 1000000) * 1000};

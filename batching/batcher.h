@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../worker/job.h"
+#include "job.h"
 
 #define BATCHER_PRIORITIES 10
 #define BATCHER_PREFERRED_MAX 16
@@ -50,7 +50,7 @@ struct batcher_conf {
     size_t n_preferred;
     size_t max_batch_tokens;      /* encoder batches: rows x longest row; 0 = no limit */
     int group_by_length;          /* encoder batches: by length bucket (above) */
-    int64_t (*clock)(void *ctx);  /* monotonic microseconds; NULL = batcher_now_us */
+    int64_t (*clock)(void *ctx);  /* monotonic microseconds; NULL = clock_mono_us */
     void *clock_ctx;
 };
 
@@ -135,9 +135,6 @@ size_t batcher_queued_jobs(struct batcher *b);
 
 /* The batcher's clock: its conf clock, or the monotonic one. */
 int64_t batcher_clock(const struct batcher *b);
-
-/* The monotonic clock in microseconds. */
-int64_t batcher_now_us(void);
 
 /* "size", "deadline", "wait", "drain". */
 const char *batcher_reason_name(enum batcher_reason r);

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../worker/log.h"
+#include "../base/log.h"
 
 volatile sig_atomic_t cli_stop;
 

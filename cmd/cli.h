@@ -11,7 +11,7 @@
 #include <signal.h>
 #include <stddef.h>
 
-#include "../worker/config.h"
+#include "../config/config.h"
 
 /* The one global: nonzero once SIGINT or SIGTERM arrived (after
  * cli_install_signals). Commands hand its address down as their stop

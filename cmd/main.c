@@ -1,6 +1,6 @@
 /* main.c - the kinfer binary: one program, subcommands. Finds the
  * subcommand and hands it the rest of the command line; each lives in a
- * file of its own (cmd/worker.c, cmd/replay.c, telemetry/lag.c, ...), and
+ * file of its own (cmd/worker.c, cmd/replay.c, cmd/lag.c, ...), and
  * cmd/cli.c holds what they share. Only the subcommands decide the exit
  * status.
  *
@@ -9,11 +9,8 @@
 #include <string.h>
 
 #include "../gpu/model.h"
-#include "../telemetry/lag.h"
-#include "../telemetry/status.h"
-#include "../tools/bench.h"
-#include "../tools/broker.h"
-#include "../tools/smoke.h"
+#include "lag.h"
+#include "status.h"
 #include "commands.h"
 #include "replay.h"
 
@@ -46,8 +43,8 @@ static const struct {
     int (*run)(int argc, char **argv);
 } commands[] = {
     {"worker", cmd_worker}, {"replay", replay_main}, {"lag", lag_main},
-    {"status", status_main}, {"broker", broker_main}, {"smoke", smoke_main},
-    {"bench", bench_main},  {"model", cmd_model},
+    {"status", status_main}, {"broker", cmd_broker}, {"smoke", cmd_smoke},
+    {"bench", cmd_bench},  {"model", cmd_model},
 };
 
 /* The version, and what this build can do with CUDA on this machine. */

@@ -15,6 +15,19 @@
 #define PROTO_TOPIC_MAX 249     /* Kafka's own limit on topic names */
 #define PROTO_ERRMSG_MAX 256    /* error.message, bytes with the NUL */
 
+/* The content-type header values of the two encodings. */
+#define PROTO_CT_MSGPACK "application/msgpack"
+#define PROTO_CT_JSON "application/json"
+
+/* float32 on the wire is little-endian: 1 when the host's order is that
+ * (a tensor is then copied as it is), else 0 (converted element by
+ * element). */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define PROTO_HOST_IS_WIRE_ORDER 1
+#else
+#define PROTO_HOST_IS_WIRE_ORDER 0
+#endif
+
 /* How a job came, and so how its result goes. */
 enum proto_enc { PROTO_ENC_MSGPACK = 0, PROTO_ENC_JSON = 1 };
 

@@ -1,5 +1,5 @@
 /* heartbeat.c - writes this worker's heartbeat hash to Redis from a thread
- * of its own; telemetry/status.c reads everyone's back for `kinfer
+ * of its own; cmd/status.c reads everyone's back for `kinfer
  * status`, typing the fields by this file's table.
  *
  * The writer has its own hiredis connection (the result sink's belongs to
@@ -25,8 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../worker/log.h"
-#include "../worker/rconn.h"
+#include "../base/clock.h"
+#include "../base/log.h"
+#include "../base/rconn.h"
 
 #ifndef KINFER_VERSION
 #define KINFER_VERSION "dev"
@@ -88,15 +89,6 @@ struct hb {
     int64_t stop_deadline_us; /* under mu: the final DEL must end by then; 0 = none */
 };
 
-/* Wall-clock ms: updated_at_ms is compared across machines by `kinfer
- * status`, so it cannot be a monotonic reading. */
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* In Kubernetes the hostname is the pod name, so hostname-pid is unique
  * and recognisable without any configuration. */
 const char *hb_worker_id(const struct kcfg *c, char *buf, size_t cap)
@@ -114,7 +106,7 @@ const char *hb_worker_id(const struct kcfg *c, char *buf, size_t cap)
 
 /* Connects, applies the timeout to every command, authenticates and
  * selects the database, as every Redis client of kinfer does
- * (worker/rconn.c). Returns a usable context or NULL with err filled. */
+ * (base/rconn.c). Returns a usable context or NULL with err filled. */
 redisContext *hb_redis_open(const char *host, int port, const char *password, int db,
                             int timeout_ms, char *err, size_t cap)
 {
@@ -153,7 +145,7 @@ static int beat_once(struct hb *h, char *err, size_t cap)
         redisAppendCommandArgv(h->rc, 1, argv, NULL);
     } else {
         struct stats_snapshot s;
-        stats_snapshot(h->st, stats_now_us(), &s);
+        stats_snapshot(h->st, clock_mono_us(), &s);
         const char *reasons[1];
         int ready = stats_ready(&s, reasons, 1, NULL);
         uint64_t done = 0;
@@ -186,7 +178,9 @@ static int beat_once(struct hb *h, char *err, size_t cap)
         snprintf(v[F_READY], 64, "%d", ready);
         snprintf(v[F_HEALTHY], 64, "%d", s.healthy);
         snprintf(v[F_STARTED], 64, "%" PRId64, h->started_at_ms);
-        snprintf(v[F_UPDATED], 64, "%" PRId64, wall_ms());
+        /* The wall clock: `kinfer status` compares updated_at_ms across
+         * machines, so it cannot be a monotonic reading. */
+        snprintf(v[F_UPDATED], 64, "%" PRId64, clock_wall_ms());
         stats_snapshot_fini(&s);
 
         const char *argv[2 + 2 * N_FIELDS];
@@ -277,7 +271,7 @@ static void *hb_main(void *arg)
     pthread_mutex_lock(&h->mu);
     int64_t deadline = h->stop_deadline_us;
     pthread_mutex_unlock(&h->mu);
-    int64_t left_ms = deadline ? (deadline - stats_now_us()) / 1000 : h->timeout_ms;
+    int64_t left_ms = deadline ? (deadline - clock_mono_us()) / 1000 : h->timeout_ms;
     if (left_ms > h->timeout_ms) left_ms = h->timeout_ms;
     if (h->key && left_ms >= 10) {
         char err[256];
@@ -322,7 +316,7 @@ struct hb *hb_start(const struct kcfg *c, struct stats *st, char *errstr, size_t
     h->timeout_ms = c->redis.timeout_ms;
     h->interval_ms = c->metrics.heartbeat_interval_ms > 0 ? c->metrics.heartbeat_interval_ms : 5000;
     h->pid = (long)getpid();
-    h->started_at_ms = wall_ms();
+    h->started_at_ms = clock_wall_ms();
     char id[256], hostname[256];
     hb_worker_id(c, id, sizeof(id));
     if (gethostname(hostname, sizeof(hostname)) != 0) snprintf(hostname, sizeof(hostname), "unknown");

@@ -1,5 +1,5 @@
 /* heartbeat.h - each worker's heartbeat in Redis, which `kinfer status`
- * (telemetry/status.c) lists the live workers from.
+ * (cmd/status.c) lists the live workers from.
  *
  * Every metrics.heartbeat_interval_ms a thread of its own, with a Redis
  * connection of its own, writes one hash per worker,
@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../worker/config.h"
+#include "../config/config.h"
 #include "stats.h"
 
 struct hb;
@@ -35,7 +35,7 @@ struct hb *hb_start(const struct kcfg *c, struct stats *st, char *errstr, size_t
 
 /* Stops the thread (a beat in progress is cut short: rconn_cancel),
  * deletes this worker's hash (best effort: a failure leaves it to expire),
- * frees h. The DEL gets until deadline_us (stats_now_us's clock; 0 = no
+ * frees h. The DEL gets until deadline_us (clock_mono_us's clock; 0 = no
  * deadline, redis.timeout_ms): with Redis frozen, hb_stop returns by then.
  * Accepts NULL. */
 void hb_stop(struct hb *h, int64_t deadline_us);

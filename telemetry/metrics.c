@@ -22,8 +22,9 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "../base/clock.h"
 #include "../gpu/model.h"
-#include "../worker/log.h"
+#include "../base/log.h"
 
 #ifndef KINFER_VERSION
 #define KINFER_VERSION "dev"
@@ -451,7 +452,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (route == 4) return respond_text(conn, MHD_HTTP_OK, index_body);
 
     struct stats_snapshot s;
-    if (stats_snapshot(m->st, stats_now_us(), &s) < 0) {
+    if (stats_snapshot(m->st, clock_mono_us(), &s) < 0) {
         stats_snapshot_fini(&s);
         return respond_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
     }

@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#include "../worker/config.h"
+#include "../config/config.h"
 #include "stats.h"
 
 struct metrics;

@@ -24,6 +24,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../base/clock.h"
+
 #define N_CODES PROTO_N_ERRS
 
 /* Bucket bounds. Rows double up to the largest max_batch_rows allowed;
@@ -78,7 +80,7 @@ struct stats {
 
     pthread_mutex_t mu; /* guards everything below */
     char backend[16], precision[16];
-    struct stats_device devices[STATS_MAX_DEVICES];
+    struct stats_device devices[MODEL_MAX_DEVICES];
     size_t n_devices;
     struct stats_part *parts;
     size_t n_parts;
@@ -93,14 +95,6 @@ struct stats {
     int64_t sink_since_us[STATS_N_SINK]; /* first failure since the last success; 0 = none */
     char sink_why[STATS_N_SINK][160];
 };
-
-/* The monotonic clock every "silent for" and rate computation uses. */
-int64_t stats_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 /* Zeroed atomics are valid atomics (C11 7.17.2.1 allows static-style
  * zero initialisation of lock-free types), so calloc is enough except for
@@ -118,9 +112,7 @@ struct stats *stats_new(void)
     atomic_init(&st->watchdog_ms, 60000);
     snprintf(st->backend, sizeof(st->backend), "cpu");
     snprintf(st->precision, sizeof(st->precision), "fp32");
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    st->start_time_s = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    st->start_time_s = (double)clock_wall_us() / 1e6;
     return st;
 }
 
@@ -296,7 +288,7 @@ void stats_heartbeat_error(struct stats *st)
 void stats_alive(struct stats *st, int loop)
 {
     if (loop < 0 || loop >= STATS_N_LOOPS) return;
-    int64_t now = stats_now_us();
+    int64_t now = clock_mono_us();
     set64(&st->loop_last_us[loop], now > 0 ? now : 1);
 }
 
@@ -337,7 +329,7 @@ void stats_sink_failing(struct stats *st, enum stats_sink path, const char *why)
     if (!why) {
         st->sink_since_us[path] = 0;
     } else {
-        if (!st->sink_since_us[path]) st->sink_since_us[path] = stats_now_us();
+        if (!st->sink_since_us[path]) st->sink_since_us[path] = clock_mono_us();
         snprintf(st->sink_why[path], sizeof(st->sink_why[path]), "%s", why);
     }
     pthread_mutex_unlock(&st->mu);
@@ -369,7 +361,7 @@ void stats_set_precision(struct stats *st, const char *precision)
  * costs nothing here and keeps a device's fields together. */
 void stats_set_device(struct stats *st, size_t slot, const struct stats_device *d)
 {
-    if (slot >= STATS_MAX_DEVICES) return;
+    if (slot >= MODEL_MAX_DEVICES) return;
     pthread_mutex_lock(&st->mu);
     st->devices[slot] = *d;
     if (!(d->busy_ratio >= 0)) st->devices[slot].busy_ratio = 0;

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "../codecs/protocol.h"
+#include "../gpu/model.h"
 
 struct stats;
 
@@ -101,8 +102,6 @@ struct stats_hist_snap {
     uint64_t count; /* the buckets added up, so _count always equals +Inf */
 };
 
-#define STATS_MAX_DEVICES 16
-
 /* One GPU device, as the lifecycle publishes it from the model runtime. */
 struct stats_device {
     int index;           /* CUDA device index */
@@ -144,7 +143,7 @@ struct stats_snapshot {
     int brokers_up_consumer, brokers_up_producer;
     int group_joined;
     /* GPU devices (the CUDA backend); n_devices 0 on the CPU */
-    struct stats_device devices[STATS_MAX_DEVICES];
+    struct stats_device devices[MODEL_MAX_DEVICES];
     size_t n_devices;
     /* liveness: seconds since each loop last reported, -1 = not running */
     double loop_silence_s[STATS_N_LOOPS];
@@ -169,9 +168,6 @@ struct stats_snapshot {
 struct stats *stats_new(void);
 /* Frees st; accepts NULL. No thread may use st any more. */
 void stats_destroy(struct stats *st);
-
-/* Monotonic clock in microseconds, the base of stats_snapshot's now_us. */
-int64_t stats_now_us(void);
 
 /* ---- configuration (main thread, before the loops start) ---- */
 
@@ -248,7 +244,7 @@ void stats_set_early(struct stats *st, enum stats_cond cond, int ok);
 void stats_set_draining(struct stats *st);
 /* A heartbeat write or Redis check failed (heartbeat thread). */
 void stats_heartbeat_error(struct stats *st);
-/* Device slot (0..STATS_MAX_DEVICES-1) of the runtime: its gauges and
+/* Device slot (0..MODEL_MAX_DEVICES-1) of the runtime: its gauges and
  * batch count. The kinfer_gpu_* families are exported only for slots set
  * (CUDA backend). One writer (the poll thread). */
 void stats_set_device(struct stats *st, size_t slot, const struct stats_device *d);
@@ -265,7 +261,7 @@ int stats_rdkafka_json(struct stats *st, const char *json, size_t len);
 
 /* ---- readers ---- */
 
-/* Copies everything into *out as of now_us (stats_now_us()): updates the
+/* Copies everything into *out as of now_us (clock_mono_us()): updates the
  * smoothed rates (at most once a second, whoever calls) and evaluates the
  * watchdog (tripping it when a loop has been silent too long). Returns 0,
  * or -1 when out of memory (then *out holds no parts). */

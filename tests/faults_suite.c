@@ -11,7 +11,7 @@
  * starting FIGURES) for docs/reliability.md. `make test-faults` runs it
  * (minutes); `make test` does not. */
 #include "faults.h"
-#include "../worker/kq.h"
+#include "../kafka/kq.h"
 
 static pid_t redis_pid;
 

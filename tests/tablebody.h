@@ -15,7 +15,7 @@
 #include <msgpack.h>
 
 #include "../codecs/protocol.h"
-#include "../codecs/utf8.h"
+#include "../base/utf8.h"
 
 /* Hex text (spaces allowed) to bytes; returns the byte count. */
 static inline size_t unhex(const char *hex, unsigned char *out, size_t cap)

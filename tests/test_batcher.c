@@ -32,7 +32,8 @@
 #include <string.h>
 
 #include "../batching/batcher.h"
-#include "../worker/job.h"
+#include "../base/clock.h"
+#include "../batching/job.h"
 #include "testutil.h"
 
 #define LONG_WAIT_MS 60000 /* time never closes a batch in size cases */
@@ -105,7 +106,7 @@ static struct batcher *mkbatcher(size_t n_models, size_t max_rows, int max_wait_
 
 static double ms_since(int64_t t0_us)
 {
-    return (double)(batcher_now_us() - t0_us) / 1000.0;
+    return (double)(clock_mono_us() - t0_us) / 1000.0;
 }
 
 /* ---- size rule: one table, one cmocka test per row --------------------- */
@@ -171,7 +172,7 @@ static void test_size_case(void **state)
     struct batcher *b = mkbatcher(1, c->max_rows, LONG_WAIT_MS);
     size_t jobs = 0, rows = 0;
     for (size_t i = 0; c->rows[i]; i++) {
-        batcher_push(b, mkjob(0, c->rows[i], "t", 0, (int64_t)i, batcher_now_us()));
+        batcher_push(b, mkjob(0, c->rows[i], "t", 0, (int64_t)i, clock_mono_us()));
         jobs++;
         rows += c->rows[i];
         assert_int_equal(batcher_queued_jobs(b), jobs);
@@ -205,7 +206,7 @@ static void test_wait_aged_job_at_once(void **state)
     (void)state;
     const int wait_ms = 50;
     struct batcher *b = mkbatcher(2, 64, wait_ms);
-    batcher_push(b, mkjob(1, 1, "t", 0, 7, batcher_now_us() - wait_ms * 1000));
+    batcher_push(b, mkjob(1, 1, "t", 0, 7, clock_mono_us() - wait_ms * 1000));
     size_t rows = 0;
     struct job *j = batcher_next(b, 0, &rows, NULL);
     assert_non_null(j);
@@ -225,7 +226,7 @@ static void test_wait_fresh_job(void **state)
     (void)state;
     const int wait_ms = 30;
     struct batcher *b = mkbatcher(1, 64, wait_ms);
-    int64_t arrived = batcher_now_us();
+    int64_t arrived = clock_mono_us();
     batcher_push(b, mkjob(0, 2, "t", 0, 1, arrived));
     size_t rows = 99;
     assert_null(batcher_next(b, 0, &rows, NULL));
@@ -234,7 +235,7 @@ static void test_wait_fresh_job(void **state)
     assert_int_equal(batcher_queued_rows(b), 2);
 
     struct job *j = batcher_next(b, 5000, &rows, NULL);
-    int64_t got = batcher_now_us();
+    int64_t got = clock_mono_us();
     assert_non_null(j);
     assert_int_equal(rows, 2);
     /* Not before its deadline... */
@@ -253,9 +254,9 @@ static void test_wait_counts_from_oldest(void **state)
     (void)state;
     const int wait_ms = 50;
     struct batcher *b = mkbatcher(1, 64, wait_ms);
-    int64_t now = batcher_now_us();
+    int64_t now = clock_mono_us();
     batcher_push(b, mkjob(0, 1, "t", 0, 1, now - wait_ms * 1000));
-    batcher_push(b, mkjob(0, 2, "t", 0, 2, batcher_now_us()));
+    batcher_push(b, mkjob(0, 2, "t", 0, 2, clock_mono_us()));
     size_t rows = 0;
     struct job *batch = batcher_next(b, 0, &rows, NULL);
     assert_non_null(batch);
@@ -275,12 +276,12 @@ static void test_wait_deadline_of_oldest_in_next(void **state)
     (void)state;
     const int wait_ms = 50;
     struct batcher *b = mkbatcher(1, 64, wait_ms);
-    int64_t old = batcher_now_us() - (wait_ms - 10) * 1000;
+    int64_t old = clock_mono_us() - (wait_ms - 10) * 1000;
     batcher_push(b, mkjob(0, 1, "t", 0, 1, old));
-    batcher_push(b, mkjob(0, 1, "t", 0, 2, batcher_now_us()));
+    batcher_push(b, mkjob(0, 1, "t", 0, 2, clock_mono_us()));
     size_t rows = 0;
     struct job *batch = batcher_next(b, 5000, &rows, NULL);
-    int64_t got = batcher_now_us();
+    int64_t got = clock_mono_us();
     assert_non_null(batch);
     check_batch(batch, rows, 64);
     assert_int_equal(rows, 2);
@@ -302,7 +303,7 @@ static void *waiter_main(void *arg)
 {
     struct waiter *w = arg;
     w->got = batcher_next(w->b, w->timeout_ms, &w->rows, NULL);
-    w->returned_us = batcher_now_us();
+    w->returned_us = clock_mono_us();
     return NULL;
 }
 
@@ -319,7 +320,7 @@ static void test_wait_sleeping_waiter_takes_new_deadline(void **state)
     /* Let it reach the wait (if it has not, it simply sees the job). */
     struct timespec ts = {0, 20 * 1000 * 1000};
     nanosleep(&ts, NULL);
-    int64_t arrived = batcher_now_us();
+    int64_t arrived = clock_mono_us();
     batcher_push(b, mkjob(0, 1, "t", 0, 3, arrived));
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_non_null(w.got);
@@ -336,7 +337,7 @@ static void test_wait_only_due_model(void **state)
     (void)state;
     const int wait_ms = 40;
     struct batcher *b = mkbatcher(2, 64, wait_ms);
-    int64_t now = batcher_now_us();
+    int64_t now = clock_mono_us();
     batcher_push(b, mkjob(0, 1, "t", 0, 1, now));
     batcher_push(b, mkjob(1, 1, "t", 0, 2, now - 2 * wait_ms * 1000));
     size_t rows = 0;
@@ -365,7 +366,7 @@ static void test_models_never_mix(void **state)
         model_of[i] = (int)(tu_rand64() % NM);
         size_t rows = 1 + (size_t)(tu_rand64() % 4);
         if (tu_rand64() % 40 == 0) rows = max_rows + 3; /* runs alone */
-        batcher_push(b, mkjob(model_of[i], rows, "t", 0, i, batcher_now_us()));
+        batcher_push(b, mkjob(model_of[i], rows, "t", 0, i, clock_mono_us()));
     }
     int64_t last[NM] = {-1, -1, -1};
     size_t taken = 0;
@@ -418,7 +419,7 @@ static void test_age_case(void **state)
 {
     const struct age_case *c = *state;
     struct batcher *b = mkbatcher(4, 2, c->by_wait ? 50 : LONG_WAIT_MS);
-    int64_t now = batcher_now_us();
+    int64_t now = clock_mono_us();
     size_t pushed = 0;
     for (int m = 0; m < 4; m++) {
         if (!c->age_us[m]) continue;
@@ -448,7 +449,7 @@ static void test_close_drains(void **state)
 {
     (void)state;
     struct batcher *b = mkbatcher(2, 4, LONG_WAIT_MS);
-    int64_t t0 = batcher_now_us();
+    int64_t t0 = clock_mono_us();
     for (int i = 0; i < 10; i++) batcher_push(b, mkjob(0, 1, "t", 0, i, t0));
     for (int i = 0; i < 3; i++) batcher_push(b, mkjob(1, 1, "t", 1, i, t0 - 1000));
     size_t rows;
@@ -465,7 +466,7 @@ static void test_close_drains(void **state)
     assert_int_equal(batcher_queued_jobs(b), 5);
 
     batcher_close(b);
-    int64_t start = batcher_now_us();
+    int64_t start = clock_mono_us();
     batch = batcher_next(b, LONG_WAIT_MS, &rows, NULL); /* must not wait */
     assert_non_null(batch);
     assert_int_equal(batch->model_idx, 1); /* older head */
@@ -484,7 +485,7 @@ static void test_close_drains(void **state)
     assert_int_equal(batcher_queued_rows(b), 0);
 
     /* Still closing: a job pushed now comes out at once too. */
-    batcher_push(b, mkjob(0, 1, "t", 0, 100, batcher_now_us()));
+    batcher_push(b, mkjob(0, 1, "t", 0, 100, clock_mono_us()));
     batch = batcher_next(b, 0, &rows, NULL);
     assert_non_null(batch);
     assert_int_equal(batch->offset, 100);
@@ -497,13 +498,13 @@ static void test_close_wakes_waiter(void **state)
 {
     (void)state;
     struct batcher *b = mkbatcher(1, 64, LONG_WAIT_MS);
-    batcher_push(b, mkjob(0, 1, "t", 0, 1, batcher_now_us()));
+    batcher_push(b, mkjob(0, 1, "t", 0, 1, clock_mono_us()));
     struct waiter w = {b, 30000, NULL, 0, 0};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
     struct timespec ts = {0, 20 * 1000 * 1000};
     nanosleep(&ts, NULL);
-    int64_t closed = batcher_now_us();
+    int64_t closed = clock_mono_us();
     batcher_close(b);
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_non_null(w.got);
@@ -519,14 +520,14 @@ static void test_stop(void **state)
 {
     (void)state;
     struct batcher *b = mkbatcher(2, 2, LONG_WAIT_MS);
-    int64_t now = batcher_now_us();
+    int64_t now = clock_mono_us();
     batcher_push(b, mkjob(0, 2, "t", 0, 1, now));             /* ready by size */
     batcher_push(b, mkjob(1, 1, "t", 0, 2, now - 100000000)); /* long due */
     batcher_stop(b);
     size_t rows = 5;
     assert_null(batcher_next(b, 0, &rows, NULL));
     assert_int_equal(rows, 0);
-    int64_t start = batcher_now_us();
+    int64_t start = clock_mono_us();
     assert_null(batcher_next(b, 30000, &rows, NULL));
     assert_true(ms_since(start) < 10000);
     batcher_close(b); /* close after stop: still stopped */
@@ -546,7 +547,7 @@ static void test_stop_wakes_waiter(void **state)
     assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
     struct timespec ts = {0, 20 * 1000 * 1000};
     nanosleep(&ts, NULL);
-    int64_t stopped = batcher_now_us();
+    int64_t stopped = clock_mono_us();
     batcher_stop(b);
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_null(w.got);
@@ -563,7 +564,7 @@ static void test_one_push_two_batches_wakes_both(void **state)
 {
     (void)state;
     struct batcher *b = mkbatcher(1, 4, LONG_WAIT_MS);
-    int64_t now = batcher_now_us();
+    int64_t now = clock_mono_us();
     for (int i = 0; i < 3; i++) batcher_push(b, mkjob(0, 1, "t", 0, i, now));
     struct waiter w[2] = {{b, 8000, NULL, 0, 0}, {b, 8000, NULL, 0, 0}};
     pthread_t th[2];
@@ -571,7 +572,7 @@ static void test_one_push_two_batches_wakes_both(void **state)
         assert_int_equal(pthread_create(&th[i], NULL, waiter_main, &w[i]), 0);
     struct timespec ts = {0, 50 * 1000 * 1000};
     nanosleep(&ts, NULL);
-    int64_t pushed = batcher_now_us();
+    int64_t pushed = clock_mono_us();
     batcher_push(b, mkjob(0, 10, "t", 0, 3, pushed));
     size_t rows = 0;
     for (int i = 0; i < 2; i++) {
@@ -594,7 +595,7 @@ static void test_destroy_null_and_full(void **state)
     batcher_destroy(NULL);
     struct batcher *b = mkbatcher(3, 4, LONG_WAIT_MS);
     for (int i = 0; i < 30; i++)
-        batcher_push(b, mkjob(i % 3, 1 + (size_t)(i % 5), "t", 0, i, batcher_now_us()));
+        batcher_push(b, mkjob(i % 3, 1 + (size_t)(i % 5), "t", 0, i, clock_mono_us()));
     assert_int_equal(batcher_queued_jobs(b), 30);
     batcher_destroy(b); /* LeakSanitizer proves these are freed */
 }
@@ -648,7 +649,7 @@ static void test_purge_case(void **state)
             int32_t part;
             letter_source(*p, &topic, &part);
             size_t rows = 1 + (size_t)(tu_rand64() % 3);
-            batcher_push(b, mkjob(m, rows, topic, part, offset, batcher_now_us()));
+            batcher_push(b, mkjob(m, rows, topic, part, offset, clock_mono_us()));
             if (*p == 'x') {
                 gone[n_gone++] = offset;
                 gone_jobs++;
@@ -683,7 +684,7 @@ static void test_purge_case(void **state)
 
     /* The tails still work: a push after the purge lands at the end. */
     for (int m = 0; m < 2; m++) {
-        batcher_push(b, mkjob(m, 1, "t", 2, offset, batcher_now_us()));
+        batcher_push(b, mkjob(m, 1, "t", 2, offset, clock_mono_us()));
         kept[m][n_kept[m]++] = offset++;
     }
     assert_int_equal(batcher_queued_jobs(b), kept_jobs + 2);
@@ -778,7 +779,7 @@ static void test_threads_every_job_once(void **state)
         if (tu_rand64() % 100 == 0) rows = MT_MAX_ROWS + 1 + (size_t)(tu_rand64() % 8);
         pushed_rows += rows;
         batcher_push(b, mkjob((int)(tu_rand64() % MT_MODELS), rows, "t",
-                              (int32_t)(i % 4), i, batcher_now_us()));
+                              (int32_t)(i % 4), i, clock_mono_us()));
         if (i % 512 == 0) {
             /* Let executors sometimes catch up and wait on an empty
              * batcher, so the wait path runs too. */
@@ -788,7 +789,7 @@ static void test_threads_every_job_once(void **state)
     }
     /* Jobs left below a full batch close by max_wait (2 ms); wait for the
      * executors to take everything, with a generous bound. */
-    int64_t start = batcher_now_us();
+    int64_t start = clock_mono_us();
     while (batcher_queued_jobs(b) > 0 && ms_since(start) < 60000) {
         struct timespec ts = {0, 1000 * 1000};
         nanosleep(&ts, NULL);

@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "../batching/batcher.h"
-#include "../worker/job.h"
+#include "../batching/job.h"
 #include "testutil.h"
 
 #define MS 1000 /* microseconds */

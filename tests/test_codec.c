@@ -1,4 +1,4 @@
-/* test_codec.c - tests of codecs/codec.c and codecs/mpscan.c against the
+/* test_codec.c - tests of codecs/codec_*.c and codecs/mpscan.c against the
  * wire contract (docs/protocol.md) and the hostile-input rules
  * (docs/reliability.md, rule 9): round trips in both encodings with fresh random
  * data, every error code, and tables of malformed and hostile records,
@@ -21,7 +21,7 @@
 
 #include "../codecs/codec.h"
 #include "../codecs/mpscan.h"
-#include "../codecs/utf8.h"
+#include "../base/utf8.h"
 #include "../codecs/wire.h"
 #include "tablebody.h"
 #include "testutil.h"
@@ -61,7 +61,7 @@ static void rand_id(char *buf, size_t max)
 
 /* What the tests decode into and encode from: the codec's request, and
  * the fields an executor fills before a result is encoded (the pipeline's
- * own record, worker/job.h, is not the codec's business). The result's
+ * own record, batching/job.h, is not the codec's business). The result's
  * error is the request's: the tests set req.err to encode an error. */
 struct tjob {
     struct codec_request req;

@@ -1,5 +1,5 @@
 /* test_codec_text.c - the encoder half of the wire contract (docs/protocol.md,
- * "Text and token inputs (encoder models, v1.1)") through codecs/codec.c and
+ * "Text and token inputs (encoder models, v1.1)") through codecs/codec_payload.c and
  * codecs/wire.c: jobs with text, text_pair, tokens, type_ids and truncate,
  * and results with per-token output, lengths, scores, labels and token
  * timings.

@@ -1,4 +1,4 @@
-/* test_config.c - worker/config.c: every kind of bad file is refused with
+/* test_config.c - config/config.c: every kind of bad file is refused with
  * its file and line, good files and --set give the values they say, and
  * worker.cfg (the user-facing reference) loads and shows every setting of
  * the table with its default.
@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../worker/config.h"
+#include "../config/config.h"
 
 /* One valid model on one line, so the line numbers of what follows it are
  * easy to count. */
@@ -397,17 +397,17 @@ static void test_table_sane(void **state)
 {
     (void)state;
     size_t n;
-    const struct cfg_option *o = cfg_options(&n);
+    const struct cfgtab_row *o = cfg_options(&n);
     assert_true(n > 20);
     for (size_t i = 0; i < n; i++) {
         for (size_t j = 0; j < i; j++) assert_string_not_equal(o[i].name, o[j].name);
         assert_true(o[i].min <= o[i].max);
         assert_non_null(o[i].doc);
-        if (o[i].type == CFG_INT) {
+        if (o[i].type == CFGTAB_INT) {
             assert_true(o[i].min >= INT_MIN && o[i].max <= INT_MAX);
         }
-        if (o[i].type == CFG_BOOL) assert_true(o[i].min == 0 && o[i].max == 1);
-        if (o[i].type != CFG_STRING) {
+        if (o[i].type == CFGTAB_BOOL) assert_true(o[i].min == 0 && o[i].max == 1);
+        if (o[i].type != CFGTAB_STRING) {
             assert_true(o[i].def_int >= o[i].min && o[i].def_int <= o[i].max);
         } else if (o[i].def_str) {
             long long len = (long long)strlen(o[i].def_str);
@@ -426,18 +426,18 @@ static void test_table_sane(void **state)
 }
 
 /* Reads row o's value out of c, as text, so rows of any type compare. */
-static void option_value(const struct kcfg *c, const struct cfg_option *o, char *buf, size_t cap)
+static void option_value(const struct kcfg *c, const struct cfgtab_row *o, char *buf, size_t cap)
 {
     const char *base = (const char *)c + o->offset;
-    if (o->type == CFG_INT || o->type == CFG_BOOL) snprintf(buf, cap, "%d", *(const int *)base);
-    else if (o->type == CFG_INT64) snprintf(buf, cap, "%lld", (long long)*(const int64_t *)base);
+    if (o->type == CFGTAB_INT || o->type == CFGTAB_BOOL) snprintf(buf, cap, "%d", *(const int *)base);
+    else if (o->type == CFGTAB_INT64) snprintf(buf, cap, "%lld", (long long)*(const int64_t *)base);
     else snprintf(buf, cap, "%s", *(char *const *)base ? *(char *const *)base : "(null)");
 }
 
 /* The table's default of row o as text (NULL: computed). */
-static const char *option_default(const struct cfg_option *o, char *buf, size_t cap)
+static const char *option_default(const struct cfgtab_row *o, char *buf, size_t cap)
 {
-    if (o->type == CFG_STRING) return o->def_str;
+    if (o->type == CFGTAB_STRING) return o->def_str;
     snprintf(buf, cap, "%lld", o->def_int);
     return buf;
 }
@@ -449,7 +449,7 @@ static void test_defaults(void **state)
     (void)state;
     struct kcfg *c = load_good("# only a model\n" M, NULL, 0);
     size_t n;
-    const struct cfg_option *o = cfg_options(&n);
+    const struct cfgtab_row *o = cfg_options(&n);
     for (size_t i = 0; i < n; i++) {
         char got[256], def[64];
         const char *want = option_default(&o[i], def, sizeof(def));
@@ -723,7 +723,7 @@ static void test_worker_cfg(void **state)
     config_init(&lc);
     assert_int_equal(config_read_file(&lc, "worker.cfg"), CONFIG_TRUE);
     size_t n;
-    const struct cfg_option *o = cfg_options(&n);
+    const struct cfgtab_row *o = cfg_options(&n);
     for (size_t i = 0; i < n; i++) {
         if (!config_lookup(&lc, o[i].name)) fail_msg("worker.cfg lacks %s", o[i].name);
         char got[256], def[64];

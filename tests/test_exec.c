@@ -46,11 +46,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "../base/clock.h"
 #include "../batching/batcher.h"
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
 #include "../telemetry/stats.h"
-#include "../worker/config.h"
+#include "../config/config.h"
 #include "../worker/exec.h"
 #include "../worker/jobq.h"
 #include "refencoder.h"
@@ -369,7 +370,7 @@ static struct job *make_job(const struct exec_case *c, size_t i, struct tjob *t)
     j->req.priority = -1;
     j->offset = (int64_t)i;
     j->record_ts_ms = (int64_t)time(NULL) * 1000;
-    j->arrived_us = batcher_now_us();
+    j->arrived_us = clock_mono_us();
     j->model_idx = c->model;
     j->model_name = model_name(models[c->model]);
     j->priority = 5;

@@ -17,7 +17,7 @@
 #include <math.h>
 #include <msgpack.h>
 
-#include "../codecs/utf8.h"
+#include "../base/utf8.h"
 #include "../codecs/wire.h"
 #include "../gpu/model.h"
 #include "harness.h"

@@ -1,4 +1,4 @@
-/* test_job.c - worker/job: the deadline arithmetic on hostile values. A
+/* test_job.c - batching/job: the deadline arithmetic on hostile values. A
  * deadline_ms where `(deadline_ms - now_ms) * 1000` overflows int64
  * (from about 9.22e15 ms) and the largest values a job can send (2^62,
  * 2^63-1, and a timeout of 2^63-1 that the decoder saturates) must land
@@ -15,8 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../codecs/utf8.h"
-#include "../worker/job.h"
+#include "../base/utf8.h"
+#include "../batching/job.h"
 #include "testutil.h"
 
 static void test_deadline_us_boundaries(void **state)

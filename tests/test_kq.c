@@ -1,4 +1,4 @@
-/* test_kq.c - worker/kq: which client each librdkafka property goes to.
+/* test_kq.c - kafka/kq: which client each librdkafka property goes to.
  * librdkafka's own table decides (consumer-only, producer-only, both;
  * aliases and topic properties included), so a worker configured with the
  * properties of both kinds creates both clients without one CONFWARN
@@ -18,8 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../worker/kq.h"
-#include "../worker/log.h"
+#include "../kafka/kq.h"
+#include "../base/log.h"
 #include "testutil.h"
 
 static void test_scope_from_librdkafka(void **state)

@@ -1,4 +1,4 @@
-/* test_log.c - worker/log: a value can never forge a line. Hostile
+/* test_log.c - base/log: a value can never forge a line. Hostile
  * values (quotes that would end a quoted value, ` event=pwn`, backslashes,
  * raw ESC and other control bytes, ill-formed UTF-8) in quoted and bare
  * positions come out as values: the text line parses back into exactly
@@ -24,8 +24,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../codecs/utf8.h"
-#include "../worker/log.h"
+#include "../base/utf8.h"
+#include "../base/log.h"
 #include "testutil.h"
 
 static char cap_path[64];

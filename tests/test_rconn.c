@@ -1,4 +1,4 @@
-/* test_rconn.c - worker/rconn: a Redis call that the server never answers
+/* test_rconn.c - base/rconn: a Redis call that the server never answers
  * (a listening socket nobody reads, as a SIGSTOPped redis-server looks)
  * blocks until its timeout, unless another thread cancels it: then it
  * fails at once, and every later connect on the same guard fails without
@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../worker/rconn.h"
+#include "../base/rconn.h"
 #include "testutil.h"
 
 static double now_s(void)

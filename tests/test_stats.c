@@ -31,8 +31,9 @@
 #include <unistd.h>
 
 #include "../telemetry/metrics.h"
+#include "../base/clock.h"
 #include "../telemetry/stats.h"
-#include "../worker/job.h"
+#include "../batching/job.h"
 
 /* Reads a whole file (the statistics samples); fails the test if absent. */
 static char *slurp(const char *path, size_t *len)
@@ -229,7 +230,7 @@ static void test_counters_render(void **state)
     stats_heartbeat_error(st);
     stats_set_queue(st, 12, 5, 0.25, 40, 2);
     stats_set_partitions(st, 4, 4);
-    char *text = render(st, stats_now_us());
+    char *text = render(st, clock_mono_us());
     check_well_formed(text);
 
     const char *lines[] = {
@@ -296,7 +297,7 @@ static void test_counters_render(void **state)
     stats_set_device(st, 1, &d1);
     stats_set_backend(st, "cuda");
     stats_set_precision(st, "bf16");
-    text = render(st, stats_now_us());
+    text = render(st, clock_mono_us());
     ASSERT_LINE(text, "# TYPE kinfer_gpu_busy_ratio gauge");
     ASSERT_LINE(text, "kinfer_gpu_busy_ratio{device=\"0\"} 0.25");
     ASSERT_LINE(text, "kinfer_gpu_busy_ratio{device=\"3\"} 1");
@@ -326,7 +327,7 @@ static void test_job_done(void **state)
     job_report(&dead, st, 1001);
     job_report(&ahead, st, 1001);
     struct stats_snapshot s;
-    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_int_equal(s.jobs[STATS_STATUS_OK][PROTO_OK], 2);
     assert_int_equal(s.jobs[STATS_STATUS_ERROR][PROTO_ERR_UNKNOWN_MODEL], 1);
     assert_int_equal(s.jobs[STATS_STATUS_DEAD_LETTER][PROTO_ERR_INVALID_INPUT], 1);
@@ -353,7 +354,7 @@ static void test_rdkafka_samples(void **state)
     assert_int_equal(stats_rdkafka_json(st, json, len), 0);
     free(json);
     struct stats_snapshot s;
-    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     /* jobs[0]: nothing stored or committed: the whole log (hi 58 - lo 0);
      * jobs[1]: consumer_lag_stored; jobs[2]: consumer_lag_stored unknown,
      * consumer_lag from the committed offset; jobs[3]: caught up;
@@ -391,7 +392,7 @@ static void test_rdkafka_samples(void **state)
     json = slurp("tests/data/rdkafka_stats_producer.json", &len);
     assert_int_equal(stats_rdkafka_json(st, json, len), 0);
     free(json);
-    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_int_equal(s.brokers_up_producer, 1);
     assert_int_equal(s.cond[STATS_COND_PRODUCER], 1);
     assert_int_equal(s.n_parts, nw); /* a producer document leaves the lag alone */
@@ -454,7 +455,7 @@ static void test_rdkafka_edges(void **state)
         assert_int_equal(stats_rdkafka_json(st, sample, len), 0);
         int rc = stats_rdkafka_json(st, cases[i].json, strlen(cases[i].json));
         struct stats_snapshot s;
-        assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+        assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
         if (rc != cases[i].rc || (int)s.n_parts != cases[i].n_parts ||
             s.lag_total != cases[i].lag_total || s.cond[STATS_COND_CONSUMER] != cases[i].consumer_cond ||
             s.cond[STATS_COND_PRODUCER] != cases[i].producer_cond)
@@ -476,7 +477,7 @@ static void test_label_escaping(void **state)
         "{\"type\":\"consumer\",\"topics\":{\"x\":{\"topic\":\"a\\\"b\\\\c\\nd\",\"partitions\":"
         "{\"2\":{\"partition\":2,\"desired\":true,\"consumer_lag_stored\":9}}}}}";
     assert_int_equal(stats_rdkafka_json(st, doc, strlen(doc)), 0);
-    char *text = render(st, stats_now_us());
+    char *text = render(st, clock_mono_us());
     ASSERT_LINE(text, "kinfer_consumer_lag{topic=\"a\\\"b\\\\c\\nd\",partition=\"2\"} 9");
     check_well_formed(text);
     free(text);
@@ -556,7 +557,7 @@ static void test_watchdog(void **state)
     stats_alive(st, STATS_LOOP_POLL);
     stats_alive(st, STATS_LOOP_SINK);
     stats_alive(st, STATS_LOOP_EXEC + 2);
-    int64_t now = stats_now_us();
+    int64_t now = clock_mono_us();
     struct stats_snapshot s;
     char *body;
     size_t len;
@@ -594,7 +595,7 @@ static void test_watchdog(void **state)
     /* Reporting again does not untrip it. */
     stats_alive(st, STATS_LOOP_POLL);
     stats_alive(st, STATS_LOOP_EXEC + 2);
-    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_false(s.healthy);
     stats_snapshot_fini(&s);
     stats_destroy(st);
@@ -612,7 +613,7 @@ static void test_readiness(void **state)
     size_t len;
 
     /* Fresh: four reasons, in a fixed order. */
-    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_int_equal(stats_ready(&s, reasons, 8, &n), 0);
     assert_int_equal(n, 4);
     assert_string_equal(reasons[0], "model: not loaded");
@@ -638,20 +639,20 @@ static void test_readiness(void **state)
     for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
         if (steps[i].cond < 0) stats_set_partitions(st, 2, 0);
         else stats_set_cond(st, (enum stats_cond)steps[i].cond, 1);
-        assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+        assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
         int ready = stats_ready(&s, reasons, 8, &n);
         if (n != steps[i].left || ready != (steps[i].left == 0))
             fail_msg("after %s: %zu reasons left, ready %d", steps[i].what, n, ready);
         stats_snapshot_fini(&s);
     }
-    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_int_equal(metrics_render_ready(&s, &body, &len), 1);
     assert_string_equal(body, "{\"ready\":true,\"reasons\":[],\"backend\":\"cpu\"}\n");
     free(body);
     stats_snapshot_fini(&s);
     /* The backend the runtime chose is what /readyz names. */
     stats_set_backend(st, "cuda");
-    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_int_equal(metrics_render_ready(&s, &body, &len), 1);
     assert_string_equal(body, "{\"ready\":true,\"reasons\":[],\"backend\":\"cuda\"}\n");
     free(body);
@@ -662,7 +663,7 @@ static void test_readiness(void **state)
     const char *down = "{\"type\":\"producer\",\"brokers\":{\"b/1\":{\"source\":\"configured\","
                        "\"state\":\"DOWN\"}}}";
     assert_int_equal(stats_rdkafka_json(st, down, strlen(down)), 0);
-    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_int_equal(stats_ready(&s, reasons, 8, &n), 0);
     assert_int_equal(n, 1);
     assert_string_equal(reasons[0], "producer: no connection to any Kafka broker");
@@ -671,7 +672,7 @@ static void test_readiness(void **state)
 
     /* Draining is final. */
     stats_set_draining(st);
-    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_int_equal(stats_ready(&s, reasons, 8, &n), 0);
     assert_int_equal(n, 1);
     assert_string_equal(reasons[0], "worker: draining, stopping");
@@ -693,7 +694,7 @@ static void test_readiness_before_statistics(void **state)
     stats_set_cond(st, STATS_COND_REDIS, 1);
     stats_set_early(st, STATS_COND_PRODUCER, 1);
     stats_set_early(st, STATS_COND_CONSUMER, 1);
-    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_int_equal(stats_ready(&s, reasons, 8, &n), 1);
     stats_snapshot_fini(&s);
     /* The statistics say otherwise: they win. */
@@ -703,7 +704,7 @@ static void test_readiness_before_statistics(void **state)
     const char *cons = "{\"type\":\"consumer\",\"cgrp\":{\"state\":\"up\",\"join_state\":"
                        "\"wait-join\"},\"brokers\":{}}";
     assert_int_equal(stats_rdkafka_json(st, cons, strlen(cons)), 0);
-    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_int_equal(stats_ready(&s, reasons, 8, &n), 0);
     assert_int_equal(n, 2);
     assert_string_equal(reasons[0], "consumer: not joined to the group");
@@ -715,7 +716,7 @@ static void test_readiness_before_statistics(void **state)
     stats_set_cond(st, STATS_COND_MODEL, 1);
     stats_set_cond(st, STATS_COND_REDIS, 1);
     stats_set_early(st, STATS_COND_PRODUCER, 0);
-    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_int_equal(stats_ready(&s, reasons, 8, &n), 0);
     assert_string_equal(reasons[1], "producer: no Kafka broker reached yet");
     stats_snapshot_fini(&s);
@@ -735,7 +736,7 @@ static void test_readiness_reasons_say_why(void **state)
     for (int k = 0; k < STATS_N_COND; k++) stats_set_cond(st, (enum stats_cond)k, 1);
     stats_set_cond_why(st, STATS_COND_REDIS, 0, "redis: WRONGPASS invalid username-password pair");
     stats_sink_failing(st, STATS_SINK_KAFKA, "Broker: Topic authorization failed");
-    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_int_equal(stats_ready(&s, reasons, 8, &n), 0);
     assert_int_equal(n, 1); /* the sink has not failed for a second yet */
     assert_string_equal(reasons[0], "redis: WRONGPASS invalid username-password pair");
@@ -743,7 +744,7 @@ static void test_readiness_reasons_say_why(void **state)
     usleep((useconds_t)(STATS_SINK_FAILING_S * 1e6) + 100000);
     stats_sink_failing(st, STATS_SINK_KAFKA, "Broker: Topic authorization failed");
     stats_sink_failing(st, STATS_SINK_REDIS, "OOM command not allowed");
-    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_int_equal(stats_ready(&s, reasons, 8, &n), 0);
     assert_int_equal(n, 2); /* redis's failure is new: not yet */
     assert_string_equal(reasons[1], "sink: kafka: Broker: Topic authorization failed");
@@ -751,12 +752,12 @@ static void test_readiness_reasons_say_why(void **state)
     stats_set_cond_why(st, STATS_COND_REDIS, 1, NULL);
     stats_sink_failing(st, STATS_SINK_KAFKA, NULL);
     stats_sink_failing(st, STATS_SINK_REDIS, NULL);
-    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_int_equal(stats_ready(&s, reasons, 8, &n), 1);
     stats_snapshot_fini(&s);
     /* A condition set without a reason keeps the default one. */
     stats_set_cond(st, STATS_COND_REDIS, 0);
-    assert_int_equal(stats_snapshot(st, stats_now_us(), &s), 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_int_equal(stats_ready(&s, reasons, 8, &n), 0);
     assert_string_equal(reasons[0], "redis: not reachable");
     stats_snapshot_fini(&s);

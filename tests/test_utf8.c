@@ -1,4 +1,4 @@
-/* test_utf8.c - codecs/utf8: which byte sequences are well-formed (the
+/* test_utf8.c - base/utf8: which byte sequences are well-formed (the
  * Unicode Standard's table 3-7, boundaries on both sides of each row),
  * how ill-formed ones are repaired (one U+FFFD per maximal subpart, the
  * rest kept), that repair never splits a character at the buffer's end,
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../codecs/utf8.h"
+#include "../base/utf8.h"
 #include "tablebody.h"
 #include "testutil.h"
 

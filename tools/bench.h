@@ -24,8 +24,43 @@
 #ifndef KINFER_BENCH_H
 #define KINFER_BENCH_H
 
-/* Runs `kinfer bench SUBCOMMAND [options]`; argv[0] is "bench". Returns
- * the process exit status (0 ok, 1 failure or bad usage). Borrows argv. */
-int bench_main(int argc, char **argv);
+#include <stddef.h>
+
+#include "../config/config.h"
+
+#define BENCH_RUN_MAX 64 /* longest run name */
+
+/* Options of every subcommand; each takes the subset its usage lists. */
+struct bench_opts {
+    double rate;           /* produce: jobs/s, 0 = as fast as possible */
+    size_t jobs;           /* how many jobs / messages */
+    size_t rows;           /* rows per job */
+    size_t width;          /* floats per row; 0 = the default model's */
+    const char *run;       /* run name: the id prefix */
+    const char *from;      /* collect: redis | topic | dbsize */
+    double timeout_s;
+    int no_fetch;          /* collect: don't read result bodies afterwards */
+    const char *batches;   /* gemm: comma-separated batch sizes */
+    int threads;           /* gemm: OpenBLAS threads, 0 = its default */
+    double seconds;        /* gemm: time per batch size */
+    size_t parallel;       /* gemm: forward passes run at once, one per thread */
+    size_t pipeline;       /* floor-redis, passthrough: SETs per round trip */
+    const char *dump;      /* collect: file for one line per job, or NULL */
+    size_t length;         /* encode: every text this many tokens; 0 = the mix */
+};
+
+/* 1 if run can start every id of a run: 1..BENCH_RUN_MAX letters, digits,
+ * '_' and '-' (no dot, which separates the id's fields), else 0. */
+int bench_run_valid(const char *run);
+
+/* The subcommands, each one measurement: returns the process exit status
+ * (0 ok, 1 failure) and prints its one line. Borrow c and o. */
+int bench_produce(const struct kcfg *c, const struct bench_opts *o);
+int bench_collect(const struct kcfg *c, const struct bench_opts *o);
+int bench_floor_kafka(const struct kcfg *c, const struct bench_opts *o);
+int bench_floor_redis(const struct kcfg *c, const struct bench_opts *o);
+int bench_passthrough(const struct kcfg *c, const struct bench_opts *o);
+int bench_gemm(const struct kcfg *c, const struct bench_opts *o);
+int bench_encode(const struct kcfg *c, const struct bench_opts *o);
 
 #endif

@@ -13,8 +13,6 @@
  * Threads: main thread; the mock cluster runs its own. */
 #include "broker.h"
 
-#include <getopt.h>
-
 #include <errno.h>
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
@@ -27,7 +25,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../cmd/cli.h"
 
 #define CTL_LINE_MAX 1024
 #define CTL_ERRORS_MAX 10000
@@ -316,51 +313,4 @@ int broker_run(const struct broker_opts *o, volatile sig_atomic_t *stop)
     rd_kafka_mock_cluster_destroy(mc);
     rd_kafka_destroy(rk);
     return 0;
-}
-
-static const char usage[] =
-    "usage: kinfer broker [--brokers N] [--partitions P] [--topics a,b,c]\n"
-    "\n"
-    "Runs librdkafka's mock cluster: the Kafka protocol on loopback, for\n"
-    "development and tests (no TLS/SASL; about 5 MB kept per partition).\n"
-    "Prints the bootstrap address list as the first line of stdout and runs\n"
-    "until SIGINT/SIGTERM.\n"
-    "\n"
-    "  -b, --brokers N      brokers in the cluster (default 1)\n"
-    "  -p, --partitions P   partitions of each topic in --topics (default 4)\n"
-    "  -t, --topics LIST    topics to create up front; others are auto-created\n";
-
-/* `kinfer broker`: options, then broker_run until SIGINT/SIGTERM. --help
- * also lists the control channel's commands. */
-int broker_main(int argc, char **argv)
-{
-    static const struct option opts[] = {
-        {"brokers", required_argument, 0, 'b'}, {"partitions", required_argument, 0, 'p'},
-        {"topics", required_argument, 0, 't'},  {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    struct broker_opts o = {.brokers = 1, .partitions = 4, .topics = NULL};
-    int ch;
-    long v;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "b:p:t:h", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'b':
-            if (cli_parse_long("broker", "--brokers", optarg, 1, 32, &v) < 0) return 1;
-            o.brokers = (int)v;
-            break;
-        case 'p':
-            if (cli_parse_long("broker", "--partitions", optarg, 1, 1024, &v) < 0) return 1;
-            o.partitions = (int)v;
-            break;
-        case 't': o.topics = optarg; break;
-        case 'h': fputs(usage, stdout); fputs(BROKER_CONTROL_HELP, stdout); return 0;
-        default: fputs(usage, stderr); return 1;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "kinfer broker: unexpected argument '%s'\n", argv[optind]);
-        return 1;
-    }
-    cli_install_signals();
-    return broker_run(&o, &cli_stop);
 }

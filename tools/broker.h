@@ -40,8 +40,4 @@ struct broker_opts {
  * message on stderr. Borrows o. */
 int broker_run(const struct broker_opts *o, volatile sig_atomic_t *stop);
 
-/* `kinfer broker [--brokers N] [--partitions P] [--topics a,b,c]`; argv[0]
- * is "broker". Returns the exit status. */
-int broker_main(int argc, char **argv);
-
 #endif

@@ -12,7 +12,7 @@
 #include <signal.h>
 #include <stddef.h>
 
-#include "../worker/config.h"
+#include "../config/config.h"
 
 struct smoke_opts {
     size_t jobs;      /* how many jobs to send */
@@ -26,10 +26,5 @@ struct smoke_opts {
 /* Returns 0 when every job got a correct result in time, else 1. Borrows c. */
 int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
               volatile sig_atomic_t *stop);
-
-/* `kinfer smoke -c FILE [--set K=V]... [--model NAME] [--jobs N] [--rows K]
- * [--json-every N] [--rate R] [--timeout S]`; argv[0] is "smoke". Returns the exit status:
- * 0 when every job got a correct result, else 1. */
-int smoke_main(int argc, char **argv);
 
 #endif

@@ -17,7 +17,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "log.h"
+#include "../base/clock.h"
+#include "../base/log.h"
 #include "rsink.h"
 
 struct exec {
@@ -54,13 +55,6 @@ _Static_assert((int)BATCH_SIZE == (int)STATS_BATCH_SIZE &&
                    (int)BATCH_WAIT == (int)STATS_BATCH_WAIT &&
                    (int)BATCH_DRAIN == (int)STATS_BATCH_DRAIN,
                "enum stats_batch_reason mirrors enum batcher_reason");
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void sleep_ms(int ms)
 {
@@ -100,11 +94,11 @@ static int run_encoder(struct exec_thread *t, int model_idx, struct job **jobs, 
     if (!rows) return 0;
     t->seq_offs[rows] = (uint32_t)at;
     struct model_seqs seqs = {t->seq_ids, t->seq_types, t->seq_offs, rows};
-    int64_t start_us = batcher_now_us();
+    int64_t start_us = clock_mono_us();
     const float *out = NULL;
     int rc = model_encode(m, ws, &seqs, &out);
     if (rc == MODEL_EFATAL) return model_fatal(ex, m, ws, rows);
-    double infer_ms = (double)(batcher_now_us() - start_us) / 1000.0;
+    double infer_ms = (double)(clock_mono_us() - start_us) / 1000.0;
     if (rc == 0) {
         batcher_record(ex->c.batcher, model_idx, rows * longest, infer_ms / 1000.0);
         stats_tokens(ex->c.stats, at, rows * longest);
@@ -165,11 +159,11 @@ static int run_group(struct exec_thread *t, int model_idx, struct job **jobs, si
         rows += jobs[i]->rows;
     }
     if (!rows) return 0;
-    int64_t start_us = batcher_now_us();
+    int64_t start_us = clock_mono_us();
     const float *out = NULL;
     int rc = model_forward(m, ws, staging, rows, &out);
     if (rc == MODEL_EFATAL) return model_fatal(ex, m, ws, rows);
-    double infer_ms = (double)(batcher_now_us() - start_us) / 1000.0;
+    double infer_ms = (double)(clock_mono_us() - start_us) / 1000.0;
     if (rc == 0) batcher_record(ex->c.batcher, model_idx, rows, infer_ms / 1000.0);
     size_t at = 0;
     for (size_t i = 0; i < n; i++) {
@@ -271,7 +265,7 @@ static void lighten(struct exec *ex, struct job *j)
 static void finish_batch(struct exec *ex, struct job *batch, enum batcher_reason why,
                          size_t rows)
 {
-    int64_t enc_ms = wall_ms();
+    int64_t enc_ms = clock_wall_ms();
     for (struct job *j = batch; j; j = j->next) {
         free(j->req.input); /* not needed any more: keep the sink's memory small */
         j->req.input = NULL;
@@ -391,7 +385,7 @@ static void exec_loop(struct exec_thread *t)
         if (!batch) continue;
         atomic_fetch_add(&ex->running, 1);
         if (ex->c.cfg->debug.batch_sleep_ms > 0) sleep_ms(ex->c.cfg->debug.batch_sleep_ms);
-        int64_t start_us = batcher_now_us(), now_ms = wall_ms();
+        int64_t start_us = clock_mono_us(), now_ms = clock_wall_ms();
         size_t n = 0;
         for (struct job *j = batch; j; j = j->next) {
             j->queued_ms = (double)(start_us - j->arrived_us) / 1000.0;

@@ -23,7 +23,7 @@
 #include "../batching/batcher.h"
 #include "../gpu/model.h"
 #include "../telemetry/stats.h"
-#include "config.h"
+#include "../config/config.h"
 #include "jobq.h"
 
 struct exec_conf {

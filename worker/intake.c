@@ -15,10 +15,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "../base/clock.h"
 #include "../batching/flow.h"
 #include "../text/tokenizer.h"
-#include "kq.h"
-#include "log.h"
+#include "../kafka/kq.h"
+#include "../base/log.h"
 
 struct intake {
     struct kq_ctx kq;          /* first: the consumer's opaque (kq.h) */
@@ -42,13 +43,6 @@ struct intake {
     int pipeline_stopped;      /* executors and sink stopped: nothing more completes */
     int n_assigned;
 };
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void sleep_ms(int ms)
 {
@@ -89,7 +83,7 @@ static void answer_now(struct intake *in, struct job *j)
 {
     if (!j->weight) j->weight = 1;
     in->inflight_rows += j->weight;
-    if (job_encode(j, wall_ms()) < 0) {
+    if (job_encode(j, clock_wall_ms()) < 0) {
         /* Out of memory: stop (the supervisor restarts us; the job is not
          * committed, so it runs again) rather than publish nothing. */
         LOG_E("out_of_memory", "where=encode id=%s", j->req.id);
@@ -285,8 +279,8 @@ enum intake_admitted intake_admit(struct intake *in, const struct intake_record 
     j->partition = m->partition;
     j->offset = m->offset;
     j->record_ts_ms = m->timestamp_ms;
-    if (j->record_ts_ms < 0) j->record_ts_ms = wall_ms();
-    j->arrived_us = batcher_now_us();
+    if (j->record_ts_ms < 0) j->record_ts_ms = clock_wall_ms();
+    j->arrived_us = clock_mono_us();
     if (offsets_track(in->c.offsets, j->topic, j->partition, j->offset) < 0) {
         LOG_E("out_of_memory", "where=offtrack");
         job_free(j);
@@ -352,7 +346,7 @@ enum intake_admitted intake_admit(struct intake *in, const struct intake_record 
     }
     /* The configured default timeout bounds every job; a job's own
      * deadline may only make it earlier. */
-    int64_t now_ms = wall_ms();
+    int64_t now_ms = clock_wall_ms();
     j->deadline_ms = opts->ignore_deadlines ? 0
                      : job_effective_deadline_ms(j->req.deadline_ms, j->record_ts_ms,
                                                  cfg->batching.default_timeout_ms);
@@ -491,7 +485,7 @@ static int backpressure(struct intake *in)
     if (!want) {
         in->full_since_us = 0;
     } else if (!in->paused && !in->draining) {
-        int64_t now = batcher_now_us();
+        int64_t now = clock_mono_us();
         if (!in->full_since_us) in->full_since_us = now;
         if (now - in->full_since_us < (int64_t)c->batching.pause_after_ms * 1000) return 1;
     }
@@ -531,7 +525,7 @@ static void on_revoke(struct intake *in, rd_kafka_topic_partition_list_t *parts,
         /* Once the executors and sink have stopped (the close at the end of
          * a drain) nothing more can finish: don't wait for it. */
         int64_t budget_ms = in->pipeline_stopped ? 0 : in->c.cfg->kafka.revoke_timeout_ms;
-        int64_t give_up = batcher_now_us() + budget_ms * 1000;
+        int64_t give_up = clock_mono_us() + budget_ms * 1000;
         for (;;) {
             intake_collect(in);
             int busy = 0;
@@ -539,7 +533,7 @@ static void on_revoke(struct intake *in, rd_kafka_topic_partition_list_t *parts,
                 busy = offsets_pending(in->c.offsets, parts->elems[i].topic,
                                        parts->elems[i].partition) > (purged ? purged[i] : 0);
             if (!busy) break;
-            if (batcher_now_us() >= give_up) {
+            if (clock_mono_us() >= give_up) {
                 if (budget_ms)
                     LOG_W("revoke_timeout", "partitions=%d timeout_ms=%d", parts->cnt,
                           in->c.cfg->kafka.revoke_timeout_ms);
@@ -619,7 +613,7 @@ static int take_allowed(struct intake *in, int64_t now)
 void intake_poll(struct intake *in)
 {
     intake_collect(in);
-    int64_t now = batcher_now_us();
+    int64_t now = clock_mono_us();
     if (in->next_deadline_us <= now) expire(in, now);
     if (backpressure(in)) {
         /* Full, holding: room comes as executors take batches and the
@@ -653,9 +647,9 @@ size_t intake_drain(struct intake *in, int timeout_ms)
     in->draining = 1;
     backpressure(in);
     batcher_close(in->c.batcher);
-    int64_t give_up = batcher_now_us() + (int64_t)timeout_ms * 1000;
+    int64_t give_up = clock_mono_us() + (int64_t)timeout_ms * 1000;
     size_t left;
-    while ((left = offsets_pending_total(in->c.offsets)) > 0 && batcher_now_us() < give_up &&
+    while ((left = offsets_pending_total(in->c.offsets)) > 0 && clock_mono_us() < give_up &&
            !atomic_load(in->c.fatal)) {
         /* Keep serving the group (and rebalances) while draining; records
          * still buffered for paused partitions are not taken. */
@@ -696,7 +690,7 @@ struct intake *intake_new_offline(const struct intake_conf *c, char *errstr, siz
     in->kq.stats = c->stats;
     in->kq.fatal = c->fatal;
     in->next_deadline_us = INT64_MAX;
-    in->tokens_at_us = batcher_now_us();
+    in->tokens_at_us = clock_mono_us();
     in->max_job_rows = (size_t)c->cfg->batching.max_job_rows;
     size_t max_in = 0, max_tok = 0;
     for (size_t i = 0; i < c->n_models; i++) {

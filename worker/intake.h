@@ -31,7 +31,7 @@
 #include "../batching/batcher.h"
 #include "../gpu/model.h"
 #include "../telemetry/stats.h"
-#include "config.h"
+#include "../config/config.h"
 #include "jobq.h"
 #include "offsets.h"
 #include "ranges.h"

@@ -20,7 +20,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "job.h"
+#include "../batching/job.h"
 
 struct jobq {
     pthread_mutex_t mu;

@@ -6,7 +6,7 @@
 
 #include <stdlib.h>
 
-#include "log.h"
+#include "../base/log.h"
 #include "offtrack.h"
 
 struct offsets {

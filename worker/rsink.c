@@ -16,8 +16,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "log.h"
-#include "rconn.h"
+#include "../base/log.h"
+#include "../base/rconn.h"
 
 struct rsink {
     char *host, *password, *prefix, *channel, *attempt_prefix;

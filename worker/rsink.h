@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "job.h"
+#include "../batching/job.h"
 
 struct rsink_conf {
     const char *host;

@@ -20,9 +20,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "../base/clock.h"
 #include "../batching/batcher.h"
-#include "kq.h"
-#include "log.h"
+#include "../kafka/kq.h"
+#include "../base/log.h"
 #include "rsink.h"
 
 struct sink {
@@ -42,13 +43,6 @@ struct sink {
                                     lifecycle's thread after it stopped) */
 };
 
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Tells the stats whether deliveries to Kafka fail, on a change only:
  * readiness then reflects a sink that cannot deliver, with the error. */
 static void kafka_state(struct sink *s, rd_kafka_resp_err_t err)
@@ -63,7 +57,7 @@ static void ack(struct sink *s, struct job *j)
 {
     if (--j->acks_pending == 0) {
         j->next = NULL;
-        job_report(j, s->c.stats, wall_ms());
+        job_report(j, s->c.stats, clock_wall_ms());
         jobq_push(s->c.done, j);
     }
 }
@@ -224,7 +218,7 @@ static void *sink_main(void *arg)
         rd_kafka_poll(s->producer, 0);
         /* Deliveries that failed (after librdkafka's own retries) go again
          * after a pause: their offsets stay uncommitted meanwhile. */
-        int64_t now = batcher_now_us();
+        int64_t now = clock_mono_us();
         if (s->retry && now >= s->retry_at_us) {
             struct job *r = s->retry;
             s->retry = NULL;

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "../telemetry/stats.h"
-#include "config.h"
+#include "../config/config.h"
 #include "jobq.h"
 #include "worker.h"
 

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../base/clock.h"
 #include "../batching/batcher.h"
 #include "../gpu/model.h"
 #include "../telemetry/heartbeat.h"
@@ -31,7 +32,7 @@
 #include "exec.h"
 #include "intake.h"
 #include "jobq.h"
-#include "log.h"
+#include "../base/log.h"
 #include "offsets.h"
 #include "ranges.h"
 #include "sink.h"
@@ -131,10 +132,10 @@ static void outcome_totals(const struct stats_snapshot *s, uint64_t *ok, uint64_
 static void log_stats(struct worker *w)
 {
     struct batcher_stats bs;
-    batcher_get_stats(w->batcher, batcher_now_us(), &bs);
+    batcher_get_stats(w->batcher, clock_mono_us(), &bs);
     struct stats_snapshot s;
     memset(&s, 0, sizeof(s));
-    stats_snapshot(w->stats, stats_now_us(), &s);
+    stats_snapshot(w->stats, clock_mono_us(), &s);
     uint64_t ok, failed, dead, batches = 0;
     outcome_totals(&s, &ok, &failed, &dead);
     for (int r = 0; r < STATS_N_BATCH_REASONS; r++) batches += s.batches[r];
@@ -180,7 +181,7 @@ static void watchdog_check(struct worker *w)
 {
     struct stats_snapshot snap;
     memset(&snap, 0, sizeof(snap));
-    if (stats_snapshot(w->stats, stats_now_us(), &snap) == 0 && !snap.healthy) {
+    if (stats_snapshot(w->stats, clock_mono_us(), &snap) == 0 && !snap.healthy) {
         LOG_E("watchdog_exit", "reason=\"%s\" watchdog_ms=%d note=\"exiting: unfinished "
               "jobs are uncommitted and run again after the restart\"", snap.unhealthy_why,
               w->cfg->metrics.watchdog_ms);
@@ -195,8 +196,8 @@ static void report_progress(struct worker *w, int finished)
 {
     struct stats_snapshot s;
     memset(&s, 0, sizeof(s));
-    stats_snapshot(w->stats, stats_now_us(), &s);
-    struct worker_progress p = {.elapsed_s = (double)(batcher_now_us() - w->started_us) / 1e6,
+    stats_snapshot(w->stats, clock_mono_us(), &s);
+    struct worker_progress p = {.elapsed_s = (double)(clock_mono_us() - w->started_us) / 1e6,
                                 .finished = finished};
     ranges_progress(w->ranges, &p);
     outcome_totals(&s, &p.ok, &p.failed, &p.dead_lettered);
@@ -210,14 +211,14 @@ static void report_progress(struct worker *w, int finished)
  * stats cap the ratio at 1). */
 struct device_marks {
     int64_t at_us;
-    double busy_s[STATS_MAX_DEVICES];
+    double busy_s[MODEL_MAX_DEVICES];
 };
 
 static void publish_devices(struct worker *w, struct device_marks *dm, int64_t now)
 {
     size_t n = model_runtime_devices(w->models.rt);
     double wall_s = (double)(now - dm->at_us) / 1e6;
-    for (size_t d = 0; d < n && d < STATS_MAX_DEVICES; d++) {
+    for (size_t d = 0; d < n && d < MODEL_MAX_DEVICES; d++) {
         struct model_device_stats ds;
         if (model_runtime_device_stats(w->models.rt, d, &ds) < 0) continue;
         struct stats_device sd = {.index = ds.index, .mem_used = ds.mem_used,
@@ -240,7 +241,7 @@ struct ticks {
 
 static void tick(struct worker *w, struct ticks *t)
 {
-    int64_t now = batcher_now_us();
+    int64_t now = clock_mono_us();
     stats_alive(w->stats, STATS_LOOP_POLL);
     if (now >= t->gauges) {
         publish_gauges(w, now);
@@ -384,7 +385,7 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
           w->opts.reply_topic ? w->opts.reply_topic : c->kafka.reply_topic, c->redis.host,
           c->redis.port, c->batching.max_batch_rows, c->batching.max_wait_ms,
           exec_threads(w->exec), w->opts.n_ranges);
-    w->started_us = batcher_now_us();
+    w->started_us = clock_mono_us();
     struct ticks t = {.log = w->started_us + 10 * 1000000};
 
     /* the poll loop */
@@ -406,7 +407,7 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
           fatal ? "fatal_error" : *stop ? "signal" : "ranges_done",
           intake_inflight_rows(w->intake));
     int64_t drain_us = (int64_t)c->worker.drain_timeout_ms * 1000;
-    w->stop_by_us = stats_now_us() + drain_us;
+    w->stop_by_us = clock_mono_us() + drain_us;
     /* What comes after the drain (stopping threads, flushing, committing,
      * leaving the group, the heartbeat's DEL) gets a fifth of the budget,
      * at most a second. */
@@ -425,7 +426,7 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
     w->exec = NULL;
     sink_stop(w->sink);
     intake_pipeline_stopped(w->intake);
-    int64_t left_ms = (w->stop_by_us - stats_now_us()) / 1000;
+    int64_t left_ms = (w->stop_by_us - clock_mono_us()) / 1000;
     sink_flush(w->sink, left_ms < 5000 ? (left_ms > 0 ? (int)left_ms : 0) : 5000);
     intake_collect(w->intake);
     size_t left = intake_pending(w->intake);

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "../codecs/protocol.h"
-#include "config.h"
+#include "../config/config.h"
 
 /* Exit statuses of worker_run, for main to return. */
 enum worker_exit {

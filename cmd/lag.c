@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cmd/cli.h"
-#include "../worker/kq.h"
-#include "../worker/log.h"
+#include "cli.h"
+#include "../kafka/kq.h"
+#include "../base/log.h"
 
 /* Partition order inside a topic, for a stable table. */
 static int by_partition(const void *a, const void *b)

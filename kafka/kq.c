@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "../base/log.h"
 
 /* librdkafka's syslog levels mapped onto ours, one line per event. */
 static void log_cb(const rd_kafka_t *rk, int level, const char *fac,

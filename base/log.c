@@ -8,7 +8,7 @@
  * escapes). So the format string is walked here rather than handed to
  * vsnprintf whole: every %s argument is written as a well-formed value of
  * the text format (quoted and escaped whenever it needs to be, always when
- * the format quotes it), with ill-formed UTF-8 replaced (codecs/utf8.h).
+ * the format quotes it), with ill-formed UTF-8 replaced (base/utf8.h).
  * The escapes are JSON's, so the JSON format reuses them as they are.
  *
  * Warnings and errors are rate-limited per event name: a burst of
@@ -29,7 +29,8 @@
 #include <sys/types.h>
 #include <time.h>
 
-#include "../codecs/utf8.h"
+#include "clock.h"
+#include "utf8.h"
 
 enum log_level log_threshold = LOG_INFO;
 enum log_format log_fmt = LOG_TEXT;
@@ -294,19 +295,12 @@ struct limit_slot {
 static struct limit_slot limit_slots[LIMIT_SLOTS];
 static pthread_mutex_t limit_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* Whether a line of event may be written now; *dropped receives how many
  * of its lines were suppressed since its last written one. A new event
  * takes a free slot or the one idle longest. */
 static int limit_allow(const char *event, unsigned long *dropped)
 {
-    int64_t now = mono_us();
+    int64_t now = clock_mono_us();
     *dropped = 0;
     pthread_mutex_lock(&limit_mu);
     struct limit_slot *s = NULL, *oldest = &limit_slots[0];
@@ -356,14 +350,14 @@ void log_emit(enum log_level lvl, const char *event, const char *fmt, ...)
         int n = snprintf(more, sizeof(more), "%ssuppressed=%lu", b.len ? " " : "", dropped);
         put(&b, more, (size_t)n);
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t now_ms = clock_wall_ms();
+    time_t now_s = (time_t)(now_ms / 1000);
     struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
+    gmtime_r(&now_s, &tm);
     char when[96];
     snprintf(when, sizeof(when), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ",
              tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-             tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+             tm.tm_min, tm.tm_sec, (long)(now_ms % 1000));
     char line[FIELDS_MAX * 2 + 256];
     if (log_fmt == LOG_JSON) {
         char json[FIELDS_MAX * 2];

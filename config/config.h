@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../base/cfgtab.h"
 #include "../gpu/model.h"
 
 struct cfg_kv {
@@ -87,7 +88,7 @@ struct kcfg {
     struct {
         char *precision;        /* "fp32" | "tf32" | "fp16" | "bf16" */
         int graphs;             /* 1: a captured CUDA graph per batch-size bucket */
-        int devices[16];        /* device indices; empty = every usable one */
+        int devices[MODEL_MAX_DEVICES]; /* device indices; empty = every usable one */
         size_t n_devices;
         int executors_per_device; /* 2: executors when batching.executors is 0 */
         int workspace_mb;       /* 32: cuBLASLt workspace per executor */
@@ -107,27 +108,13 @@ struct kcfg {
     } log;
 };
 
-/* The scalar settings table (worker/config.c): one row per setting that
- * holds a single value. It drives defaults, reading the file, --set,
- * validation; worker.cfg documents the same rows and
- * tests/test_config.c checks that the two agree. Plain data. */
-enum cfg_type { CFG_INT, CFG_INT64, CFG_STRING, CFG_BOOL /* an int field, 0 or 1 */ };
-
-struct cfg_option {
-    const char *name;           /* "batching.max_wait_ms", or "default_model" */
-    enum cfg_type type;
-    long long min, max;         /* value bounds (ints); length bounds (strings) */
-    long long def_int;          /* default of an int setting */
-    const char *def_str;        /* default of a string setting; NULL = computed */
-    const char *const *choices; /* NULL-terminated allowed values, or NULL */
-    /* Extra check of a string value: returns 0, or -1 with why filled. */
-    int (*check)(const char *value, char *why, size_t why_size);
-    size_t offset;              /* where the value lives in struct kcfg */
-    const char *doc;            /* one line, for humans */
-};
-
+/* The scalar settings table (config/config.c): one row per setting that
+ * holds a single value, in base/cfgtab.h's row format, with offsets into
+ * struct kcfg. It drives defaults, reading the file, --set, validation;
+ * worker.cfg documents the same rows and tests/test_config.c checks that
+ * the two agree. */
 /* Returns the table (static storage) and stores its length in *n. */
-const struct cfg_option *cfg_options(size_t *n);
+const struct cfgtab_row *cfg_options(size_t *n);
 
 /* Reads path, applies each "section.key=value" override in sets (n_sets of
  * them) and validates everything. Returns a new config, or NULL with errstr

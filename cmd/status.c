@@ -13,17 +13,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "../cmd/cli.h"
-#include "../worker/config.h"
-#include "heartbeat.h"
-
-/* The wall clock in Unix ms, against the hashes' updated_at_ms. */
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#include "../base/clock.h"
+#include "cli.h"
+#include "../config/config.h"
+#include "../telemetry/heartbeat.h"
 
 static const char usage_status[] =
     "usage: kinfer status -c FILE [--set section.key=value]... [--json]\n"
@@ -95,7 +88,7 @@ static json_t *list_workers(const struct kcfg *c, char *err, size_t cap)
     hb_key_pattern(c->metrics.heartbeat_prefix, c->kafka.group, pattern, sizeof(pattern));
     json_t *arr = json_array();
     char cursor[32] = "0";
-    int64_t now = wall_ms();
+    int64_t now = clock_wall_ms();
     do {
         const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "200"};
         redisReply *r = redisCommandArgv(rc, 6, argv, NULL);

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../codecs/utf8.h"
+#include "../base/utf8.h"
 
 struct job *job_new(void)
 {

@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 int rconn_guard_init(struct rconn_guard *g)
 {
     g->fd = -1;
@@ -53,13 +55,6 @@ static int cancelled(struct rconn_guard *g)
     return c;
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A connected, blocking TCP socket to one address, or -1 with err filled.
  * The connect waits at most until give_up_ms, in slices that watch g. */
 static int connect_addr(const struct addrinfo *ai, int64_t give_up_ms, struct rconn_guard *g,
@@ -79,7 +74,7 @@ static int connect_addr(const struct addrinfo *ai, int64_t give_up_ms, struct rc
             close(fd);
             return -1;
         }
-        int64_t left = give_up_ms - mono_ms();
+        int64_t left = give_up_ms - clock_mono_ms();
         if (left <= 0) {
             e = ETIMEDOUT;
             break;
@@ -136,7 +131,7 @@ redisContext *rconn_open(const struct rconn_conf *c, struct rconn_guard *g, char
         snprintf(err, cap, "connect %s:%d: %s", c->host, c->port, gai_strerror(gai));
         return NULL;
     }
-    int64_t give_up = mono_ms() + (c->timeout_ms > 0 ? c->timeout_ms : 2000);
+    int64_t give_up = clock_mono_ms() + (c->timeout_ms > 0 ? c->timeout_ms : 2000);
     int fd = -1;
     for (const struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next)
         fd = connect_addr(ai, give_up, g, why, sizeof(why));

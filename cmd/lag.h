@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../worker/config.h"
+#include "../config/config.h"
 
 /* One partition of one input topic. */
 struct lag_row {

@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 #include "../telemetry/stats.h"
-#include "config.h"
+#include "../config/config.h"
 
 enum kq_role { KQ_CONSUMER, KQ_PRODUCER };
 

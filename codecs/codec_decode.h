@@ -1,0 +1,67 @@
+/* codec_decode.h - private to the decoder (codec_decode.c reads the
+ * envelope, codec_payload.c what the job carries to run): the top-level
+ * fields as the parse found them, and the helpers both use. Not for use
+ * outside codecs/ (codec.h is the codec's API).
+ *
+ * Threads: the decoding thread; no state. */
+#ifndef KINFER_CODEC_DECODE_H
+#define KINFER_CODEC_DECODE_H
+
+#include <jansson.h>
+#include <msgpack.h>
+#include <stdint.h>
+
+#include "codec.h"
+
+/* A scalar top-level field seen through either encoding, so that id,
+ * model, deadline_ms, timeout_ms and priority are validated by one piece
+ * of code and say the same thing in both. */
+enum fv_kind { FV_ABSENT = 0, FV_STR, FV_INT, FV_OTHER };
+
+struct fval {
+    enum fv_kind kind;
+    const char *s;    /* FV_STR: bytes (not NUL-terminated), borrowed from the parse */
+    size_t len;
+    int64_t i;        /* FV_INT */
+    int too_big;      /* FV_INT: an unsigned value above INT64_MAX */
+    const char *type; /* the value's type, for messages */
+};
+
+/* The top-level fields, referring into the parsed document (msgpack zone
+ * or jansson tree); valid until that document is freed. */
+struct fields {
+    struct fval id, model, deadline, timeout, priority;
+    const msgpack_object *mp_input, *mp_meta;
+    json_t *js_input, *js_meta;
+    /* v1.1, for encoders */
+    const msgpack_object *mp_text, *mp_pair, *mp_tokens, *mp_types, *mp_truncate;
+    json_t *js_text, *js_pair, *js_tokens, *js_types, *js_truncate;
+};
+
+/* Records a decode error on the job unless an earlier one is already set:
+ * the first error is the one reported. Returns -1 for `return
+ * codec_fail(...)`. The message is repaired to UTF-8 (it may quote the
+ * record). */
+int codec_fail(struct codec_request *j, enum proto_err e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The type of a MessagePack object / a JSON value, for messages. */
+const char *codec_mp_type(const msgpack_object *o);
+const char *codec_js_type(const json_t *v);
+
+/* The `input` field (o / v may be NULL: missing), checked against lim and
+ * copied into j->input. Returns 0, or -1 with the job failed and no input
+ * kept. */
+int codec_input_mp(struct codec_request *j, const msgpack_object *o,
+                   const struct codec_limits *lim);
+int codec_input_js(struct codec_request *j, const json_t *v, const struct codec_limits *lim);
+
+/* The fields of an encoder's job, when it has them: exactly one of input,
+ * text and tokens; text_pair only with text, type_ids only with tokens;
+ * truncate a boolean. Returns 1 when the job is a text or token job (then
+ * decoded, or failed), 0 when it is not (input goes the old way), -1 on
+ * an error. */
+int codec_take_rows(struct codec_request *j, const struct fields *f,
+                    const struct codec_limits *lim);
+
+#endif
