@@ -187,7 +187,7 @@ static void *cuda_open(const struct model_runtime_conf *c, char *desc, size_t de
     be->graphs = c->graphs;
     be->per_device = c->executors_per_device > 0 ? c->executors_per_device : 1;
     be->lt_ws_bytes = (size_t)(c->workspace_mb > 0 ? c->workspace_mb : 32) << 20;
-    int count = 0, ids[PLAN_MAX_DEVICES];
+    int count = 0, ids[MODEL_MAX_DEVICES];
     if (CU(cudaGetDeviceCount(&count)) < 0 || lt_load(&be->cl, errstr, errstr_size) < 0)
         goto fail;
     int n = plan_devices(c->devices, c->n_devices, count, ids, errstr, errstr_size);

@@ -63,7 +63,7 @@ struct cuda_be {
     int per_device;                /* executors per device */
     size_t lt_ws_bytes;            /* cuBLASLt workspace per context */
     size_t n_dev;
-    struct cuda_dev dev[PLAN_MAX_DEVICES];
+    struct cuda_dev dev[MODEL_MAX_DEVICES];
 };
 
 /* A weight on one device. */

@@ -14,12 +14,12 @@ int plan_devices(const int *want, size_t n_want, int count, int *out, char *why,
         return -1;
     }
     if (n_want == 0) {
-        int n = count < PLAN_MAX_DEVICES ? count : PLAN_MAX_DEVICES;
+        int n = count < MODEL_MAX_DEVICES ? count : MODEL_MAX_DEVICES;
         for (int i = 0; i < n; i++) out[i] = i;
         return n;
     }
-    if (n_want > PLAN_MAX_DEVICES) {
-        snprintf(why, why_size, "gpu.devices: at most %d devices, got %zu", PLAN_MAX_DEVICES,
+    if (n_want > MODEL_MAX_DEVICES) {
+        snprintf(why, why_size, "gpu.devices: at most %d devices, got %zu", MODEL_MAX_DEVICES,
                  n_want);
         return -1;
     }

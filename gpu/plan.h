@@ -17,7 +17,6 @@
 #include "model.h"
 #include "safetensors.h"
 
-#define PLAN_MAX_DEVICES 16  /* devices one worker may use */
 #define PLAN_MAX_BUCKETS 32  /* graph buckets per workspace */
 
 /* The devices to use: want (n_want of them; 0 = every one of the count

@@ -25,7 +25,7 @@
 static void test_devices(void **state)
 {
     (void)state;
-    int out[PLAN_MAX_DEVICES];
+    int out[MODEL_MAX_DEVICES];
     char why[256];
     assert_int_equal(plan_devices(NULL, 0, 3, out, why, sizeof(why)), 3);
     assert_int_equal(out[0], 0);
@@ -42,15 +42,15 @@ static void test_devices(void **state)
     assert_string_equal(why, "gpu.devices: device 1 is listed twice");
     assert_int_equal(plan_devices(NULL, 0, 0, out, why, sizeof(why)), -1);
     assert_string_equal(why, "no usable CUDA device");
-    /* More devices than a worker takes: the first PLAN_MAX_DEVICES. */
-    assert_int_equal(plan_devices(NULL, 0, 40, out, why, sizeof(why)), PLAN_MAX_DEVICES);
+    /* More devices than a worker takes: the first MODEL_MAX_DEVICES. */
+    assert_int_equal(plan_devices(NULL, 0, 40, out, why, sizeof(why)), MODEL_MAX_DEVICES);
 }
 
 /* Executor slots go round robin, so each device gets its share. */
 static void test_slots(void **state)
 {
     (void)state;
-    size_t nd = 1 + tu_rand64() % 8, per[PLAN_MAX_DEVICES] = {0};
+    size_t nd = 1 + tu_rand64() % 8, per[MODEL_MAX_DEVICES] = {0};
     unsigned slots = (unsigned)(nd * (1 + tu_rand64() % 4));
     for (unsigned s = 0; s < slots; s++) {
         size_t d = plan_slot_device(s, nd);
