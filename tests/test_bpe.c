@@ -10,6 +10,10 @@
  *     the reference's from_utf8_lossy gives);
  *   - the same RoBERTa tokenizer as slow files (vocab.json + merges.txt +
  *     tokenizer_config.json) giving the same ids;
+ *   - every Unicode scalar value through both pre-tokenizers (GPT-2's
+ *     regex, Llama 3's) splitting as the reference does
+ *     (tests/data/bpe/pretok.tsv), but for the letters and digits of
+ *     Unicode 15 and 16, which Debian 12's PCRE2 does not know yet;
  *   - hostile input: invalid UTF-8 refused with the interface's error,
  *     very long words and whitespace runs (linear time, the scratch given
  *     back), empty text, cut decode buffers that never end in half a
@@ -36,7 +40,10 @@
 #include <unistd.h>
 
 #include "../gpu/model.h"
+#include "../text/bpe_impl.h" /* bpe_pre_tokenize, for the sweep */
 #include "../text/tokenizer.h"
+#include "../text/tokenizer_impl.h"
+#include "../text/unicode.h"
 #include "testutil.h"
 
 #define DATA "tests/data/bpe/"
@@ -303,6 +310,114 @@ static void test_slow_files(void **state)
     tokenizer_destroy(t);
 }
 
+/* ---- the pre-tokenizers, code point by code point ---------------------------- */
+
+/* Letters and digits that Unicode 15 and 16 added (Kawi, CJK Ext. H and
+ * I, Garay, ...): the reference's Oniguruma knows them as \p{L} / \p{N},
+ * Debian 12's PCRE2 (10.42, Unicode 14) as unassigned, so text holding
+ * them splits differently. Every other code point must split as the
+ * reference splits it. */
+static const uint32_t newer_unicode[][2] = {
+    {0x1C89, 0x1C8A},   {0xA7CB, 0xA7CD},   {0xA7DA, 0xA7DC},   {0x105C0, 0x105F3},
+    {0x10D40, 0x10D65}, {0x10D6F, 0x10D85}, {0x10EC2, 0x10EC4}, {0x1123F, 0x11240},
+    {0x11380, 0x113B7}, {0x113D1, 0x113D3}, {0x116D0, 0x116E3}, {0x11BC0, 0x11BF9},
+    {0x11F02, 0x11F59}, {0x1342F, 0x1342F}, {0x13441, 0x13446}, {0x13460, 0x143FA},
+    {0x16100, 0x16139}, {0x16D40, 0x16D79}, {0x18CFF, 0x18CFF}, {0x1B132, 0x1B132},
+    {0x1B155, 0x1B155}, {0x1CCF0, 0x1CCF9}, {0x1D2C0, 0x1D2D3}, {0x1DF25, 0x1DF2A},
+    {0x1E030, 0x1E06D}, {0x1E4D0, 0x1E4F9}, {0x1E5D0, 0x1E5FA}, {0x2B739, 0x2B739},
+    {0x2EBF0, 0x2EE5D}, {0x31350, 0x323AF},
+};
+
+static int is_newer(uint32_t cp)
+{
+    for (size_t i = 0; i < sizeof(newer_unicode) / sizeof(newer_unicode[0]); i++)
+        if (cp >= newer_unicode[i][0] && cp <= newer_unicode[i][1]) return 1;
+    return 0;
+}
+
+struct pieces {
+    char s[128];
+    size_t n;
+};
+
+static void piece_cb(void *ctx, const char *p, size_t n)
+{
+    (void)p;
+    struct pieces *x = ctx;
+    x->n += (size_t)snprintf(x->s + x->n, sizeof(x->s) - x->n, "%s%zu", x->n ? "," : "", n);
+}
+
+static struct bpe_tok *load_bpe(const char *setting)
+{
+    char path[128], dir[128], err[512] = "";
+    snprintf(path, sizeof(path), DATA "tokenizer_%s.json", setting);
+    snprintf(dir, sizeof(dir), "%s/%s", tmpdir, setting);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    assert_non_null(root);
+    size_t max = 0;
+    struct bpe_tok *t = bpe_from_json(dir, root, path, &max, err, sizeof(err));
+    if (!t) fail_msg("%s: %s", path, err);
+    json_decref(root);
+    return t;
+}
+
+/* Every scalar value in the probe "a<c>b 1<c>2 <c><c> x" through
+ * roberta's and llama's pre-tokenizers: the pieces' byte lengths as
+ * tests/data/bpe/pretok.tsv records the reference's. */
+static void test_pretok_sweep(void **state)
+{
+    (void)state;
+    struct bpe_tok *g = load_bpe("roberta"), *l = load_bpe("llama");
+    void *sc = bpe_tokenizer_impl.scratch_new(0);
+    assert_non_null(sc);
+    FILE *fp = fopen(DATA "pretok.tsv", "r");
+    assert_non_null(fp);
+    char line[512];
+    size_t checked = 0, skipped = 0, bad = 0;
+    uint32_t next = 0;
+    while (fgets(line, sizeof(line), fp)) {
+        if (line[0] == '#') continue;
+        unsigned lo, hi;
+        char wg[200], wl[200];
+        if (sscanf(line, "%x\t%x\t%199[^\t]\t%199s", &lo, &hi, wg, wl) != 4)
+            fail_msg("pretok.tsv: bad line %s", line);
+        assert_int_equal(lo, next);
+        next = hi + 1 == 0xD800 ? 0xE000 : hi + 1;
+        const char *want[2] = {wg, wl};
+        for (uint32_t cp = lo; cp <= hi; cp++) {
+            if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+            if (is_newer(cp)) {
+                skipped++;
+                continue;
+            }
+            char c[4], probe[32];
+            size_t k = uni_utf8_encode(cp, c), n = 0;
+#define PUT(p, m) (memcpy(probe + n, (p), (m)), n += (m))
+            PUT("a", 1), PUT(c, k), PUT("b 1", 3), PUT(c, k), PUT("2 ", 2), PUT(c, k), PUT(c, k),
+                PUT(" x", 2);
+#undef PUT
+            struct pieces pg = {.n = 0}, pl = {.n = 0};
+            assert_int_equal(bpe_pre_tokenize(g, sc, probe, n, piece_cb, &pg), 0);
+            assert_int_equal(bpe_pre_tokenize(l, sc, probe, n, piece_cb, &pl), 0);
+            checked++;
+            if (strcmp(pg.s, want[0]) || strcmp(pl.s, want[1])) {
+                if (bad++ < 10)
+                    printf("  U+%04X: gpt2 %s (want %s), llama %s (want %s)\n", cp, pg.s, want[0],
+                           pl.s, want[1]);
+            }
+        }
+    }
+    fclose(fp);
+    assert_int_equal(next, 0x110000);
+    printf("  %zu code points split as the reference splits them, %zu differ; %zu letters and "
+           "digits newer than PCRE2's Unicode 14 skipped\n", checked - bad, bad, skipped);
+    assert_int_equal(bad, 0);
+    bpe_tokenizer_impl.scratch_destroy(sc);
+    bpe_destroy(g);
+    bpe_destroy(l);
+}
+
 /* ---- hostile input ----------------------------------------------------------------- */
 
 static double now_s(void)
@@ -536,7 +651,8 @@ int main(int argc, char **argv)
     tu_seed(argv[0]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_goldens),     cmocka_unit_test(test_golden_decodes),
-        cmocka_unit_test(test_slow_files),  cmocka_unit_test(test_invalid_utf8),
+        cmocka_unit_test(test_slow_files),  cmocka_unit_test(test_pretok_sweep),
+        cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_long_inputs), cmocka_unit_test(test_refused),
         cmocka_unit_test(test_demo_roberta),
     };

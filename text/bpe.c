@@ -140,6 +140,8 @@ struct bpe_enc {
     struct bpe_ivec *out;
     int err;                     /* sticky: a tokenizer_err */
     int rx_rc;                   /* PCRE2's code when a match failed */
+    void (*piece_fn)(void *ctx, const char *piece, size_t n); /* bpe_pre_tokenize's */
+    void *piece_ctx;
 };
 
 static void bpe_push(struct bpe_enc *e, int32_t id)
@@ -207,6 +209,10 @@ static void bpe_word(struct bpe_enc *e, const unsigned char *w, size_t n)
     const struct bpe_tok *t = e->t;
     struct bpe_scratch *s = e->s;
     if (n == 0) return;
+    if (e->piece_fn) {
+        e->piece_fn(e->piece_ctx, (const char *)w, n);
+        return;
+    }
     if (t->ignore_merges) {
         if (bpe_grow(&s->word, &s->word_cap, 2 * n, 1)) {
             e->err = TOKENIZER_ERR_NOMEM;
@@ -491,6 +497,17 @@ static int bpe_run(struct bpe_enc *e, const char *text, size_t len, struct bpe_i
         return e->err;
     }
     return 0;
+}
+
+/* See bpe_impl.h: the pre-tokenizer alone, as the reference's
+ * pre_tokenize_str. */
+int bpe_pre_tokenize(const struct bpe_tok *t, void *scratch, const char *text, size_t len,
+                     void (*fn)(void *ctx, const char *piece, size_t n), void *ctx)
+{
+    if (uni_utf8_check(text, len) != len) return TOKENIZER_ERR_UTF8;
+    struct bpe_enc e = {.t = t, .s = scratch, .piece_fn = fn, .piece_ctx = ctx};
+    if (len) bpe_pre(&e, 0, (const unsigned char *)text, len);
+    return e.err;
 }
 
 /* ---- layout --------------------------------------------------------------------------- */

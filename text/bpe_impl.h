@@ -152,6 +152,14 @@ struct bpe_tok *bpe_from_files(const char *dir, size_t *max_tokens, char *errstr
                                size_t errstr_size);
 void bpe_destroy(struct bpe_tok *t);
 
+/* The pre-tokenizer alone (no added tokens, no normalizer), as the
+ * reference's pre_tokenize_str: fn(ctx, piece, n) gets each piece BPE
+ * would see, as UTF-8 (before the byte characters), in order. scratch is
+ * the implementation's (bpe_tokenizer_impl.scratch_new's). For tests and
+ * logs. Returns 0, or a tokenizer_err. */
+int bpe_pre_tokenize(const struct bpe_tok *t, void *scratch, const char *text, size_t len,
+                     void (*fn)(void *ctx, const char *piece, size_t n), void *ctx);
+
 /* FNV-1a over n bytes from h. */
 static inline uint64_t bpe_hash(const char *s, size_t n, uint64_t h)
 {

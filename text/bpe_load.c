@@ -892,9 +892,10 @@ struct bpe_tok *bpe_from_json(const char *dir, const json_t *root, const char *p
         x->n = json_string_length(cont);
         json_int_t id = json_integer_value(aid);
         int sw = 0;
-        x->normalized = 1;
-        if (bpe_json_bool(a, "special", &x->special, path, "added_tokens[]", errstr, errstr_size) ||
-            bpe_json_bool(a, "lstrip", &x->lstrip, path, "added_tokens[]", errstr, errstr_size) ||
+        if (bpe_json_bool(a, "special", &x->special, path, "added_tokens[]", errstr, errstr_size))
+            goto fail;
+        x->normalized = !x->special; /* the reference's default when the file says nothing */
+        if (bpe_json_bool(a, "lstrip", &x->lstrip, path, "added_tokens[]", errstr, errstr_size) ||
             bpe_json_bool(a, "rstrip", &x->rstrip, path, "added_tokens[]", errstr, errstr_size) ||
             bpe_json_bool(a, "normalized", &x->normalized, path, "added_tokens[]", errstr,
                           errstr_size) ||

@@ -36,6 +36,11 @@
  *   golden.json  {"reference", "cases": [...], "decodes": [...]}: a case
  *     {setting, text, pair|null, max_len (0 = none), ids, type_ids,
  *     decoded (skip_special_tokens)}; a decode {setting, ids, text}
+ *   pretok.tsv   every scalar value c through the two pre-tokenizers
+ *     (roberta's ByteLevel with GPT-2's regex, llama's Split + ByteLevel)
+ *     as the probe "a<c>b 1<c>2 <c><c> x": the byte lengths of the pieces,
+ *     one line per run of code points that split alike:
+ *     LO HI (hex) GPT2-LENGTHS LLAMA-LENGTHS, tab-separated
  *
  * Deterministic: no clock, no unseeded randomness. */
 'use strict';
@@ -284,8 +289,32 @@ async function run() {
   fs.writeFileSync(path.join(OUT, 'golden.json'),
     '{"reference": ' + JSON.stringify(REF) + ',\n "cases": [\n' + body(cases) +
     '\n],\n "decodes": [\n' + body(decodes) + '\n]}\n');
+  sweep();
   fs.rmSync(TMP, { recursive: true, force: true });
   console.log(REF + ': ' + cases.length + ' cases, ' + decodes.length + ' decodes; vocab ' +
     Object.entries(toks).map(([k, t]) => k + ' ' + t.getVocabSize(true)).join(', '));
 }
+/* ---- pre-tokenizer sweep ------------------------------------------------ */
+function sweep() {
+  const g = toks.roberta.getPreTokenizer(), l = toks.llama.getPreTokenizer();
+  const hex = v => v.toString(16).toUpperCase().padStart(4, '0');
+  const lines = [];
+  let open = null;
+  for (let cp = 0; cp <= 0x10ffff; cp++) {
+    if (cp >= 0xd800 && cp <= 0xdfff) continue;
+    const c = String.fromCodePoint(cp);
+    const s = 'a' + c + 'b 1' + c + '2 ' + c + c + ' x';
+    /* pieces come back as byte characters: one per byte */
+    const key = g.preTokenizeString(s).map(p => p[0].length).join(',') + '\t' +
+                l.preTokenizeString(s).map(p => p[0].length).join(',');
+    if (open && open[2] === key) { open[1] = cp; continue; }
+    if (open) lines.push(hex(open[0]) + '\t' + hex(open[1]) + '\t' + open[2]);
+    open = [cp, cp, key];
+  }
+  lines.push(hex(open[0]) + '\t' + hex(open[1]) + '\t' + open[2]);
+  fs.writeFileSync(path.join(OUT, 'pretok.tsv'),
+    '# ' + REF + ': pre-tokenizer pieces per code point, written by tests/golden/bpe_golden.js\n' +
+    lines.join('\n') + '\n');
+}
+
 run().catch(e => { console.error(e); process.exit(1); });
