@@ -20,9 +20,10 @@
  *     character;
  *   - files refused with a message naming what is not supported;
  *   - a RoBERTa demo folder (model_write_demo_encoder, BPE tokenizer.json)
- *     loading through model_load and encoding.
+ *     loading through model_load and encoding;
+ *   - four threads sharing the tokenizers, each with its own scratch.
  *
- * Runs from the repository root; single-threaded; folders under a
+ * Runs from the repository root; folders under a
  * temporary directory removed at the end. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,6 +33,7 @@
 
 #include <ftw.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -308,6 +310,60 @@ static void test_slow_files(void **state)
     assert_int_equal(bad, 0);
     tokenizer_scratch_destroy(s);
     tokenizer_destroy(t);
+}
+
+/* ---- threads ------------------------------------------------------------------ */
+
+struct thr {
+    size_t bad, done;
+};
+
+/* Every golden case, on this thread's own scratch, three times over. */
+static void *thread_main(void *p)
+{
+    struct thr *x = p;
+    struct tokenizer_scratch *s = tokenizer_scratch_new(0);
+    const json_t *cases = json_object_get(golden, "cases"), *c;
+    size_t i;
+    for (int round = 0; round < 3 && s; round++)
+        json_array_foreach(cases, i, c) {
+            int k = setting_index(json_string_value(json_object_get(c, "setting")));
+            const json_t *jt = json_object_get(c, "text"), *jp = json_object_get(c, "pair");
+            size_t nw;
+            int32_t *want = int_array(json_object_get(c, "ids"), &nw);
+            int32_t got[CAP];
+            int n = tokenizer_encode(toks[k], s, json_string_value(jt), json_string_length(jt),
+                                     json_is_string(jp) ? json_string_value(jp) : NULL,
+                                     json_string_length(jp),
+                                     (size_t)json_integer_value(json_object_get(c, "max_len")), 1,
+                                     got, NULL, CAP, NULL, NULL, 0);
+            x->bad += n != (int)nw || memcmp(got, want, nw * sizeof(int32_t));
+            x->done++;
+            free(want);
+        }
+    tokenizer_scratch_destroy(s);
+    return NULL;
+}
+
+/* The loaded tokenizers are shared read-only by threads with their own
+ * scratches. */
+static void test_threads(void **state)
+{
+    (void)state;
+    enum { NT = 4 };
+    pthread_t th[NT];
+    struct thr x[NT];
+    memset(x, 0, sizeof(x));
+    for (int i = 0; i < NT; i++) assert_int_equal(pthread_create(&th[i], NULL, thread_main, &x[i]), 0);
+    size_t bad = 0, done = 0;
+    for (int i = 0; i < NT; i++) {
+        pthread_join(th[i], NULL);
+        bad += x[i].bad;
+        done += x[i].done;
+    }
+    printf("  %d threads: %zu encodings, %zu differ\n", NT, done, bad);
+    assert_int_equal(done, (size_t)NT * 3 * json_array_size(json_object_get(golden, "cases")));
+    assert_int_equal(bad, 0);
 }
 
 /* ---- the pre-tokenizers, code point by code point ---------------------------- */
@@ -652,7 +708,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_goldens),     cmocka_unit_test(test_golden_decodes),
         cmocka_unit_test(test_slow_files),  cmocka_unit_test(test_pretok_sweep),
-        cmocka_unit_test(test_invalid_utf8),
+        cmocka_unit_test(test_threads),     cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_long_inputs), cmocka_unit_test(test_refused),
         cmocka_unit_test(test_demo_roberta),
     };
