@@ -21,7 +21,9 @@
  *   - files refused with a message naming what is not supported;
  *   - a RoBERTa demo folder (model_write_demo_encoder, BPE tokenizer.json)
  *     loading through model_load and encoding;
- *   - four threads sharing the tokenizers, each with its own scratch.
+ *   - four threads sharing the tokenizers, each with its own scratch;
+ *   - random text of any code points decoding back to itself (its NFC
+ *     for llama).
  *
  * Runs from the repository root; folders under a
  * temporary directory removed at the end. */
@@ -40,6 +42,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <utf8proc.h>
 
 #include "../gpu/model.h"
 #include "../text/bpe_impl.h" /* bpe_pre_tokenize, for the sweep */
@@ -589,6 +592,54 @@ static void test_long_inputs(void **state)
     free(ids);
 }
 
+/* Byte-level BPE loses nothing: random text of any code points (but '<'
+ * and '[', which could spell an added token) decodes back to itself
+ * through roberta's tokenizer, and to its NFC through llama's. */
+static void test_round_trip(void **state)
+{
+    (void)state;
+    struct tokenizer_scratch *s = tokenizer_scratch_new(0);
+    static int32_t ids[CAP];
+    char text[512], back[2048];
+    size_t rounds = 3000;
+    for (size_t r = 0; r < rounds; r++) {
+        size_t n = 0, chars = 1 + tu_rand64() % 40;
+        int k = (int)(r % 2) * 2; /* roberta, llama */
+        for (size_t c = 0; c < chars; c++) {
+            uint32_t cp;
+            uint64_t x = tu_rand64();
+            switch (x % 4) {
+            case 0: cp = (uint32_t)(x >> 8) % 0x80; break;         /* ASCII, controls too */
+            case 1: cp = 0x20 + (uint32_t)(x >> 8) % 0x5F; break;  /* printable */
+            case 2: cp = (uint32_t)(x >> 8) % 0x3000; break;       /* Latin ... CJK punct. */
+            default: cp = (uint32_t)(x >> 8) % 0x110000; break;
+            }
+            if ((cp >= 0xD800 && cp <= 0xDFFF) || cp == '<' || cp == '[') cp = 'z';
+            n += uni_utf8_encode(cp, text + n);
+        }
+        int m = tokenizer_encode(toks[k], s, text, n, NULL, 0, 0, 0, ids, NULL, CAP, NULL, NULL, 0);
+        assert_true(m > 0);
+        int dl = tokenizer_decode(toks[k], ids, (size_t)m, back, sizeof(back));
+        /* llama normalizes to NFC first: that is what comes back */
+        utf8proc_uint8_t *nfc = NULL;
+        utf8proc_ssize_t nl = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)n,
+                                           &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        assert_true(nl >= 0);
+        const char *want = k == 2 ? (const char *)nfc : text;
+        size_t wn = k == 2 ? (size_t)nl : n;
+        int same = dl == (int)wn && !memcmp(back, want, wn);
+        free(nfc);
+        if (!same) {
+            char a[1024], b[1024];
+            show(text, n, a, sizeof(a));
+            show(back, dl > 0 ? (size_t)dl : 0, b, sizeof(b));
+            fail_msg("%s: \"%s\" came back as \"%s\"", settings[k], a, b);
+        }
+    }
+    printf("  %zu random texts came back whole\n", rounds);
+    tokenizer_scratch_destroy(s);
+}
+
 /* ---- refused files --------------------------------------------------------------------- */
 
 static void test_refused(void **state)
@@ -709,7 +760,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_goldens),     cmocka_unit_test(test_golden_decodes),
         cmocka_unit_test(test_slow_files),  cmocka_unit_test(test_pretok_sweep),
         cmocka_unit_test(test_threads),     cmocka_unit_test(test_invalid_utf8),
-        cmocka_unit_test(test_long_inputs), cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_long_inputs), cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_refused),
         cmocka_unit_test(test_demo_roberta),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
