@@ -274,45 +274,59 @@ static void test_golden_decodes(void **state)
 }
 
 /* The roberta setting as vocab.json + merges.txt gives its goldens (but
- * for [NEW], an added token only tokenizer.json has). */
+ * for [NEW], an added token only tokenizer.json has): with
+ * tokenizer_config.json naming the specials, with special_tokens_map.json
+ * naming them instead, and with neither (RoBERTa's defaults). */
 static void test_slow_files(void **state)
 {
     (void)state;
-    char dir[128], p[192];
-    folder("slow", dir, sizeof(dir));
-    static const char *const files[] = {"vocab.json", "merges.txt", "tokenizer_config.json"};
-    for (int i = 0; i < 3; i++) {
-        char from[128];
-        snprintf(from, sizeof(from), DATA "slow/%s", files[i]);
-        snprintf(p, sizeof(p), "%s/%s", dir, files[i]);
-        copy_file(from, p);
+    static const char map[] =
+        "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"unk_token\": \"<unk>\", "
+        "\"sep_token\": \"</s>\", \"pad_token\": \"<pad>\", \"cls_token\": \"<s>\", "
+        "\"mask_token\": {\"content\": \"<mask>\", \"lstrip\": true}}";
+    for (int variant = 0; variant < 3; variant++) {
+        char dir[128], p[192], name[32];
+        snprintf(name, sizeof(name), "slow%d", variant);
+        folder(name, dir, sizeof(dir));
+        static const char *const files[] = {"vocab.json", "merges.txt", "tokenizer_config.json"};
+        for (int i = 0; i < (variant == 0 ? 3 : 2); i++) {
+            char from[128];
+            snprintf(from, sizeof(from), DATA "slow/%s", files[i]);
+            snprintf(p, sizeof(p), "%s/%s", dir, files[i]);
+            copy_file(from, p);
+        }
+        if (variant == 1) write_file(dir, "special_tokens_map.json", map);
+        struct tokenizer *t = load(dir);
+        assert_string_equal(tokenizer_kind_name(t), "BPE");
+        assert_int_equal(tokenizer_max_tokens(t), variant == 0 ? 512 : 0);
+        assert_int_equal(tokenizer_vocab_size(t), tokenizer_vocab_size(toks[0]) - 1);
+        assert_int_equal(tokenizer_special_id(t, TOKENIZER_CLS), 0);
+        assert_int_equal(tokenizer_special_id(t, TOKENIZER_PAD), 1);
+        assert_int_equal(tokenizer_special_id(t, TOKENIZER_SEP), 2);
+        assert_int_equal(tokenizer_special_id(t, TOKENIZER_UNK), 3);
+        assert_int_equal(tokenizer_special_id(t, TOKENIZER_MASK),
+                         tokenizer_special_id(toks[0], TOKENIZER_MASK));
+        struct tokenizer_scratch *s = tokenizer_scratch_new(0);
+        const json_t *cases = json_object_get(golden, "cases"), *c;
+        size_t i, bad = 0, n = 0;
+        json_array_foreach(cases, i, c) {
+            const char *set = json_string_value(json_object_get(c, "setting"));
+            const json_t *pair = json_object_get(c, "pair");
+            if (strcmp(set, "roberta") ||
+                strstr(json_string_value(json_object_get(c, "text")), "[NEW]") ||
+                (json_is_string(pair) && strstr(json_string_value(pair), "[NEW]")))
+                continue;
+            bad += (size_t)check_case(t, s, c, 1, i);
+            n++;
+        }
+        printf("  slow files (%s): %zu cases, %zu differ\n",
+               variant == 0 ? "tokenizer_config.json" : variant == 1 ? "special_tokens_map.json"
+                                                                     : "defaults",
+               n, bad);
+        assert_int_equal(bad, 0);
+        tokenizer_scratch_destroy(s);
+        tokenizer_destroy(t);
     }
-    struct tokenizer *t = load(dir);
-    assert_string_equal(tokenizer_kind_name(t), "BPE");
-    assert_int_equal(tokenizer_max_tokens(t), 512);
-    assert_int_equal(tokenizer_vocab_size(t), tokenizer_vocab_size(toks[0]) - 1);
-    assert_int_equal(tokenizer_special_id(t, TOKENIZER_CLS), 0);
-    assert_int_equal(tokenizer_special_id(t, TOKENIZER_PAD), 1);
-    assert_int_equal(tokenizer_special_id(t, TOKENIZER_SEP), 2);
-    assert_int_equal(tokenizer_special_id(t, TOKENIZER_UNK), 3);
-    assert_int_equal(tokenizer_special_id(t, TOKENIZER_MASK),
-                     tokenizer_special_id(toks[0], TOKENIZER_MASK));
-    struct tokenizer_scratch *s = tokenizer_scratch_new(0);
-    const json_t *cases = json_object_get(golden, "cases"), *c;
-    size_t i, bad = 0, n = 0;
-    json_array_foreach(cases, i, c) {
-        const char *set = json_string_value(json_object_get(c, "setting"));
-        const json_t *pair = json_object_get(c, "pair");
-        if (strcmp(set, "roberta") || strstr(json_string_value(json_object_get(c, "text")), "[NEW]") ||
-            (json_is_string(pair) && strstr(json_string_value(pair), "[NEW]")))
-            continue;
-        bad += (size_t)check_case(t, s, c, 1, i);
-        n++;
-    }
-    printf("  slow files: %zu cases, %zu differ\n", n, bad);
-    assert_int_equal(bad, 0);
-    tokenizer_scratch_destroy(s);
-    tokenizer_destroy(t);
 }
 
 /* ---- threads ------------------------------------------------------------------ */

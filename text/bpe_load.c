@@ -732,13 +732,13 @@ struct bpe_cfg {
 static const char *const bpe_cfg_keys[7] = {"bos_token", "eos_token", "unk_token", "sep_token",
                                             "pad_token", "cls_token", "mask_token"};
 
-/* Reads dir/tokenizer_config.json into c when the folder has one. */
-static int bpe_read_cfg(const char *dir, struct bpe_cfg *c, int want_tokens, char *errstr,
-                        size_t errstr_size)
+/* dir/name parsed into *root (new; NULL when the folder has no such
+ * file), path filled. 0, or -1 with errstr filled. */
+static int bpe_cfg_file(const char *dir, const char *name, json_t **root, char *path,
+                        size_t path_cap, char *errstr, size_t errstr_size)
 {
-    memset(c, 0, sizeof(*c));
-    char path[4200];
-    if (snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir) >= (int)sizeof(path)) {
+    *root = NULL;
+    if (snprintf(path, path_cap, "%s/%s", dir, name) >= (int)path_cap) {
         bpe_seterr(errstr, errstr_size, "%s: path too long", dir);
         return -1;
     }
@@ -746,52 +746,89 @@ static int bpe_read_cfg(const char *dir, struct bpe_cfg *c, int want_tokens, cha
     size_t len;
     char *buf = tokenizer_read_file(path, &len, errstr, errstr_size);
     if (!buf) return -1;
-    int rc = -1;
     json_error_t jerr;
-    json_t *root = json_loadb(buf, len, JSON_DECODE_INT_AS_REAL, &jerr);
-    if (!root || !json_is_object(root)) {
-        bpe_seterr(errstr, errstr_size, "%s: %s", path, root ? "not a JSON object" : jerr.text);
-        goto out;
+    /* integers as reals: transformers writes int(1e30) for "no limit" */
+    *root = json_loadb(buf, len, JSON_DECODE_INT_AS_REAL, &jerr);
+    free(buf);
+    if (!*root || !json_is_object(*root)) {
+        bpe_seterr(errstr, errstr_size, "%s: %s", path, *root ? "not a JSON object" : jerr.text);
+        json_decref(*root);
+        *root = NULL;
+        return -1;
     }
-    const json_t *m = json_object_get(root, "model_max_length");
-    if (m && !json_is_null(m)) {
-        double d = json_is_number(m) ? json_number_value(m) : -1.0;
-        if (d < 0 || (d < 9007199254740992.0 && d != (double)(size_t)d)) {
-            bpe_seterr(errstr, errstr_size, "%s: model_max_length is not a non-negative integer",
-                       path);
-            goto out;
-        }
-        c->max_len = d >= 9007199254740992.0 ? 0 : (size_t)d;
-    }
-    if (want_tokens && bpe_json_bool(root, "add_prefix_space", &c->add_prefix_space, path,
-                                     "config", errstr, errstr_size))
-        goto out;
-    for (int i = 0; i < 7 && want_tokens; i++) {
+    return 0;
+}
+
+/* The special tokens root names (a string or {"content": ...}) that c
+ * does not have yet. */
+static int bpe_cfg_tokens(const json_t *root, const char *path, struct bpe_cfg *c, char *errstr,
+                          size_t errstr_size)
+{
+    for (int i = 0; i < 7; i++) {
         const json_t *v = json_object_get(root, bpe_cfg_keys[i]);
+        if (c->tok[i][0] || !v || json_is_null(v)) continue;
         if (json_is_object(v)) {
             if (i == 6) {
                 int ls = 0;
                 if (bpe_json_bool(v, "lstrip", &ls, path, bpe_cfg_keys[i], errstr, errstr_size))
-                    goto out;
+                    return -1;
                 c->mask_lstrip = ls;
             }
             v = json_object_get(v, "content");
         } else if (i == 6) {
             c->mask_lstrip = 1; /* RobertaTokenizer makes <mask> lstrip */
         }
-        if (!v || json_is_null(v)) continue;
         if (!json_is_string(v) || json_string_length(v) > BPE_ADDED_MAX_BYTES ||
             strlen(json_string_value(v)) != json_string_length(v)) {
             bpe_seterr(errstr, errstr_size, "%s: %s is not a token string of at most %d bytes", path,
                        bpe_cfg_keys[i], BPE_ADDED_MAX_BYTES);
-            goto out;
+            return -1;
         }
         memcpy(c->tok[i], json_string_value(v), json_string_length(v) + 1);
+    }
+    return 0;
+}
+
+/* Reads dir/tokenizer_config.json into c when the folder has one; with
+ * want_tokens, also add_prefix_space and the special tokens, those it
+ * lacks from special_tokens_map.json. */
+static int bpe_read_cfg(const char *dir, struct bpe_cfg *c, int want_tokens, char *errstr,
+                        size_t errstr_size)
+{
+    memset(c, 0, sizeof(*c));
+    char path[4200];
+    json_t *root = NULL;
+    int rc = -1;
+    if (bpe_cfg_file(dir, "tokenizer_config.json", &root, path, sizeof(path), errstr,
+                     errstr_size))
+        return -1;
+    if (root) {
+        const json_t *m = json_object_get(root, "model_max_length");
+        if (m && !json_is_null(m)) {
+            double d = json_is_number(m) ? json_number_value(m) : -1.0;
+            if (d < 0 || (d < 9007199254740992.0 && d != (double)(size_t)d)) {
+                bpe_seterr(errstr, errstr_size,
+                           "%s: model_max_length is not a non-negative integer", path);
+                goto out;
+            }
+            c->max_len = d >= 9007199254740992.0 ? 0 : (size_t)d;
+        }
+        if (want_tokens &&
+            (bpe_json_bool(root, "add_prefix_space", &c->add_prefix_space, path, "config",
+                           errstr, errstr_size) ||
+             bpe_cfg_tokens(root, path, c, errstr, errstr_size)))
+            goto out;
+    }
+    if (want_tokens) {
+        json_decref(root);
+        if (bpe_cfg_file(dir, "special_tokens_map.json", &root, path, sizeof(path), errstr,
+                         errstr_size) ||
+            (root && bpe_cfg_tokens(root, path, c, errstr, errstr_size)))
+            goto out;
     }
     rc = 0;
 out:
     json_decref(root);
-    free(buf);
     return rc;
 }
 
@@ -990,7 +1027,9 @@ fail:
 /* RoBERTa's (and GPT-2's) slow tokenizer files: vocab.json, merges.txt
  * ("#version" first line optional, "a b" per line), ByteLevel with the
  * GPT-2 regex and tokenizer_config.json's add_prefix_space (default
- * false), its special tokens as special added tokens (mask_token lstrip
+ * false), the special tokens tokenizer_config.json or
+ * special_tokens_map.json names (else RoBERTa's or GPT-2's defaults, by
+ * what the vocabulary holds) as special added tokens (mask_token lstrip
  * as RobertaTokenizer makes it), and RobertaProcessing when cls and sep
  * are both named (GPT-2's files name neither: no specials added). */
 struct bpe_tok *bpe_from_files(const char *dir, size_t *max_tokens, char *errstr,
@@ -1043,6 +1082,19 @@ struct bpe_tok *bpe_from_files(const char *dir, size_t *max_tokens, char *errstr
         }
         src[json_integer_value(val)].s = key;
         src[json_integer_value(val)].n = strlen(key);
+    }
+    /* no file names the specials: RoBERTa's when the vocabulary has <s>
+     * and </s>, GPT-2's <|endoftext|> when it has that, as the slow
+     * tokenizers' defaults are */
+    int named = 0;
+    for (int i = 0; i < 7; i++) named |= cfg.tok[i][0] != 0;
+    if (!named && json_object_get(vocab, "<s>") && json_object_get(vocab, "</s>")) {
+        static const char *const rob[7] = {"<s>", "</s>", "<unk>", "</s>", "<pad>", "<s>",
+                                           "<mask>"};
+        for (int i = 0; i < 7; i++) snprintf(cfg.tok[i], sizeof(cfg.tok[i]), "%s", rob[i]);
+        cfg.mask_lstrip = 1;
+    } else if (!named && json_object_get(vocab, "<|endoftext|>")) {
+        for (int i = 0; i < 3; i++) snprintf(cfg.tok[i], sizeof(cfg.tok[i]), "<|endoftext|>");
     }
     /* specials missing from vocab.json are added after it, as transformers
      * does */
