@@ -11,14 +11,14 @@ NVCC    ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc
 CUDART_A := $(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart_static.a \
               $(CUDA_HOME)/lib/libcudart_static.a \
               $(CUDA_HOME)/targets/*-linux/lib/libcudart_static.a))
-PKGS    := rdkafka hiredis msgpack libconfig jansson openblas libmicrohttpd libutf8proc
+PKGS    := rdkafka hiredis msgpack libconfig jansson openblas libmicrohttpd libutf8proc libpcre2-8
 VERSION := 0.1.0
 
 # Debian 12 packages the build, tests and demo need (make deps installs them).
 DEB_PKGS := gcc make pkg-config librdkafka-dev libhiredis-dev libmsgpack-dev \
             libconfig-dev libopenblas-dev libjansson-dev libcmocka-dev \
             redis-server kafkacat libmicrohttpd-dev curl prometheus python3-yaml \
-            libutf8proc-dev python3-torch
+            libutf8proc-dev python3-torch libpcre2-dev
 
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2
 ifeq ($(WERROR),1)

@@ -11,6 +11,7 @@
 #include "model.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -118,6 +119,122 @@ static int write_text(const char *path, const char *text, char *errstr, size_t e
     return 0;
 }
 
+/* UTF-8 of GPT-2's byte character for byte b (bytes_to_unicode: printable
+ * Latin-1 bytes are themselves, the other 68 take U+0100 on). */
+static size_t demo_byte_char(int b, char out[3])
+{
+    int k = 0, cp = b;
+    int keep = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+    if (!keep) {
+        for (int x = 0; x < b; x++)
+            k += !((x >= 0x21 && x <= 0x7e) || (x >= 0xa1 && x <= 0xac) || x >= 0xae);
+        cp = 256 + k;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = '\0';
+        return 1;
+    }
+    out[0] = (char)(0xC0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3F));
+    out[2] = '\0';
+    return 2;
+}
+
+/* RoBERTa's tokenizer as Hugging Face saves it: tokenizer.json with a
+ * byte-level BPE model (<s> <pad> </s> <unk> <mask> first, the 256 byte
+ * characters, then each demo word, bare and after a space (Ġ), built by a
+ * chain of merges, one character at a time), the ByteLevel pre-tokenizer
+ * and decoder, RobertaProcessing. *vocab gets the number of ids. */
+static int demo_bpe_tokenizer(const char *dir, size_t *vocab, char *errstr, size_t errstr_size)
+{
+    char path[4200];
+    int rc = -1;
+    json_t *v = json_object(), *merges = json_array(), *root = NULL;
+    char *text = NULL;
+    if (!v || !merges) goto oom;
+    size_t n = 0;
+    static const char *const specials[] = {"<s>", "<pad>", "</s>", "<unk>", "<mask>"};
+    for (size_t i = 0; i < 5; i++)
+        if (json_object_set_new(v, specials[i], json_integer((json_int_t)n++))) goto oom;
+    for (int b = 0; b < 256; b++) {
+        char c[3];
+        demo_byte_char(b, c);
+        if (json_object_set_new(v, c, json_integer((json_int_t)n++))) goto oom;
+    }
+    for (size_t w = 0; w < sizeof(demo_words) / sizeof(demo_words[0]); w++) {
+        const char *word = demo_words[w];
+        if (!strncmp(word, "##", 2)) continue;
+        for (int sp = 0; sp < 2; sp++) {
+            char form[64], prev[64];
+            size_t fl = 0;
+            if (sp) fl = demo_byte_char(' ', form);
+            for (const char *q = word; *q && fl + 3 < sizeof(form); q++)
+                fl += demo_byte_char((unsigned char)*q, form + fl);
+            form[fl] = '\0';
+            /* the chain: prefix + next character, each a merge */
+            size_t first = ((unsigned char)form[0] & 0x80) ? 2 : 1, at = first;
+            memcpy(prev, form, first);
+            prev[first] = '\0';
+            while (at < fl) {
+                char next[64], m[160];
+                size_t cl = ((unsigned char)form[at] & 0x80) ? 2 : 1;
+                memcpy(next, form + at, cl);
+                next[cl] = '\0';
+                snprintf(m, sizeof(m), "%s %s", prev, next);
+                memcpy(prev, form, at + cl);
+                prev[at + cl] = '\0';
+                at += cl;
+                if (json_object_get(v, prev)) continue;
+                if (json_object_set_new(v, prev, json_integer((json_int_t)n++)) ||
+                    json_array_append_new(merges, json_string(m)))
+                    goto oom;
+            }
+        }
+    }
+    static const char bl[] =
+        "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
+        "\"use_regex\": true}";
+    json_error_t jerr;
+    root = json_loads("{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, "
+                      "\"added_tokens\": [], \"normalizer\": null}", 0, &jerr);
+    json_t *added = json_object_get(root, "added_tokens");
+    if (!root) goto oom;
+    for (int i = 0; i < 5; i++)
+        if (json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", i,
+                                                   "content", specials[i], "single_word", 0,
+                                                   "lstrip", i == 4, "rstrip", 0, "normalized",
+                                                   0, "special", 1)))
+            goto oom;
+    if (json_object_set_new(root, "pre_tokenizer", json_loads(bl, 0, &jerr)) ||
+        json_object_set_new(root, "post_processor",
+                            json_pack("{s:s, s:[s, i], s:[s, i], s:b, s:b}", "type",
+                                      "RobertaProcessing", "sep", "</s>", 2, "cls", "<s>", 0,
+                                      "trim_offsets", 1, "add_prefix_space", 0)) ||
+        json_object_set_new(root, "decoder", json_loads(bl, 0, &jerr)) ||
+        json_object_set_new(root, "model",
+                            json_pack("{s:s, s:n, s:n, s:s, s:s, s:b, s:b, s:O, s:O}", "type",
+                                      "BPE", "dropout", "unk_token", "continuing_subword_prefix",
+                                      "", "end_of_word_suffix", "", "fuse_unk", 0,
+                                      "byte_fallback", 0, "vocab", v, "merges", merges)))
+        goto oom;
+    if (!root || !(text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_COMPACT))) goto oom;
+    if (path_in(path, sizeof(path), dir, "tokenizer.json") < 0 ||
+        write_text(path, text, errstr, errstr_size) < 0)
+        goto out;
+    *vocab = n;
+    rc = 0;
+    goto out;
+oom:
+    snprintf(errstr, errstr_size, "%s: out of memory writing tokenizer.json", dir);
+out:
+    free(text);
+    json_decref(root);
+    json_decref(v);
+    json_decref(merges);
+    return rc;
+}
+
 /* What a family's folder holds: its config.json keys, architectures,
  * vocabulary specials and tensor names (as Hugging Face saves them; a
  * classifier's encoder tensors under the family's prefix, except BERT's,
@@ -213,6 +330,57 @@ static void demo_config(const struct demo_family *f, char *buf, size_t cap, size
     snprintf(buf + n, cap - (size_t)n, "\n}\n");
 }
 
+/* The WordPiece vocabulary (vocab.txt): specials (BERT's, or <s> <pad>
+ * </s> <unk> <mask> for MPNet), then letters, digits, punctuation, words.
+ * *vocab gets the number of ids. */
+static int demo_wordpiece_vocab(const struct demo_family *f, const char *dir, size_t *vocab,
+                                char *errstr, size_t errstr_size)
+{
+    char path[4200];
+    size_t cap = 1 << 16, len = 0;
+    *vocab = 0;
+    char *v = malloc(cap);
+    if (!v) {
+        snprintf(errstr, errstr_size, "%s demo: out of memory", f->kind);
+        return -1;
+    }
+#define ADD(tok)                                                                         \
+    do {                                                                                 \
+        len += (size_t)snprintf(v + len, cap - len, "%s\n", (tok));                      \
+        (*vocab)++;                                                                      \
+    } while (0)
+    static const char *const specials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+    /* RoBERTa's and MPNet's order: the padding id is 1, as their
+     * positions assume. */
+    static const char *const bos_specials[] = {"<s>", "<pad>", "</s>", "<unk>", "<mask>"};
+    for (size_t i = 0; i < 5; i++) ADD(f->bos_specials ? bos_specials[i] : specials[i]);
+    char one[8];
+    for (int c = 33; c < 127; c++) {
+        if (c >= 'A' && c <= 'Z') continue; /* uncased */
+        snprintf(one, sizeof(one), "%c", c);
+        ADD(one);
+    }
+    for (char c = 'a'; c <= 'z'; c++) {
+        snprintf(one, sizeof(one), "##%c", c);
+        ADD(one);
+    }
+    for (size_t i = 0; i < sizeof(demo_words) / sizeof(demo_words[0]); i++) {
+        /* A word listed twice would make the vocabulary invalid. */
+        int dup = 0;
+        for (size_t k = 0; k < i; k++) dup |= !strcmp(demo_words[k], demo_words[i]);
+        if (!dup && strlen(demo_words[i]) > 1 && strncmp(demo_words[i], "##", 2) != 0) ADD(demo_words[i]);
+        else if (!dup && !strncmp(demo_words[i], "##", 2) && strlen(demo_words[i]) > 3) ADD(demo_words[i]);
+    }
+#undef ADD
+    int rc = path_in(path, sizeof(path), dir, "vocab.txt") < 0 ||
+                     write_text(path, v, errstr, errstr_size) < 0
+                 ? -1
+                 : 0;
+    if (rc && !path[0]) snprintf(errstr, errstr_size, "%s: path too long", dir);
+    free(v);
+    return rc;
+}
+
 int model_write_demo_bert(const char *dir, size_t layers, size_t hidden, size_t heads,
                           size_t intermediate, size_t n_labels, uint64_t seed, char *errstr,
                           size_t errstr_size)
@@ -245,41 +413,13 @@ int model_write_demo_encoder(const char *dir, const char *kind, size_t layers, s
         snprintf(errstr, errstr_size, "%s: %s", dir, strerror(errno));
         return -1;
     }
-    /* vocab.txt: specials, then letters, digits, punctuation, words. */
-    size_t cap = 1 << 16, len = 0, vocab = 0;
-    char *v = malloc(cap);
-    if (!v) goto oom;
-#define ADD(tok)                                                                         \
-    do {                                                                                 \
-        len += (size_t)snprintf(v + len, cap - len, "%s\n", (tok));                      \
-        vocab++;                                                                         \
-    } while (0)
-    static const char *const specials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
-    /* RoBERTa's and MPNet's order: the padding id is 1, as their
-     * positions assume. */
-    static const char *const bos_specials[] = {"<s>", "<pad>", "</s>", "<unk>", "<mask>"};
-    for (size_t i = 0; i < 5; i++) ADD(f->bos_specials ? bos_specials[i] : specials[i]);
-    char one[8];
-    for (int c = 33; c < 127; c++) {
-        if (c >= 'A' && c <= 'Z') continue; /* uncased */
-        snprintf(one, sizeof(one), "%c", c);
-        ADD(one);
-    }
-    for (char c = 'a'; c <= 'z'; c++) {
-        snprintf(one, sizeof(one), "##%c", c);
-        ADD(one);
-    }
-    for (size_t i = 0; i < sizeof(demo_words) / sizeof(demo_words[0]); i++) {
-        /* A word listed twice would make the vocabulary invalid. */
-        int dup = 0;
-        for (size_t k = 0; k < i; k++) dup |= !strcmp(demo_words[k], demo_words[i]);
-        if (!dup && strlen(demo_words[i]) > 1 && strncmp(demo_words[i], "##", 2) != 0) ADD(demo_words[i]);
-        else if (!dup && !strncmp(demo_words[i], "##", 2) && strlen(demo_words[i]) > 3) ADD(demo_words[i]);
-    }
-#undef ADD
-    if (path_in(path, sizeof(path), dir, "vocab.txt") < 0 ||
-        write_text(path, v, errstr, errstr_size) < 0)
-        goto fail;
+    /* The tokenizer: RoBERTa's a byte-level BPE tokenizer.json, the
+     * others a WordPiece vocab.txt. */
+    size_t vocab = 0;
+    if ((!strcmp(f->kind, "roberta") ? demo_bpe_tokenizer(dir, &vocab, errstr, errstr_size)
+                                     : demo_wordpiece_vocab(f, dir, &vocab, errstr, errstr_size)) <
+        0)
+        return -1;
 
     char buf[2048];
     demo_config(f, buf, sizeof(buf), vocab, layers, hidden, heads, intermediate, n_labels);
@@ -392,11 +532,7 @@ done:
     free(names);
     free(shapes);
     free(t);
-    free(v);
     return rc;
-oom:
-    snprintf(errstr, errstr_size, "%s demo: out of memory", f->kind);
 fail:
-    free(v);
     return -1;
 }

@@ -370,11 +370,12 @@ int model_write_demo_bert(const char *dir, size_t layers, size_t hidden, size_t 
  * "distilbert": model_demo_encoder_kinds lists them), with the family's
  * config.json keys, architectures and tensor names (a classifier's
  * encoder tensors under its prefix, "roberta." ..., as Hugging Face saves
- * them; BERT's bare). The vocabulary is WordPiece (vocab.txt) for every
- * family; RoBERTa's and MPNet's put <s> <pad> </s> <unk> <mask> first (the
- * padding id 1 their positions count from) and name them in
- * tokenizer_config.json. Real RoBERTa and XLM-R folders need BPE and
- * Unigram tokenizers, which kinfer does not read yet. */
+ * them; BERT's bare). RoBERTa's tokenizer is byte-level BPE, as the real
+ * ones are (tokenizer.json: the 256 byte characters and the demo words
+ * with their merges, RobertaProcessing); the others' is WordPiece
+ * (vocab.txt). RoBERTa's and MPNet's put <s> <pad> </s> <unk> <mask>
+ * first (the padding id 1 their positions count from) and name them in
+ * tokenizer_config.json. */
 int model_write_demo_encoder(const char *dir, const char *kind, size_t layers, size_t hidden,
                              size_t heads, size_t intermediate, size_t n_labels, uint64_t seed,
                              char *errstr, size_t errstr_size);

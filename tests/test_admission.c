@@ -6,8 +6,10 @@
  * error code and message, or dead-lettered with its bytes. Every record's
  * offset is tracked. Cases are a table.
  *
- * Models: a demo BERT folder ("emb", tiny, written here) and a demo MLP
- * ("mlp", 8 -> 4) on the CPU backend. Single-threaded; the folder lives in
+ * Models: a demo BERT folder ("emb", tiny, written here), a demo MLP
+ * ("mlp", 8 -> 4), and demo RoBERTa ("rob", byte-level BPE, one token
+ * type) and MPNet ("mpn", WordPiece, one token type) folders, on the CPU
+ * backend. Single-threaded; the folder lives in
  * a temporary directory removed at the end. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,6 +38,7 @@
 
 #define TOPIC "adm.jobs"
 #define MAX_TOKENS 64
+#define N_MODELS 4
 
 static char dir[64];
 
@@ -43,7 +46,7 @@ static char dir[64];
 struct fx {
     struct kcfg *cfg;
     struct model_runtime *rt;
-    struct model *models[2]; /* emb, mlp: the config's order */
+    struct model *models[N_MODELS]; /* emb, mlp, rob, mpn: the config's order */
     struct batcher *batcher;
     struct jobq sink, done;
     struct offsets *offsets;
@@ -65,8 +68,8 @@ struct acase {
     enum intake_admitted want;
     int model_idx;              /* queued: the model it routes to */
     size_t rows;                /* queued: rows */
-    const char *text[2];        /* queued, emb: each row's text, tokenized as the job was */
-    const char *pair;           /* queued, emb: the first row's pair */
+    const char *text[2];        /* queued, encoders: each row's text, tokenized as the job was */
+    const char *pair;           /* queued, encoders: the first row's pair */
     enum proto_err err;         /* answered: the code */
     const char *msg;            /* answered or dead: a substring of the message */
     const char *id;             /* the job's id, when it has one */
@@ -119,13 +122,30 @@ static const struct acase cases[] = {
      .err = PROTO_ERR_INVALID_INPUT, .msg = "text", .id = "m"},
     {"not a job", "\x01\x02 garbage", NULL, NULL, INTAKE_DEAD, .msg = ""},
     {"JSON without an id or key", "{\"text\": [\"x\"]}", NULL, NULL, INTAKE_DEAD, .msg = "id"},
+    {"a pair to RoBERTa (one token type, pairs all type 0)",
+     "{\"id\": \"n\", \"model\": \"rob\", \"text\": [\"the movie\"], \"text_pair\": "
+     "[\"was great\"]}",
+     NULL, NULL, INTAKE_QUEUED, 2, 1, {"the movie"}, "was great", .id = "n"},
+    {"RoBERTa text", "{\"id\": \"o\", \"model\": \"rob\", \"text\": [\"Kafka and Redis.\", "
+     "\"ok\"]}",
+     NULL, NULL, INTAKE_QUEUED, 2, 2, {"Kafka and Redis.", "ok"}, .id = "o"},
+    {"a pair to MPNet (one token type, its tokenizer gives the pair type 1)",
+     "{\"id\": \"p\", \"model\": \"mpn\", \"text\": [\"the movie\"], \"text_pair\": "
+     "[\"was great\"]}",
+     NULL, NULL, INTAKE_ANSWERED, .err = PROTO_ERR_INVALID_INPUT,
+     .msg = "model mpn has 1 token type: its tokenizer gives type id 1 to a text_pair, so it "
+            "takes none",
+     .id = "p"},
+    {"MPNet text", "{\"id\": \"q\", \"model\": \"mpn\", \"text\": [\"the movie\"]}", NULL,
+     NULL, INTAKE_QUEUED, 3, 1, {"the movie"}, .id = "q"},
 };
 
 /* The ids the model's own tokenizer gives row text (and pair), as the
  * intake should have put them in the job. */
-static int want_ids(const char *text, const char *pair, int32_t *ids, int32_t *types)
+static int want_ids(int model_idx, const char *text, const char *pair, int32_t *ids,
+                    int32_t *types)
 {
-    const struct model_encoder_info *e = model_encoder(F.models[0]);
+    const struct model_encoder_info *e = model_encoder(F.models[model_idx]);
     struct tokenizer_scratch *s = tokenizer_scratch_new(0);
     assert_non_null(s);
     char err[256];
@@ -141,14 +161,14 @@ static void check_queued(const struct acase *c, struct job *j)
 {
     assert_int_equal(j->model_idx, c->model_idx);
     assert_int_equal(j->rows, c->rows);
-    if (c->model_idx != 0) {
+    if (c->model_idx == 1) { /* the mlp */
         assert_null(j->ids);
         return;
     }
     assert_non_null(j->offs);
     for (size_t r = 0; r < c->rows; r++) {
         int32_t ids[256], types[256];
-        int n = want_ids(c->text[r], r == 0 ? c->pair : NULL, ids, types);
+        int n = want_ids(c->model_idx, c->text[r], r == 0 ? c->pair : NULL, ids, types);
         size_t b = j->offs[r], len = j->offs[r + 1] - b;
         if (len != (size_t)n) fail_msg("%s: row %zu is %zu tokens, want %d", c->what, r, len, n);
         assert_memory_equal(j->ids + b, ids, len * sizeof(int32_t));
@@ -221,14 +241,20 @@ static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *
 static int setup(void **state)
 {
     (void)state;
-    char err[512], emb[128], mlp[128], cfgp[128];
+    char err[512], emb[128], mlp[128], rob[128], mpn[128], cfgp[128];
     snprintf(dir, sizeof(dir), "/tmp/kinfer-adm-XXXXXX");
     if (!mkdtemp(dir)) return -1;
     snprintf(emb, sizeof(emb), "%s/emb", dir);
     snprintf(mlp, sizeof(mlp), "%s/mlp.safetensors", dir);
+    snprintf(rob, sizeof(rob), "%s/rob", dir);
+    snprintf(mpn, sizeof(mpn), "%s/mpn", dir);
     snprintf(cfgp, sizeof(cfgp), "%s/adm.cfg", dir);
     if (model_write_demo_bert(emb, 2, 32, 4, 64, 0, tu_rand64(), err, sizeof(err)) < 0 ||
-        model_write_demo(mlp, 8, 16, 4, tu_rand64(), err, sizeof(err)) < 0) {
+        model_write_demo(mlp, 8, 16, 4, tu_rand64(), err, sizeof(err)) < 0 ||
+        model_write_demo_encoder(rob, "roberta", 1, 16, 2, 32, 0, tu_rand64(), err,
+                                 sizeof(err)) < 0 ||
+        model_write_demo_encoder(mpn, "mpnet", 1, 16, 2, 32, 0, tu_rand64(), err,
+                                 sizeof(err)) < 0) {
         fprintf(stderr, "test_admission: %s\n", err);
         return -1;
     }
@@ -242,7 +268,8 @@ static int setup(void **state)
             "  { name = \"mlp\"; path = \"mlp.safetensors\";\n"
             "    layers = ( { op = \"dense\"; weight = \"0.weight\"; bias = \"0.bias\"; },\n"
             "               { op = \"relu\"; },\n"
-            "               { op = \"dense\"; weight = \"2.weight\"; bias = \"2.bias\"; } ); } );\n"
+            "               { op = \"dense\"; weight = \"2.weight\"; bias = \"2.bias\"; } ); },\n"
+            "  { name = \"rob\"; path = \"rob\"; }, { name = \"mpn\"; path = \"mpn\"; } );\n"
             "worker = { backend = \"cpu\"; };\n",
             MAX_TOKENS);
     fclose(f);
@@ -258,13 +285,13 @@ static int setup(void **state)
         fprintf(stderr, "test_admission: runtime: %s\n", err);
         return -1;
     }
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; i < N_MODELS; i++) {
         if (!(F.models[i] = model_load(F.rt, &F.cfg->models[i], err, sizeof(err)))) {
             fprintf(stderr, "test_admission: %s\n", err);
             return -1;
         }
     }
-    struct batcher_conf bc = {.n_models = 2, .max_batch_rows = 16, .max_wait_ms = 5,
+    struct batcher_conf bc = {.n_models = N_MODELS, .max_batch_rows = 16, .max_wait_ms = 5,
                               .max_batch_tokens = 4096};
     F.batcher = batcher_new(&bc);
     jobq_init(&F.sink);
@@ -274,7 +301,7 @@ static int setup(void **state)
     F.opts.priority = -1;
     atomic_init(&F.fatal, 0);
     if (!F.batcher || !F.offsets || !F.stats) return -1;
-    struct intake_conf ic = {.cfg = F.cfg, .opts = &F.opts, .models = F.models, .n_models = 2,
+    struct intake_conf ic = {.cfg = F.cfg, .opts = &F.opts, .models = F.models, .n_models = N_MODELS,
                              .default_model = 0, .model_override = -1, .batcher = F.batcher,
                              .sink = &F.sink, .offsets = F.offsets, .stats = F.stats,
                              .fatal = &F.fatal, .max_record_bytes = 1 << 20};
@@ -295,7 +322,7 @@ static int teardown(void **state)
     jobq_fini(&F.sink);
     batcher_destroy(F.batcher);
     stats_destroy(F.stats);
-    for (size_t i = 0; i < 2; i++) model_destroy(F.models[i]);
+    for (size_t i = 0; i < N_MODELS; i++) model_destroy(F.models[i]);
     model_runtime_destroy(F.rt);
     cfg_destroy(F.cfg);
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);

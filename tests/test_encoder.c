@@ -875,7 +875,7 @@ static const struct bad_folder bad_folders[] = {
     {"vocab.txt longer than vocab_size", {0}, .cfg_key = "vocab_size", .cfg_json = "10",
      .want = {"the tokenizer has ", " tokens, the model's vocab_size is 10"}},
     {"no vocab.txt", {0}, .rm = "vocab.txt",
-     .want = {"no tokenizer.json or vocab.txt in the folder"}},
+     .want = {"no tokenizer.json in the folder (nor vocab.txt, merges.txt)"}},
     {"max_tokens over max_position_embeddings", {0}, .max_tokens = 41,
      .want = {"encoder.max_tokens 41 is more than the 40 tokens max_position_embeddings 40 "
               "allows"}},

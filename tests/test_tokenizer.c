@@ -165,16 +165,17 @@ static void test_refused(void **state)
         int lowercase;
         const char *want[2];  /* substrings of the message */
     } rows[] = {
-        {"an empty folder", NULL, 0, -1, {"no tokenizer.json or vocab.txt in the folder"}},
+        {"an empty folder", NULL, 0, -1,
+         {"no tokenizer.json in the folder (nor vocab.txt, merges.txt)"}},
         {"a Unigram model", "{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", 1, -1,
-         {"tokenizer.json: model type \"Unigram\" is not supported", "(supported: WordPiece)"}},
-        {"a BPE model", "{\"model\": {\"type\": \"BPE\"}}", 0, -1,
-         {"model type \"BPE\" is not supported"}},
+         {"tokenizer.json: model type \"Unigram\" is not supported", "(supported: WordPiece, BPE)"}},
+        {"a BPE model without a vocabulary", "{\"model\": {\"type\": \"BPE\"}}", 0, -1,
+         {"tokenizer.json: model.vocab is not a non-empty object"}},
         {"no model.type", "{\"model\": {\"vocab\": {}}}", 1, -1,
          {"tokenizer.json: model.type is missing"}},
         {"not JSON", "{\"model\": ", 0, -1, {"tokenizer.json: line "}},
         {"not an object", "[1, 2]", 0, -1, {"tokenizer.json: not a JSON object"}},
-        {"a lowercase override without vocab.txt", NULL, 0, 1, {"no tokenizer.json or vocab.txt"}},
+        {"a lowercase override without vocab.txt", NULL, 0, 1, {"no tokenizer.json in the folder"}},
         {"a WordPiece file that is not BERT's",
          "{\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\","
          " \"vocab\": {\"[UNK]\": 0}},"

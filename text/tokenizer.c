@@ -23,6 +23,7 @@
 /* Every implementation, in the order a plain-file folder is tried. */
 static const struct tokenizer_impl *const tok_impls[] = {
     &wp_tokenizer_impl,
+    &bpe_tokenizer_impl,
 };
 #define TOK_N_IMPLS (sizeof(tok_impls) / sizeof(tok_impls[0]))
 
@@ -184,8 +185,16 @@ struct tokenizer *tokenizer_load(const char *dir, const struct tokenizer_opts *o
             }
         }
         if (!impl) {
-            tok_seterr(errstr, errstr_size, "%s: no tokenizer.json or vocab.txt in the folder",
-                       dir);
+            char names[256] = "";
+            for (size_t i = 0, at = 0; i < TOK_N_IMPLS && at < sizeof(names); i++) {
+                if (!tok_impls[i]->plain_file) continue;
+                int k = snprintf(names + at, sizeof(names) - at, "%s%s", at ? ", " : "",
+                                 tok_impls[i]->plain_file);
+                if (k < 0) break;
+                at += (size_t)k;
+            }
+            tok_seterr(errstr, errstr_size, "%s: no tokenizer.json in the folder (nor %s)", dir,
+                       names);
             goto fail;
         }
     }

@@ -201,7 +201,19 @@ static long take_text_row(struct intake *in, struct job *j, const struct model_e
                              q->text_off[r + 1] - q->text_off[r], pair, pair_len, e->max_tokens,
                              q->truncate, in->tok_ids + at, in->tok_types + at, in->tok_cap - at,
                              &full, why, sizeof(why));
-    if (n >= 0) return n;
+    if (n >= 0) {
+        /* a pair is fine for a model of one token type (RoBERTa, MPNet,
+         * DistilBERT) when its tokenizer's post-processor gives every
+         * token a type id the model has (RoBERTa's: 0 throughout) */
+        for (int k = 0; pair && k < n; k++)
+            if (in->tok_types[at + (size_t)k] < 0 ||
+                (size_t)in->tok_types[at + (size_t)k] >= e->type_vocab)
+                return reject(in, j, "model %s has %zu token type%s: its tokenizer gives "
+                              "type id %" PRId32 " to a text_pair, so it takes none",
+                              j->model_name, e->type_vocab, e->type_vocab == 1 ? "" : "s",
+                              in->tok_types[at + (size_t)k]);
+        return n;
+    }
     switch (n) {
     case TOKENIZER_ERR_UTF8:
     case TOKENIZER_ERR_TOO_LONG:
@@ -229,9 +241,6 @@ static int tokenize(struct intake *in, struct job *j, const struct model_encoder
     if (rows > in->max_job_rows)
         return reject(in, j, "%zu rows exceeds batching.max_job_rows %zu", rows,
                       in->max_job_rows);
-    if (q->pair && e->type_vocab < 2)
-        return reject(in, j, "model %s has one token type: it takes no text_pair",
-                      j->model_name);
     if (!(j->offs = malloc((rows + 1) * sizeof(*j->offs)))) goto oom;
     size_t at = 0, longest = 0;
     for (size_t r = 0; r < rows; r++) {

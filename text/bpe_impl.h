@@ -1,0 +1,203 @@
+/* bpe_impl.h - byte-level BPE (GPT-2, RoBERTa, Llama 3, Qwen) as Hugging
+ * Face's `tokenizers` runs it, id for id (tests/test_bpe.c checks that
+ * against goldens from the library itself): what text/bpe.c (encoding,
+ * decoding, the interface's table) and text/bpe_load.c (tokenizer.json,
+ * or vocab.json + merges.txt) share. Private to those two files; callers
+ * use tokenizer.h.
+ *
+ * Encoding, as the reference does it:
+ *   1. added tokens whose "normalized" is false are found in the raw text
+ *      (leftmost-longest; lstrip/rstrip take the whitespace beside them);
+ *   2. the text between them is normalized (none, or NFC);
+ *   3. added tokens whose "normalized" is true are found in that;
+ *   4. the pre-tokenizer splits what is left: zero or more Split steps
+ *      (the folder's regex, Isolated or Removed), then ByteLevel
+ *      (add_prefix_space puts a space before a piece that lacks one;
+ *      use_regex splits with GPT-2's regex); every byte becomes its
+ *      GPT-2 byte character;
+ *   5. BPE: each piece's bytes merged by rank, lowest rank first and
+ *      leftmost among equals, as the reference's priority queue does;
+ *      ignore_merges takes a piece that is a whole token as it is;
+ *   6. the post-processor lays out the specials and type ids (held as a
+ *      template: RobertaProcessing, TemplateProcessing, ByteLevel and none
+ *      all become one), after truncation (longest_first) when asked.
+ * Regexes run on PCRE2 (UTF, UCP, JIT); the reference runs Oniguruma,
+ * whose \s is Unicode's White_Space: PCRE2's lacks U+0085, so \s and \S
+ * are rewritten to include it (bpe_load.c).
+ *
+ * Threads and ownership: a loaded bpe_tok is read-only and shared by any
+ * number of threads; each brings its own bpe_scratch. A bpe_tok owns its
+ * pools, tables and compiled regexes. */
+#ifndef KINFER_BPE_IMPL_H
+#define KINFER_BPE_IMPL_H
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <jansson.h>
+#include <pcre2.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tokenizer.h"
+
+#define BPE_MAX_SPLITS 4          /* Split steps before ByteLevel */
+#define BPE_TMPL_MAX 16           /* items of a post-processing template */
+#define BPE_ADDED_MAX_BYTES 256   /* longest added token matched in text */
+#define BPE_FNV_OFFSET 0xcbf29ce484222325ull
+#define BPE_FNV_PRIME 0x100000001b3ull
+
+/* One node of an added-token trie (as wp_impl.h's): the id ending here
+ * or -1, and its edges sorted by byte. */
+struct bpe_tnode {
+    int32_t id;
+    uint32_t edge0, n_edges;
+};
+
+struct bpe_tedge {
+    uint32_t child;
+    unsigned char byte;
+};
+
+/* The added tokens matched in one pass (raw text, or normalized). */
+struct bpe_trie {
+    struct bpe_tnode *tn;     /* NULL: none; root is tn[0] */
+    struct bpe_tedge *te;
+    unsigned char first[32];  /* bitmap of first bytes */
+};
+
+/* One step of a template: a sequence (A = 0, B = 1) or a special
+ * token's ids (ids[id0 .. id0 + n_ids) of the template pool). */
+struct bpe_titem {
+    int seq;                  /* 0, 1: a sequence; -1: specials */
+    uint32_t id0, n_ids;
+    int32_t type_id;
+};
+
+struct bpe_template {
+    struct bpe_titem it[BPE_TMPL_MAX];
+    size_t n;
+    size_t n_special;         /* ids the specials add */
+};
+
+/* A Split step: its compiled pattern, and whether matches are kept as
+ * pieces (Isolated) or dropped (Removed). */
+struct bpe_split {
+    pcre2_code *re;
+    int removed;
+};
+
+struct bpe_tok {
+    /* vocabulary: id -> token, and an open-addressing table back */
+    char *pool;
+    size_t *tok_off;
+    uint32_t *tok_len;
+    size_t n_ids;
+    int32_t *slots;
+    uint64_t *slot_hash;
+    size_t slot_mask;
+    /* merges: (left << 32 | right) -> rank and the merged id */
+    uint64_t *mkey;
+    uint32_t *mrank;
+    int32_t *mnew;
+    size_t m_mask;
+    size_t n_merges;
+    /* GPT-2's byte characters: byte -> its token id (-1: absent) and its
+     * UTF-8; code point (< 512) -> byte (-1: not a byte character) */
+    int32_t byte_id[256];
+    char byte_utf8[256][2];
+    unsigned char byte_utf8_len[256];
+    int16_t cp_byte[512];
+    /* model options */
+    int32_t model_unk;        /* model.unk_token's id, -1: none (a character without
+                                 a token is then dropped, as the reference does) */
+    int fuse_unk;
+    int ignore_merges;
+    /* normalizer: 1 for NFC */
+    int nfc;
+    /* pre-tokenizer */
+    struct bpe_split split[BPE_MAX_SPLITS];
+    size_t n_split;
+    int add_prefix_space;
+    pcre2_code *bl_re;        /* ByteLevel's GPT-2 regex; NULL: use_regex false */
+    /* added tokens */
+    struct bpe_trie raw, norm;
+    unsigned char *aflags;    /* id -> BPE_A_* */
+    /* post-processor */
+    struct bpe_template single, pair;
+    int32_t *tids;            /* the templates' special ids */
+    size_t n_tids;
+    /* decoder: 1 ByteLevel, 0 none (tokens joined by spaces) */
+    int dec_bytelevel;
+    int32_t cls, sep, pad, unk, mask; /* the interface's specials */
+};
+
+enum {
+    BPE_A_ADDED = 1,          /* an added token */
+    BPE_A_SPECIAL = 2,        /* special: decoding leaves it out */
+    BPE_A_LSTRIP = 4,
+    BPE_A_RSTRIP = 8,
+};
+
+/* Formats into the caller's error buffer (NULL or 0: nothing). */
+void bpe_seterr(char *errstr, size_t errstr_size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The loaders (bpe_load.c): tokenizer.json parsed (root borrowed, path for
+ * messages), or the folder's vocab.json + merges.txt with
+ * tokenizer_config.json. *max_tokens gets tokenizer_config.json's
+ * model_max_length (0: none). New bpe_tok, or NULL with errstr filled. */
+struct bpe_tok *bpe_from_json(const char *dir, const json_t *root, const char *path,
+                              size_t *max_tokens, char *errstr, size_t errstr_size);
+struct bpe_tok *bpe_from_files(const char *dir, size_t *max_tokens, char *errstr,
+                               size_t errstr_size);
+void bpe_destroy(struct bpe_tok *t);
+
+/* The pre-tokenizer alone (no added tokens, no normalizer), as the
+ * reference's pre_tokenize_str: fn(ctx, piece, n) gets each piece BPE
+ * would see, as UTF-8 (before the byte characters), in order. scratch is
+ * the implementation's (bpe_tokenizer_impl.scratch_new's). For tests and
+ * logs. Returns 0, or a tokenizer_err. */
+int bpe_pre_tokenize(const struct bpe_tok *t, void *scratch, const char *text, size_t len,
+                     void (*fn)(void *ctx, const char *piece, size_t n), void *ctx);
+
+/* FNV-1a over n bytes from h. */
+static inline uint64_t bpe_hash(const char *s, size_t n, uint64_t h)
+{
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * BPE_FNV_PRIME;
+    return h;
+}
+
+static inline size_t bpe_slot(uint64_t h, size_t mask)
+{
+    return (size_t)(h ^ (h >> 31) ^ (h >> 47)) & mask;
+}
+
+/* The id of the token s (n bytes), or -1. */
+static inline int32_t bpe_find(const struct bpe_tok *t, const char *s, size_t n)
+{
+    uint64_t h = bpe_hash(s, n, BPE_FNV_OFFSET);
+    for (size_t i = bpe_slot(h, t->slot_mask);; i = (i + 1) & t->slot_mask) {
+        int32_t id = t->slots[i];
+        if (id < 0) return -1;
+        if (t->slot_hash[i] == h && t->tok_len[id] == n &&
+            memcmp(t->pool + t->tok_off[id], s, n) == 0)
+            return id;
+    }
+}
+
+/* The merge of (a, b): its rank with *new_id set, or UINT32_MAX. */
+static inline uint32_t bpe_merge(const struct bpe_tok *t, int32_t a, int32_t b, int32_t *new_id)
+{
+    if (!t->n_merges) return UINT32_MAX;
+    uint64_t k = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    uint64_t h = k * 0x9E3779B97F4A7C15ull;
+    for (size_t i = bpe_slot(h, t->m_mask);; i = (i + 1) & t->m_mask) {
+        if (t->mnew[i] < 0) return UINT32_MAX;
+        if (t->mkey[i] == k) {
+            *new_id = t->mnew[i];
+            return t->mrank[i];
+        }
+    }
+}
+
+#endif

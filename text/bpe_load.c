@@ -1,0 +1,1178 @@
+/* bpe_load.c - the byte-level BPE loaders (bpe_impl.h): a tokenizer.json
+ * whose model.type is "BPE", or, without one, RoBERTa's slow files
+ * (vocab.json + merges.txt, with tokenizer_config.json's specials and
+ * add_prefix_space). Every component is checked to be one bpe.c runs
+ * before anything is built, so anything else (a Metaspace pre-tokenizer,
+ * a Lowercase normalizer, BPE dropout, a BertProcessing) is refused with a
+ * message naming it.
+ *
+ * Threads: whichever thread calls a loader; nothing here is shared.
+ * Ownership: a bpe_tok owns everything it points to; files are read into
+ * buffers freed before the loader returns. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bpe_impl.h"
+#include "tokenizer_impl.h"
+#include "unicode.h"
+
+#define BPE_MAX_TOKENS ((size_t)1 << 24)
+
+/* GPT-2's regex; ByteLevel's use_regex splits with it. */
+static const char bpe_gpt2_re[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+void bpe_seterr(char *errstr, size_t errstr_size, const char *fmt, ...)
+{
+    if (!errstr || errstr_size == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errstr, errstr_size, fmt, ap);
+    va_end(ap);
+}
+
+static int bpe_show(size_t n)
+{
+    return n > 64 ? 64 : (int)n;
+}
+
+void bpe_destroy(struct bpe_tok *t)
+{
+    if (!t) return;
+    free(t->pool);
+    free(t->tok_off);
+    free(t->tok_len);
+    free(t->slots);
+    free(t->slot_hash);
+    free(t->mkey);
+    free(t->mrank);
+    free(t->mnew);
+    for (size_t i = 0; i < t->n_split; i++) pcre2_code_free(t->split[i].re);
+    pcre2_code_free(t->bl_re);
+    free(t->raw.tn);
+    free(t->raw.te);
+    free(t->norm.tn);
+    free(t->norm.te);
+    free(t->aflags);
+    free(t->tids);
+    free(t);
+}
+
+/* ---- vocabulary and merges ------------------------------------------------------ */
+
+struct bpe_src {
+    const char *s;
+    size_t n;
+};
+
+/* The token table over src[0..n) (copied). Returns 0, or -1 with errstr
+ * filled (a repeated token, out of memory). */
+static int bpe_build_vocab(struct bpe_tok *t, const struct bpe_src *src, size_t n,
+                           const char *path, char *errstr, size_t errstr_size)
+{
+    size_t pool = 0, slots = 16;
+    for (size_t i = 0; i < n; i++) pool += src[i].n + 1;
+    while (slots < 2 * n) slots *= 2;
+    t->pool = malloc(pool ? pool : 1);
+    t->tok_off = malloc((n ? n : 1) * sizeof(*t->tok_off));
+    t->tok_len = malloc((n ? n : 1) * sizeof(*t->tok_len));
+    t->slots = malloc(slots * sizeof(*t->slots));
+    t->slot_hash = malloc(slots * sizeof(*t->slot_hash));
+    t->aflags = calloc(n ? n : 1, 1);
+    if (!t->pool || !t->tok_off || !t->tok_len || !t->slots || !t->slot_hash || !t->aflags) {
+        bpe_seterr(errstr, errstr_size, "%s: out of memory", path);
+        return -1;
+    }
+    t->slot_mask = slots - 1;
+    memset(t->slots, 0xff, slots * sizeof(*t->slots));
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(t->pool + off, src[i].s, src[i].n);
+        t->pool[off + src[i].n] = '\0';
+        t->tok_off[i] = off;
+        t->tok_len[i] = (uint32_t)src[i].n;
+        off += src[i].n + 1;
+        t->n_ids = i;
+        int32_t other = bpe_find(t, src[i].s, src[i].n);
+        if (other >= 0) {
+            bpe_seterr(errstr, errstr_size, "%s: token \"%.*s\" appears twice (ids %d and %zu)",
+                       path, bpe_show(src[i].n), src[i].s, other, i);
+            return -1;
+        }
+        uint64_t h = bpe_hash(src[i].s, src[i].n, BPE_FNV_OFFSET);
+        size_t k = bpe_slot(h, t->slot_mask);
+        while (t->slots[k] >= 0) k = (k + 1) & t->slot_mask;
+        t->slots[k] = (int32_t)i;
+        t->slot_hash[k] = h;
+    }
+    t->n_ids = n;
+    return 0;
+}
+
+/* GPT-2's bytes_to_unicode: printable Latin-1 bytes are themselves, the
+ * other 68 take U+0100 on, in byte order. */
+static void bpe_byte_maps(struct bpe_tok *t)
+{
+    for (int i = 0; i < 512; i++) t->cp_byte[i] = -1;
+    int k = 0;
+    for (int b = 0; b < 256; b++) {
+        int keep = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+        uint32_t cp = keep ? (uint32_t)b : 256u + (uint32_t)k++;
+        char u[4];
+        size_t n = uni_utf8_encode(cp, u);
+        memcpy(t->byte_utf8[b], u, n);
+        t->byte_utf8_len[b] = (unsigned char)n;
+        t->cp_byte[cp] = (int16_t)b;
+        t->byte_id[b] = bpe_find(t, u, n);
+    }
+}
+
+/* Adds merge number rank: left + right (each n bytes) -> their
+ * concatenation, all three in the vocabulary. */
+static int bpe_add_merge(struct bpe_tok *t, size_t rank, const char *l, size_t ln, const char *r,
+                         size_t rn, char *tmp, const char *path, char *errstr, size_t errstr_size)
+{
+    int32_t a = bpe_find(t, l, ln), b = bpe_find(t, r, rn);
+    memcpy(tmp, l, ln);
+    memcpy(tmp + ln, r, rn);
+    int32_t c = bpe_find(t, tmp, ln + rn);
+    if (a < 0 || b < 0 || c < 0) {
+        bpe_seterr(errstr, errstr_size, "%s: merge %zu (\"%.*s\" \"%.*s\"): %s is not in the "
+                   "vocabulary", path, rank, bpe_show(ln), l, bpe_show(rn), r,
+                   a < 0 ? "the left token" : b < 0 ? "the right token" : "the merged token");
+        return -1;
+    }
+    uint64_t k = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    uint64_t h = k * 0x9E3779B97F4A7C15ull;
+    size_t i = bpe_slot(h, t->m_mask);
+    while (t->mnew[i] >= 0) {
+        if (t->mkey[i] == k) return 0; /* a repeat keeps its first (lowest) rank */
+        i = (i + 1) & t->m_mask;
+    }
+    t->mkey[i] = k;
+    t->mrank[i] = (uint32_t)rank;
+    t->mnew[i] = c;
+    t->n_merges++;
+    return 0;
+}
+
+static int bpe_alloc_merges(struct bpe_tok *t, size_t n, const char *path, char *errstr,
+                            size_t errstr_size)
+{
+    size_t slots = 16;
+    while (slots < 2 * n) slots *= 2;
+    t->mkey = malloc(slots * sizeof(*t->mkey));
+    t->mrank = malloc(slots * sizeof(*t->mrank));
+    t->mnew = malloc(slots * sizeof(*t->mnew));
+    if (!t->mkey || !t->mrank || !t->mnew) {
+        bpe_seterr(errstr, errstr_size, "%s: out of memory", path);
+        return -1;
+    }
+    memset(t->mnew, 0xff, slots * sizeof(*t->mnew));
+    t->m_mask = slots - 1;
+    return 0;
+}
+
+/* The longest token, for the scratch of bpe_add_merge. */
+static size_t bpe_longest(const struct bpe_tok *t)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < t->n_ids; i++)
+        if (t->tok_len[i] > m) m = t->tok_len[i];
+    return m;
+}
+
+/* ---- regexes ---------------------------------------------------------------------- */
+
+/* Compiles a pattern the reference runs on Oniguruma: \s there is
+ * White_Space, which with PCRE2's UCP lacks U+0085, so \s gains it (in a
+ * class and out) and \S outside a class becomes [^\s\x{85}]. A \S inside
+ * a class is refused (it has no such rewrite). literal: a String pattern.
+ * Returns the code, or NULL with errstr filled. */
+static pcre2_code *bpe_compile(const char *pat, size_t n, int literal, const char *path,
+                               const char *where, char *errstr, size_t errstr_size)
+{
+    char *out = malloc(n * 12 + 1);
+    if (!out) {
+        bpe_seterr(errstr, errstr_size, "%s: out of memory", path);
+        return NULL;
+    }
+    size_t o = 0;
+    if (literal) {
+        memcpy(out, pat, n);
+        o = n;
+    } else {
+        int in_class = 0;
+        for (size_t i = 0; i < n; i++) {
+            char c = pat[i];
+            if (c == '\\' && i + 1 < n) {
+                char d = pat[i + 1];
+                if (d == 's') {
+                    const char *r = in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
+                    memcpy(out + o, r, strlen(r));
+                    o += strlen(r);
+                } else if (d == 'S') {
+                    if (in_class) {
+                        free(out);
+                        bpe_seterr(errstr, errstr_size, "%s: %s: \\S inside a character class "
+                                   "is not supported", path, where);
+                        return NULL;
+                    }
+                    memcpy(out + o, "[^\\s\\x{85}]", 11);
+                    o += 11;
+                } else {
+                    out[o++] = c;
+                    out[o++] = d;
+                }
+                i++;
+                continue;
+            }
+            if (c == '[' && !in_class) {
+                in_class = 1;
+                out[o++] = c;
+                /* a ] right after [ or [^ is a literal */
+                if (i + 1 < n && pat[i + 1] == '^') out[o++] = pat[++i];
+                if (i + 1 < n && pat[i + 1] == ']') out[o++] = pat[++i];
+                continue;
+            }
+            if (c == ']' && in_class) in_class = 0;
+            out[o++] = c;
+        }
+    }
+    int err;
+    PCRE2_SIZE eoff;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)out, o,
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK |
+                                       (literal ? PCRE2_LITERAL : 0),
+                                   &err, &eoff, NULL);
+    free(out);
+    if (!re) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(err, msg, sizeof(msg));
+        bpe_seterr(errstr, errstr_size, "%s: %s: the pattern does not compile: %s", path, where,
+                   (const char *)msg);
+        return NULL;
+    }
+    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* an interpreter is the fallback */
+    return re;
+}
+
+/* ---- added tokens ---------------------------------------------------------------- */
+
+static int bpe_cmp_tok(const void *x, const void *y, void *ctx)
+{
+    const struct bpe_tok *t = ctx;
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    size_t la = t->tok_len[a], lb = t->tok_len[b];
+    int c = memcmp(t->pool + t->tok_off[a], t->pool + t->tok_off[b], la < lb ? la : lb);
+    if (c) return c;
+    return la < lb ? -1 : la > lb;
+}
+
+static uint32_t bpe_trie_node(const struct bpe_tok *t, struct bpe_trie *tr, const int32_t *s,
+                              size_t lo, size_t hi, size_t depth, uint32_t *nn, uint32_t *ne)
+{
+    uint32_t me = (*nn)++;
+    tr->tn[me].id = -1;
+    if (lo < hi && t->tok_len[s[lo]] == depth) tr->tn[me].id = s[lo++];
+    uint32_t groups = 0;
+    for (size_t i = lo; i < hi;) {
+        unsigned char b = (unsigned char)t->pool[t->tok_off[s[i]] + depth];
+        while (i < hi && (unsigned char)t->pool[t->tok_off[s[i]] + depth] == b) i++;
+        groups++;
+    }
+    uint32_t e0 = *ne;
+    *ne += groups;
+    tr->tn[me].edge0 = e0;
+    tr->tn[me].n_edges = groups;
+    uint32_t k = 0;
+    for (size_t i = lo; i < hi;) {
+        size_t j = i;
+        unsigned char b = (unsigned char)t->pool[t->tok_off[s[i]] + depth];
+        while (j < hi && (unsigned char)t->pool[t->tok_off[s[j]] + depth] == b) j++;
+        uint32_t child = bpe_trie_node(t, tr, s, i, j, depth + 1, nn, ne);
+        tr->te[e0 + k].child = child;
+        tr->te[e0 + k].byte = b;
+        k++;
+        i = j;
+    }
+    return me;
+}
+
+/* The trie over ids[0..n) (empty tokens skipped, repeats allowed). */
+static int bpe_build_trie(const struct bpe_tok *t, struct bpe_trie *tr, int32_t *ids, size_t n,
+                          const char *path, char *errstr, size_t errstr_size)
+{
+    size_t m = 0, bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = t->tok_len[ids[i]];
+        if (len == 0) continue;
+        if (len > BPE_ADDED_MAX_BYTES) {
+            bpe_seterr(errstr, errstr_size, "%s: added token of %zu bytes, at most %d supported",
+                       path, len, BPE_ADDED_MAX_BYTES);
+            return -1;
+        }
+        ids[m++] = ids[i];
+    }
+    if (!m) return 0;
+    qsort_r(ids, m, sizeof(*ids), bpe_cmp_tok, (void *)t);
+    size_t u = 0;
+    for (size_t i = 0; i < m; i++)
+        if (u == 0 || ids[u - 1] != ids[i]) ids[u++] = ids[i];
+    for (size_t i = 0; i < u; i++) {
+        unsigned char b0 = (unsigned char)t->pool[t->tok_off[ids[i]]];
+        bytes += t->tok_len[ids[i]];
+        tr->first[b0 >> 3] |= (unsigned char)(1u << (b0 & 7));
+    }
+    tr->tn = malloc((bytes + 1) * sizeof(*tr->tn));
+    tr->te = malloc((bytes + 1) * sizeof(*tr->te));
+    if (!tr->tn || !tr->te) {
+        bpe_seterr(errstr, errstr_size, "%s: out of memory", path);
+        return -1;
+    }
+    uint32_t nn = 0, ne = 0;
+    bpe_trie_node(t, tr, ids, 0, u, 0, &nn, &ne);
+    return 0;
+}
+
+/* One added token as a loader found it. */
+struct bpe_added {
+    const char *s;
+    size_t n;
+    int32_t id;
+    int special, lstrip, rstrip, normalized;
+};
+
+/* The tries and flags of the added tokens a[0..n). */
+static int bpe_set_added(struct bpe_tok *t, const struct bpe_added *a, size_t n, const char *path,
+                         char *errstr, size_t errstr_size)
+{
+    int32_t *raw = malloc((n + 1) * sizeof(*raw)), *norm = malloc((n + 1) * sizeof(*norm));
+    int rc = -1;
+    if (!raw || !norm) {
+        bpe_seterr(errstr, errstr_size, "%s: out of memory", path);
+        goto out;
+    }
+    size_t nr = 0, nn = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char f = BPE_A_ADDED;
+        if (a[i].special) f |= BPE_A_SPECIAL;
+        if (a[i].lstrip) f |= BPE_A_LSTRIP;
+        if (a[i].rstrip) f |= BPE_A_RSTRIP;
+        t->aflags[a[i].id] = f;
+        if (a[i].normalized) norm[nn++] = a[i].id;
+        else raw[nr++] = a[i].id;
+    }
+    if (bpe_build_trie(t, &t->raw, raw, nr, path, errstr, errstr_size) ||
+        bpe_build_trie(t, &t->norm, norm, nn, path, errstr, errstr_size))
+        goto out;
+    rc = 0;
+out:
+    free(raw);
+    free(norm);
+    return rc;
+}
+
+/* ---- templates ------------------------------------------------------------------ */
+
+/* Appends to tp a sequence item, or a special's ids (ids copied into
+ * t->tids). */
+static int bpe_tmpl_add(struct bpe_tok *t, struct bpe_template *tp, int seq, const int32_t *ids,
+                        size_t n, int32_t type_id)
+{
+    if (tp->n == BPE_TMPL_MAX) return -1;
+    struct bpe_titem *it = &tp->it[tp->n++];
+    it->seq = seq;
+    it->type_id = type_id;
+    it->id0 = (uint32_t)t->n_tids;
+    it->n_ids = (uint32_t)n;
+    if (n) {
+        int32_t *p = realloc(t->tids, (t->n_tids + n) * sizeof(*p));
+        if (!p) return -1;
+        t->tids = p;
+        memcpy(t->tids + t->n_tids, ids, n * sizeof(*ids));
+        t->n_tids += n;
+        tp->n_special += n;
+    }
+    return 0;
+}
+
+/* RobertaProcessing's layout: <s> A </s>, <s> A </s></s> B </s>, all
+ * type id 0 (as the reference gives). */
+static int bpe_tmpl_roberta(struct bpe_tok *t, int32_t cls, int32_t sep)
+{
+    return bpe_tmpl_add(t, &t->single, -1, &cls, 1, 0) || bpe_tmpl_add(t, &t->single, 0, NULL, 0, 0) ||
+           bpe_tmpl_add(t, &t->single, -1, &sep, 1, 0) ||
+           bpe_tmpl_add(t, &t->pair, -1, &cls, 1, 0) || bpe_tmpl_add(t, &t->pair, 0, NULL, 0, 0) ||
+           bpe_tmpl_add(t, &t->pair, -1, &sep, 1, 0) || bpe_tmpl_add(t, &t->pair, -1, &sep, 1, 0) ||
+           bpe_tmpl_add(t, &t->pair, 1, NULL, 0, 0) || bpe_tmpl_add(t, &t->pair, -1, &sep, 1, 0);
+}
+
+/* No post-processor (or ByteLevel's alone): A, and A B with B's type id
+ * 1, as the reference's default does. */
+static int bpe_tmpl_default(struct bpe_tok *t)
+{
+    return bpe_tmpl_add(t, &t->single, 0, NULL, 0, 0) ||
+           bpe_tmpl_add(t, &t->pair, 0, NULL, 0, 0) || bpe_tmpl_add(t, &t->pair, 1, NULL, 0, 1);
+}
+
+/* A ["token", id] pair of RobertaProcessing, checked against the
+ * vocabulary. */
+static int bpe_pp_tok(const struct bpe_tok *t, const json_t *v, int32_t *id, const char *path,
+                      const char *key, char *errstr, size_t errstr_size)
+{
+    const json_t *s = json_array_get(v, 0), *i = json_array_get(v, 1);
+    if (!json_is_array(v) || !json_is_string(s) || !json_is_integer(i) ||
+        bpe_find(t, json_string_value(s), json_string_length(s)) != json_integer_value(i)) {
+        bpe_seterr(errstr, errstr_size, "%s: post_processor.%s is not a [token, id] pair of the "
+                   "vocabulary", path, key);
+        return -1;
+    }
+    *id = (int32_t)json_integer_value(i);
+    return 0;
+}
+
+/* One of TemplateProcessing's single or pair lists. */
+static int bpe_tmpl_json(struct bpe_tok *t, struct bpe_template *tp, const json_t *list,
+                         const json_t *specials, const char *path, const char *key, char *errstr,
+                         size_t errstr_size)
+{
+    if (!json_is_array(list) || json_array_size(list) > BPE_TMPL_MAX) goto bad;
+    size_t i;
+    const json_t *item;
+    json_array_foreach(list, i, item) {
+        const json_t *sq = json_object_get(item, "Sequence");
+        const json_t *sp = json_object_get(item, "SpecialToken");
+        const json_t *o = sq ? sq : sp;
+        const json_t *ty = json_object_get(o, "type_id");
+        const char *name = json_string_value(json_object_get(o, "id"));
+        if (!json_is_object(o) || !name || !json_is_integer(ty) || json_integer_value(ty) < 0 ||
+            json_integer_value(ty) > 255)
+            goto bad;
+        int32_t type_id = (int32_t)json_integer_value(ty);
+        if (sq) {
+            int seq = !strcmp(name, "A") ? 0 : !strcmp(name, "B") ? 1 : -1;
+            if (seq < 0 || bpe_tmpl_add(t, tp, seq, NULL, 0, type_id)) goto bad;
+            continue;
+        }
+        const json_t *ids = json_object_get(json_object_get(specials, name), "ids");
+        size_t n = json_array_size(ids);
+        if (!json_is_array(ids) || n == 0 || n > 8) {
+            bpe_seterr(errstr, errstr_size, "%s: post_processor.%s: special \"%.64s\" has no ids "
+                       "in special_tokens", path, key, name);
+            return -1;
+        }
+        int32_t v[8];
+        for (size_t k = 0; k < n; k++) {
+            const json_t *x = json_array_get(ids, k);
+            if (!json_is_integer(x) || json_integer_value(x) < 0 ||
+                (size_t)json_integer_value(x) >= t->n_ids) {
+                bpe_seterr(errstr, errstr_size, "%s: post_processor.%s: special \"%.64s\" has an "
+                           "id out of range", path, key, name);
+                return -1;
+            }
+            v[k] = (int32_t)json_integer_value(x);
+        }
+        if (bpe_tmpl_add(t, tp, -1, v, n, type_id)) goto bad;
+    }
+    return 0;
+bad:
+    bpe_seterr(errstr, errstr_size, "%s: post_processor.%s is not a template this build reads "
+               "(at most %d items of Sequence A/B or SpecialToken)", path, key, BPE_TMPL_MAX);
+    return -1;
+}
+
+static const char *bpe_type(const json_t *o)
+{
+    return json_string_value(json_object_get(o, "type"));
+}
+
+/* The post-processor: RobertaProcessing, TemplateProcessing, ByteLevel,
+ * none, or a Sequence of ByteLevel and one of the others. */
+static int bpe_json_post(struct bpe_tok *t, const json_t *pp, const char *path, char *errstr,
+                         size_t errstr_size)
+{
+    if (!pp || json_is_null(pp)) return bpe_tmpl_default(t);
+    const char *type = bpe_type(pp);
+    if (type && !strcmp(type, "Sequence")) {
+        const json_t *list = json_object_get(pp, "processors"), *x, *main = NULL;
+        size_t i;
+        if (!json_is_array(list)) goto bad;
+        json_array_foreach(list, i, x) {
+            const char *ty = bpe_type(x);
+            if (ty && !strcmp(ty, "ByteLevel")) continue;
+            if (main) goto bad;
+            main = x;
+        }
+        return bpe_json_post(t, main, path, errstr, errstr_size);
+    }
+    if (type && !strcmp(type, "ByteLevel")) return bpe_tmpl_default(t);
+    if (type && !strcmp(type, "RobertaProcessing")) {
+        int32_t cls, sep;
+        if (bpe_pp_tok(t, json_object_get(pp, "cls"), &cls, path, "cls", errstr, errstr_size) ||
+            bpe_pp_tok(t, json_object_get(pp, "sep"), &sep, path, "sep", errstr, errstr_size))
+            return -1;
+        if (bpe_tmpl_roberta(t, cls, sep)) goto bad;
+        return 0;
+    }
+    if (type && !strcmp(type, "TemplateProcessing")) {
+        const json_t *sp = json_object_get(pp, "special_tokens");
+        if (bpe_tmpl_json(t, &t->single, json_object_get(pp, "single"), sp, path, "single", errstr,
+                          errstr_size) ||
+            bpe_tmpl_json(t, &t->pair, json_object_get(pp, "pair"), sp, path, "pair", errstr,
+                          errstr_size))
+            return -1;
+        return 0;
+    }
+bad:
+    bpe_seterr(errstr, errstr_size, "%s: post_processor \"%s\" is not supported (RobertaProcessing, "
+               "TemplateProcessing, ByteLevel, a Sequence of those, or none)", path,
+               type ? type : "?");
+    return -1;
+}
+
+/* The interface's cls and sep: the specials around $A in the single
+ * template (RoBERTa: <s> and </s>; Llama: its BOS, no sep). */
+static void bpe_cls_sep(struct bpe_tok *t)
+{
+    t->cls = t->sep = -1;
+    const struct bpe_template *tp = &t->single;
+    for (size_t i = 0; i < tp->n; i++) {
+        if (tp->it[i].seq != 0) continue;
+        if (i > 0 && tp->it[i - 1].seq < 0) t->cls = t->tids[tp->it[i - 1].id0];
+        if (i + 1 < tp->n && tp->it[i + 1].seq < 0) t->sep = t->tids[tp->it[i + 1].id0];
+    }
+}
+
+/* ---- the other components ------------------------------------------------------- */
+
+static int bpe_json_bool(const json_t *o, const char *key, int *out, const char *path,
+                         const char *where, char *errstr, size_t errstr_size)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) {
+        bpe_seterr(errstr, errstr_size, "%s: %s.%s is not true or false", path, where, key);
+        return -1;
+    }
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* normalizer: none or NFC (also as a Sequence of one). */
+static int bpe_json_norm(struct bpe_tok *t, const json_t *n, const char *path, char *errstr,
+                         size_t errstr_size)
+{
+    if (!n || json_is_null(n)) return 0;
+    const char *type = bpe_type(n);
+    if (type && !strcmp(type, "Sequence")) {
+        const json_t *list = json_object_get(n, "normalizers");
+        if (json_is_array(list) && json_array_size(list) == 0) return 0;
+        if (json_is_array(list) && json_array_size(list) == 1)
+            return bpe_json_norm(t, json_array_get(list, 0), path, errstr, errstr_size);
+    } else if (type && !strcmp(type, "NFC")) {
+        t->nfc = 1;
+        return 0;
+    }
+    bpe_seterr(errstr, errstr_size, "%s: normalizer \"%s\" is not supported (none or NFC)", path,
+               type ? type : "?");
+    return -1;
+}
+
+/* One ByteLevel pre-tokenizer (or decoder/post-processor) object's
+ * settings. */
+static int bpe_json_bytelevel(struct bpe_tok *t, const json_t *o, const char *path,
+                              char *errstr, size_t errstr_size)
+{
+    int aps = 1, rx = 1;
+    if (bpe_json_bool(o, "add_prefix_space", &aps, path, "pre_tokenizer", errstr, errstr_size) ||
+        bpe_json_bool(o, "use_regex", &rx, path, "pre_tokenizer", errstr, errstr_size))
+        return -1;
+    t->add_prefix_space = aps;
+    if (rx && !(t->bl_re = bpe_compile(bpe_gpt2_re, strlen(bpe_gpt2_re), 0, path,
+                                       "ByteLevel's regex", errstr, errstr_size)))
+        return -1;
+    return 0;
+}
+
+/* A Split step: {"pattern": {"Regex"|"String": ...}, "behavior":
+ * "Isolated"|"Removed", "invert": false}. */
+static int bpe_json_split(struct bpe_tok *t, const json_t *o, const char *path, char *errstr,
+                          size_t errstr_size)
+{
+    const json_t *pat = json_object_get(o, "pattern");
+    const json_t *rx = json_object_get(pat, "Regex"), *str = json_object_get(pat, "String");
+    const char *beh = json_string_value(json_object_get(o, "behavior"));
+    int invert = 0;
+    if (bpe_json_bool(o, "invert", &invert, path, "pre_tokenizer.Split", errstr, errstr_size))
+        return -1;
+    const json_t *p = rx ? rx : str;
+    if (!json_is_string(p) || !beh || (strcmp(beh, "Isolated") && strcmp(beh, "Removed")) ||
+        invert || t->n_split == BPE_MAX_SPLITS) {
+        bpe_seterr(errstr, errstr_size, "%s: pre_tokenizer Split: only a Regex or String pattern, "
+                   "behavior Isolated or Removed, invert false, at most %d steps, are supported "
+                   "(behavior \"%s\")", path, BPE_MAX_SPLITS, beh ? beh : "?");
+        return -1;
+    }
+    struct bpe_split *s = &t->split[t->n_split];
+    s->removed = !strcmp(beh, "Removed");
+    if (!(s->re = bpe_compile(json_string_value(p), json_string_length(p), str != NULL, path,
+                              "pre_tokenizer Split's pattern", errstr, errstr_size)))
+        return -1;
+    t->n_split++;
+    return 0;
+}
+
+/* pre_tokenizer: ByteLevel, or a Sequence of Split steps ending in
+ * ByteLevel. */
+static int bpe_json_pre(struct bpe_tok *t, const json_t *pre, const char *path, char *errstr,
+                        size_t errstr_size)
+{
+    const char *type = bpe_type(pre);
+    if (type && !strcmp(type, "ByteLevel")) return bpe_json_bytelevel(t, pre, path, errstr, errstr_size);
+    if (type && !strcmp(type, "Sequence")) {
+        const json_t *list = json_object_get(pre, "pretokenizers");
+        size_t n = json_array_size(list);
+        if (json_is_array(list) && n > 0 && !strcmp(bpe_type(json_array_get(list, n - 1)) ?
+                                                    bpe_type(json_array_get(list, n - 1)) : "",
+                                                "ByteLevel")) {
+            for (size_t i = 0; i + 1 < n; i++) {
+                const json_t *x = json_array_get(list, i);
+                const char *ty = bpe_type(x);
+                if (!ty || strcmp(ty, "Split")) {
+                    bpe_seterr(errstr, errstr_size, "%s: pre_tokenizer Sequence holds \"%s\"; "
+                               "only Split steps then ByteLevel are supported", path,
+                               ty ? ty : "?");
+                    return -1;
+                }
+                if (bpe_json_split(t, x, path, errstr, errstr_size)) return -1;
+            }
+            return bpe_json_bytelevel(t, json_array_get(list, n - 1), path, errstr, errstr_size);
+        }
+    }
+    bpe_seterr(errstr, errstr_size, "%s: pre_tokenizer \"%s\" is not supported: byte-level BPE "
+               "needs ByteLevel, alone or after Split steps (a Metaspace/SentencePiece BPE is "
+               "not byte-level)", path, type ? type : "null");
+    return -1;
+}
+
+/* decoder: ByteLevel (also inside a Sequence of one) or none. */
+static int bpe_json_dec(struct bpe_tok *t, const json_t *d, const char *path, char *errstr,
+                        size_t errstr_size)
+{
+    if (!d || json_is_null(d)) return 0;
+    const char *type = bpe_type(d);
+    if (type && !strcmp(type, "ByteLevel")) {
+        t->dec_bytelevel = 1;
+        return 0;
+    }
+    if (type && !strcmp(type, "Sequence")) {
+        const json_t *list = json_object_get(d, "decoders");
+        if (json_is_array(list) && json_array_size(list) == 1)
+            return bpe_json_dec(t, json_array_get(list, 0), path, errstr, errstr_size);
+    }
+    bpe_seterr(errstr, errstr_size, "%s: decoder \"%s\" is not supported (ByteLevel or none)", path,
+               type ? type : "?");
+    return -1;
+}
+
+/* model options other than vocab and merges. */
+static int bpe_json_model_opts(struct bpe_tok *t, const json_t *m, const char *path,
+                               char *errstr, size_t errstr_size)
+{
+    const json_t *dr = json_object_get(m, "dropout");
+    if (dr && !json_is_null(dr) && !(json_is_number(dr) && json_number_value(dr) == 0.0)) {
+        bpe_seterr(errstr, errstr_size, "%s: model.dropout is set: BPE dropout is not supported",
+                   path);
+        return -1;
+    }
+    static const char *const empty[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+    for (int i = 0; i < 2; i++) {
+        const json_t *v = json_object_get(m, empty[i]);
+        if (v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0)) {
+            bpe_seterr(errstr, errstr_size, "%s: model.%s is set: not supported", path, empty[i]);
+            return -1;
+        }
+    }
+    int bf = 0;
+    if (bpe_json_bool(m, "fuse_unk", &t->fuse_unk, path, "model", errstr, errstr_size) ||
+        bpe_json_bool(m, "byte_fallback", &bf, path, "model", errstr, errstr_size) ||
+        bpe_json_bool(m, "ignore_merges", &t->ignore_merges, path, "model", errstr, errstr_size))
+        return -1;
+    if (bf) {
+        bpe_seterr(errstr, errstr_size, "%s: model.byte_fallback is true: not supported", path);
+        return -1;
+    }
+    const json_t *unk = json_object_get(m, "unk_token");
+    t->model_unk = -1;
+    if (unk && !json_is_null(unk)) {
+        if (!json_is_string(unk) ||
+            (t->model_unk = bpe_find(t, json_string_value(unk), json_string_length(unk))) < 0) {
+            bpe_seterr(errstr, errstr_size, "%s: model.unk_token is not a token of the vocabulary",
+                       path);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- tokenizer_config.json ---------------------------------------------------------- */
+
+/* What bpe reads of tokenizer_config.json: model_max_length, and for the
+ * slow files add_prefix_space and the special tokens. */
+struct bpe_cfg {
+    size_t max_len;
+    int add_prefix_space;
+    char tok[7][BPE_ADDED_MAX_BYTES + 1]; /* bos eos unk sep pad cls mask; "" none */
+    int mask_lstrip;
+};
+
+static const char *const bpe_cfg_keys[7] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                            "pad_token", "cls_token", "mask_token"};
+
+/* dir/name parsed into *root (new; NULL when the folder has no such
+ * file), path filled. 0, or -1 with errstr filled. */
+static int bpe_cfg_file(const char *dir, const char *name, json_t **root, char *path,
+                        size_t path_cap, char *errstr, size_t errstr_size)
+{
+    *root = NULL;
+    if (snprintf(path, path_cap, "%s/%s", dir, name) >= (int)path_cap) {
+        bpe_seterr(errstr, errstr_size, "%s: path too long", dir);
+        return -1;
+    }
+    if (!tokenizer_file_exists(path)) return 0;
+    size_t len;
+    char *buf = tokenizer_read_file(path, &len, errstr, errstr_size);
+    if (!buf) return -1;
+    json_error_t jerr;
+    /* integers as reals: transformers writes int(1e30) for "no limit" */
+    *root = json_loadb(buf, len, JSON_DECODE_INT_AS_REAL, &jerr);
+    free(buf);
+    if (!*root || !json_is_object(*root)) {
+        bpe_seterr(errstr, errstr_size, "%s: %s", path, *root ? "not a JSON object" : jerr.text);
+        json_decref(*root);
+        *root = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* The special tokens root names (a string or {"content": ...}) that c
+ * does not have yet. */
+static int bpe_cfg_tokens(const json_t *root, const char *path, struct bpe_cfg *c, char *errstr,
+                          size_t errstr_size)
+{
+    for (int i = 0; i < 7; i++) {
+        const json_t *v = json_object_get(root, bpe_cfg_keys[i]);
+        if (c->tok[i][0] || !v || json_is_null(v)) continue;
+        if (json_is_object(v)) {
+            if (i == 6) {
+                int ls = 0;
+                if (bpe_json_bool(v, "lstrip", &ls, path, bpe_cfg_keys[i], errstr, errstr_size))
+                    return -1;
+                c->mask_lstrip = ls;
+            }
+            v = json_object_get(v, "content");
+        } else if (i == 6) {
+            c->mask_lstrip = 1; /* RobertaTokenizer makes <mask> lstrip */
+        }
+        if (!json_is_string(v) || json_string_length(v) > BPE_ADDED_MAX_BYTES ||
+            strlen(json_string_value(v)) != json_string_length(v)) {
+            bpe_seterr(errstr, errstr_size, "%s: %s is not a token string of at most %d bytes", path,
+                       bpe_cfg_keys[i], BPE_ADDED_MAX_BYTES);
+            return -1;
+        }
+        memcpy(c->tok[i], json_string_value(v), json_string_length(v) + 1);
+    }
+    return 0;
+}
+
+/* Reads dir/tokenizer_config.json into c when the folder has one; with
+ * want_tokens, also add_prefix_space and the special tokens, those it
+ * lacks from special_tokens_map.json. */
+static int bpe_read_cfg(const char *dir, struct bpe_cfg *c, int want_tokens, char *errstr,
+                        size_t errstr_size)
+{
+    memset(c, 0, sizeof(*c));
+    char path[4200];
+    json_t *root = NULL;
+    int rc = -1;
+    if (bpe_cfg_file(dir, "tokenizer_config.json", &root, path, sizeof(path), errstr,
+                     errstr_size))
+        return -1;
+    if (root) {
+        const json_t *m = json_object_get(root, "model_max_length");
+        if (m && !json_is_null(m)) {
+            double d = json_is_number(m) ? json_number_value(m) : -1.0;
+            if (d < 0 || (d < 9007199254740992.0 && d != (double)(size_t)d)) {
+                bpe_seterr(errstr, errstr_size,
+                           "%s: model_max_length is not a non-negative integer", path);
+                goto out;
+            }
+            c->max_len = d >= 9007199254740992.0 ? 0 : (size_t)d;
+        }
+        if (want_tokens &&
+            (bpe_json_bool(root, "add_prefix_space", &c->add_prefix_space, path, "config",
+                           errstr, errstr_size) ||
+             bpe_cfg_tokens(root, path, c, errstr, errstr_size)))
+            goto out;
+    }
+    if (want_tokens) {
+        json_decref(root);
+        if (bpe_cfg_file(dir, "special_tokens_map.json", &root, path, sizeof(path), errstr,
+                         errstr_size) ||
+            (root && bpe_cfg_tokens(root, path, c, errstr, errstr_size)))
+            goto out;
+    }
+    rc = 0;
+out:
+    json_decref(root);
+    return rc;
+}
+
+/* pad and mask by the usual names when nothing says otherwise. */
+static void bpe_pad_mask(struct bpe_tok *t, const json_t *root)
+{
+    const json_t *pid = json_object_get(json_object_get(root, "padding"), "pad_id");
+    t->pad = json_is_integer(pid) && json_integer_value(pid) >= 0 &&
+                     (size_t)json_integer_value(pid) < t->n_ids
+                 ? (int32_t)json_integer_value(pid)
+                 : bpe_find(t, "<pad>", 5);
+    t->mask = bpe_find(t, "<mask>", 6);
+    t->unk = t->model_unk >= 0 ? t->model_unk : bpe_find(t, "<unk>", 5);
+}
+
+/* ---- tokenizer.json ---------------------------------------------------------------- */
+
+static struct bpe_tok *bpe_new(void)
+{
+    struct bpe_tok *t = calloc(1, sizeof(*t));
+    if (t) t->model_unk = t->unk = t->cls = t->sep = t->pad = t->mask = -1;
+    return t;
+}
+
+struct bpe_tok *bpe_from_json(const char *dir, const json_t *root, const char *path,
+                              size_t *max_tokens, char *errstr, size_t errstr_size)
+{
+    struct bpe_src *src = NULL;
+    struct bpe_added *ad = NULL;
+    char *tmp = NULL;
+    struct bpe_tok *t = bpe_new();
+    if (!t) {
+        bpe_seterr(errstr, errstr_size, "%s: out of memory", path);
+        return NULL;
+    }
+    struct bpe_cfg cfg;
+    if (bpe_read_cfg(dir, &cfg, 0, errstr, errstr_size)) goto fail;
+    *max_tokens = cfg.max_len;
+    const json_t *model = json_object_get(root, "model");
+    const json_t *vocab = json_object_get(model, "vocab");
+    const json_t *merges = json_object_get(model, "merges");
+    if (!json_is_object(vocab) || json_object_size(vocab) == 0 ||
+        (merges && !json_is_array(merges))) {
+        bpe_seterr(errstr, errstr_size, "%s: model.vocab is not a non-empty object, or "
+                   "model.merges not an array", path);
+        goto fail;
+    }
+    const json_t *added = json_object_get(root, "added_tokens");
+    if (added && !json_is_array(added) && !json_is_null(added)) {
+        bpe_seterr(errstr, errstr_size, "%s: added_tokens is not an array", path);
+        goto fail;
+    }
+    size_t nv = json_object_size(vocab), na = json_array_size(added);
+    if (nv + na > BPE_MAX_TOKENS) {
+        bpe_seterr(errstr, errstr_size, "%s: %zu tokens, at most %zu supported", path, nv + na,
+                   BPE_MAX_TOKENS);
+        goto fail;
+    }
+    src = calloc(nv + na, sizeof(*src));
+    ad = calloc(na + 1, sizeof(*ad));
+    if (!src || !ad) {
+        bpe_seterr(errstr, errstr_size, "%s: out of memory", path);
+        goto fail;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)vocab, key, val) {
+        if (!json_is_integer(val) || json_integer_value(val) < 0 ||
+            (size_t)json_integer_value(val) >= nv) {
+            bpe_seterr(errstr, errstr_size, "%s: model.vocab: id of \"%.*s\" is not in 0..%zu "
+                       "(ids must be dense)", path, bpe_show(strlen(key)), key, nv - 1);
+            goto fail;
+        }
+        size_t id = (size_t)json_integer_value(val);
+        if (src[id].s) {
+            bpe_seterr(errstr, errstr_size, "%s: model.vocab: \"%.*s\" and \"%.*s\" share id %zu",
+                       path, bpe_show(src[id].n), src[id].s, bpe_show(strlen(key)), key, id);
+            goto fail;
+        }
+        src[id].s = key;
+        src[id].n = strlen(key);
+    }
+    /* added tokens: those in the vocab keep their ids, the others extend
+     * the id space densely */
+    size_t n = nv;
+    for (size_t i = 0; i < na; i++) {
+        const json_t *a = json_array_get(added, i);
+        const json_t *cont = json_object_get(a, "content"), *aid = json_object_get(a, "id");
+        if (!json_is_object(a) || !json_is_string(cont) || !json_is_integer(aid) ||
+            json_string_length(cont) == 0 ||
+            strlen(json_string_value(cont)) != json_string_length(cont)) {
+            bpe_seterr(errstr, errstr_size, "%s: added_tokens[%zu] lacks a non-empty content or "
+                       "an id", path, i);
+            goto fail;
+        }
+        struct bpe_added *x = &ad[i];
+        x->s = json_string_value(cont);
+        x->n = json_string_length(cont);
+        json_int_t id = json_integer_value(aid);
+        int sw = 0;
+        if (bpe_json_bool(a, "special", &x->special, path, "added_tokens[]", errstr, errstr_size))
+            goto fail;
+        x->normalized = !x->special; /* the reference's default when the file says nothing */
+        if (bpe_json_bool(a, "lstrip", &x->lstrip, path, "added_tokens[]", errstr, errstr_size) ||
+            bpe_json_bool(a, "rstrip", &x->rstrip, path, "added_tokens[]", errstr, errstr_size) ||
+            bpe_json_bool(a, "normalized", &x->normalized, path, "added_tokens[]", errstr,
+                          errstr_size) ||
+            bpe_json_bool(a, "single_word", &sw, path, "added_tokens[]", errstr, errstr_size))
+            goto fail;
+        if (sw) {
+            bpe_seterr(errstr, errstr_size, "%s: added token \"%.*s\": single_word=true is not "
+                       "supported", path, bpe_show(x->n), x->s);
+            goto fail;
+        }
+        const json_t *vid = json_object_get(vocab, x->s);
+        if (vid) {
+            if (json_integer_value(vid) != id) {
+                bpe_seterr(errstr, errstr_size, "%s: added token \"%.*s\" has id %lld, the vocab "
+                           "says %lld", path, bpe_show(x->n), x->s, (long long)id,
+                           (long long)json_integer_value(vid));
+                goto fail;
+            }
+        } else if (id >= 0 && (size_t)id < n && src[id].s && src[id].n == x->n &&
+                   !memcmp(src[id].s, x->s, x->n)) {
+            /* listed twice: the same token again */
+        } else {
+            if (id != (json_int_t)n) {
+                bpe_seterr(errstr, errstr_size, "%s: added token \"%.*s\" has id %lld, expected "
+                           "%zu (ids must be dense)", path, bpe_show(x->n), x->s, (long long)id, n);
+                goto fail;
+            }
+            src[n].s = x->s;
+            src[n].n = x->n;
+            n++;
+        }
+        x->id = (int32_t)id;
+    }
+    if (bpe_build_vocab(t, src, n, path, errstr, errstr_size)) goto fail;
+    bpe_byte_maps(t);
+    size_t nm = json_array_size(merges);
+    if (bpe_alloc_merges(t, nm, path, errstr, errstr_size)) goto fail;
+    if (!(tmp = malloc(2 * bpe_longest(t) + 2))) {
+        bpe_seterr(errstr, errstr_size, "%s: out of memory", path);
+        goto fail;
+    }
+    for (size_t r = 0; r < nm; r++) {
+        const json_t *m = json_array_get(merges, r);
+        const char *l, *rt;
+        size_t ln, rn;
+        if (json_is_string(m)) {
+            l = json_string_value(m);
+            const char *sp = strchr(l, ' ');
+            if (!sp || strchr(sp + 1, ' ')) goto badmerge;
+            ln = (size_t)(sp - l);
+            rt = sp + 1;
+            rn = strlen(rt);
+        } else if (json_is_array(m) && json_array_size(m) == 2 &&
+                   json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
+            l = json_string_value(json_array_get(m, 0));
+            ln = json_string_length(json_array_get(m, 0));
+            rt = json_string_value(json_array_get(m, 1));
+            rn = json_string_length(json_array_get(m, 1));
+        } else {
+            goto badmerge;
+        }
+        if (ln + rn > 2 * bpe_longest(t)) goto badmerge;
+        if (bpe_add_merge(t, r, l, ln, rt, rn, tmp, path, errstr, errstr_size)) goto fail;
+        continue;
+    badmerge:
+        bpe_seterr(errstr, errstr_size, "%s: model.merges[%zu] is not \"a b\" nor [a, b]", path, r);
+        goto fail;
+    }
+    if (bpe_json_model_opts(t, model, path, errstr, errstr_size) ||
+        bpe_json_norm(t, json_object_get(root, "normalizer"), path, errstr, errstr_size) ||
+        bpe_json_pre(t, json_object_get(root, "pre_tokenizer"), path, errstr, errstr_size) ||
+        bpe_json_post(t, json_object_get(root, "post_processor"), path, errstr, errstr_size) ||
+        bpe_json_dec(t, json_object_get(root, "decoder"), path, errstr, errstr_size) ||
+        bpe_set_added(t, ad, na, path, errstr, errstr_size))
+        goto fail;
+    bpe_cls_sep(t);
+    bpe_pad_mask(t, root);
+    free(tmp);
+    free(src);
+    free(ad);
+    return t;
+fail:
+    free(tmp);
+    free(src);
+    free(ad);
+    bpe_destroy(t);
+    return NULL;
+}
+
+/* ---- vocab.json + merges.txt ------------------------------------------------------- */
+
+/* RoBERTa's (and GPT-2's) slow tokenizer files: vocab.json, merges.txt
+ * ("#version" first line optional, "a b" per line), ByteLevel with the
+ * GPT-2 regex and tokenizer_config.json's add_prefix_space (default
+ * false), the special tokens tokenizer_config.json or
+ * special_tokens_map.json names (else RoBERTa's or GPT-2's defaults, by
+ * what the vocabulary holds) as special added tokens (mask_token lstrip
+ * as RobertaTokenizer makes it), and RobertaProcessing when cls and sep
+ * are both named (GPT-2's files name neither: no specials added). */
+struct bpe_tok *bpe_from_files(const char *dir, size_t *max_tokens, char *errstr,
+                               size_t errstr_size)
+{
+    char vp[4200], mp[4200];
+    char *vbuf = NULL, *mbuf = NULL, *tmp = NULL;
+    json_t *vocab = NULL;
+    struct bpe_src *src = NULL;
+    struct bpe_tok *t = bpe_new();
+    if (!t) {
+        bpe_seterr(errstr, errstr_size, "%s: out of memory", dir);
+        return NULL;
+    }
+    if (snprintf(vp, sizeof(vp), "%s/vocab.json", dir) >= (int)sizeof(vp) ||
+        snprintf(mp, sizeof(mp), "%s/merges.txt", dir) >= (int)sizeof(mp)) {
+        bpe_seterr(errstr, errstr_size, "%s: path too long", dir);
+        goto fail;
+    }
+    if (!tokenizer_file_exists(vp)) {
+        bpe_seterr(errstr, errstr_size, "%s: merges.txt without vocab.json (a BPE folder needs "
+                   "tokenizer.json, or vocab.json and merges.txt)", dir);
+        goto fail;
+    }
+    struct bpe_cfg cfg;
+    if (bpe_read_cfg(dir, &cfg, 1, errstr, errstr_size)) goto fail;
+    *max_tokens = cfg.max_len;
+    size_t vlen, mlen;
+    if (!(vbuf = tokenizer_read_file(vp, &vlen, errstr, errstr_size)) ||
+        !(mbuf = tokenizer_read_file(mp, &mlen, errstr, errstr_size)))
+        goto fail;
+    json_error_t jerr;
+    vocab = json_loadb(vbuf, vlen, JSON_REJECT_DUPLICATES, &jerr);
+    if (!json_is_object(vocab) || json_object_size(vocab) == 0 ||
+        json_object_size(vocab) > BPE_MAX_TOKENS) {
+        bpe_seterr(errstr, errstr_size, "%s: %s", vp,
+                   vocab ? "not a non-empty object of at most 2^24 tokens" : jerr.text);
+        goto fail;
+    }
+    size_t nv = json_object_size(vocab);
+    if (!(src = calloc(nv + 7, sizeof(*src)))) goto oom;
+    const char *key;
+    json_t *val;
+    json_object_foreach(vocab, key, val) {
+        if (!json_is_integer(val) || json_integer_value(val) < 0 ||
+            (size_t)json_integer_value(val) >= nv || src[json_integer_value(val)].s) {
+            bpe_seterr(errstr, errstr_size, "%s: id of \"%.*s\" is not in 0..%zu or repeats "
+                       "(ids must be dense)", vp, bpe_show(strlen(key)), key, nv - 1);
+            goto fail;
+        }
+        src[json_integer_value(val)].s = key;
+        src[json_integer_value(val)].n = strlen(key);
+    }
+    /* no file names the specials: RoBERTa's when the vocabulary has <s>
+     * and </s>, GPT-2's <|endoftext|> when it has that, as the slow
+     * tokenizers' defaults are */
+    int named = 0;
+    for (int i = 0; i < 7; i++) named |= cfg.tok[i][0] != 0;
+    if (!named && json_object_get(vocab, "<s>") && json_object_get(vocab, "</s>")) {
+        static const char *const rob[7] = {"<s>", "</s>", "<unk>", "</s>", "<pad>", "<s>",
+                                           "<mask>"};
+        for (int i = 0; i < 7; i++) snprintf(cfg.tok[i], sizeof(cfg.tok[i]), "%s", rob[i]);
+        cfg.mask_lstrip = 1;
+    } else if (!named && json_object_get(vocab, "<|endoftext|>")) {
+        for (int i = 0; i < 3; i++) snprintf(cfg.tok[i], sizeof(cfg.tok[i]), "<|endoftext|>");
+    }
+    /* specials missing from vocab.json are added after it, as transformers
+     * does */
+    size_t n = nv;
+    for (int i = 0; i < 7; i++) {
+        const char *s = cfg.tok[i];
+        size_t sl = strlen(s);
+        if (!sl || json_object_get(vocab, s)) continue;
+        int dup = 0;
+        for (size_t k = nv; k < n; k++) dup |= src[k].n == sl && !memcmp(src[k].s, s, sl);
+        if (dup) continue;
+        src[n].s = s;
+        src[n].n = sl;
+        n++;
+    }
+    if (bpe_build_vocab(t, src, n, vp, errstr, errstr_size)) goto fail;
+    bpe_byte_maps(t);
+    size_t lines = 0;
+    for (size_t i = 0; i < mlen; i++) lines += mbuf[i] == '\n';
+    if (bpe_alloc_merges(t, lines + 1, mp, errstr, errstr_size)) goto fail;
+    if (!(tmp = malloc(mlen + 1))) goto oom;
+    size_t pos = 0, rank = 0, line = 0;
+    while (pos < mlen) {
+        const char *nl = memchr(mbuf + pos, '\n', mlen - pos);
+        size_t end = nl ? (size_t)(nl - mbuf) : mlen, e = end;
+        line++;
+        if (e > pos && mbuf[e - 1] == '\r') e--;
+        const char *l = mbuf + pos;
+        size_t ll = e - pos;
+        pos = end + 1;
+        if (ll == 0 || (line == 1 && ll >= 8 && !memcmp(l, "#version", 8))) continue;
+        const char *sp = memchr(l, ' ', ll);
+        if (!sp || memchr(sp + 1, ' ', ll - (size_t)(sp + 1 - l))) {
+            bpe_seterr(errstr, errstr_size, "%s: line %zu is not \"a b\"", mp, line);
+            goto fail;
+        }
+        if (bpe_add_merge(t, rank++, l, (size_t)(sp - l), sp + 1, ll - (size_t)(sp + 1 - l), tmp,
+                          mp, errstr, errstr_size))
+            goto fail;
+    }
+    t->add_prefix_space = cfg.add_prefix_space;
+    if (!(t->bl_re = bpe_compile(bpe_gpt2_re, strlen(bpe_gpt2_re), 0, dir, "ByteLevel's regex",
+                                 errstr, errstr_size)))
+        goto fail;
+    t->dec_bytelevel = 1;
+    struct bpe_added ad[7];
+    size_t na = 0;
+    for (int i = 0; i < 7; i++) {
+        if (!cfg.tok[i][0]) continue;
+        ad[na] = (struct bpe_added){.s = cfg.tok[i], .n = strlen(cfg.tok[i]), .special = 1,
+                                    .lstrip = i == 6 && cfg.mask_lstrip};
+        ad[na].id = bpe_find(t, ad[na].s, ad[na].n);
+        na++;
+    }
+    int32_t cls = cfg.tok[5][0] ? bpe_find(t, cfg.tok[5], strlen(cfg.tok[5])) : -1;
+    int32_t sep = cfg.tok[3][0] ? bpe_find(t, cfg.tok[3], strlen(cfg.tok[3])) : -1;
+    if ((cls >= 0 && sep >= 0 ? bpe_tmpl_roberta(t, cls, sep) : bpe_tmpl_default(t)) ||
+        bpe_set_added(t, ad, na, dir, errstr, errstr_size))
+        goto fail;
+    bpe_cls_sep(t);
+    bpe_pad_mask(t, NULL);
+    if (cfg.tok[4][0]) t->pad = bpe_find(t, cfg.tok[4], strlen(cfg.tok[4]));
+    if (cfg.tok[6][0]) t->mask = bpe_find(t, cfg.tok[6], strlen(cfg.tok[6]));
+    if (cfg.tok[2][0]) t->unk = bpe_find(t, cfg.tok[2], strlen(cfg.tok[2]));
+    free(tmp);
+    free(src);
+    json_decref(vocab);
+    free(vbuf);
+    free(mbuf);
+    return t;
+oom:
+    bpe_seterr(errstr, errstr_size, "%s: out of memory", dir);
+fail:
+    free(tmp);
+    free(src);
+    json_decref(vocab);
+    free(vbuf);
+    free(mbuf);
+    bpe_destroy(t);
+    return NULL;
+}
