@@ -1,0 +1,109 @@
+#!/usr/bin/env node
+/* unigram_golden.js - writes the reference data that tests/test_unigram.c
+ * checks text/unigram.c against: encodings (ids, type ids; singles, pairs,
+ * truncation) and decodings of the three tokenizer.json files that
+ * tests/golden/unigram_spm.py made from SentencePiece-trained models
+ * (xlmr: Precompiled nmt_nfkc + XLM-R's template; bytefb: byte fallback;
+ * plain: NFKC, WhitespaceSplit + Metaspace, RobertaProcessing).
+ *
+ * The reference is Hugging Face's `tokenizers` npm package (Node bindings
+ * of the Rust library). It is not a dependency of kinfer and make test
+ * never runs this script; regenerate by hand:
+ *
+ *   mkdir -p /tmp/tokgold && cd /tmp/tokgold && npm install tokenizers@0.23.2
+ *   cd <repo> && /usr/bin/python3 tests/golden/unigram_spm.py &&
+ *     NODE_PATH=/tmp/tokgold/node_modules node tests/golden/unigram_golden.js
+ *
+ * Output: tests/data/unigram/golden.json (overwritten):
+ *   {"reference", "cases": [{tok, text, pair|null, max_len (0 = none),
+ *    ids, type_ids}], "decodes": [{tok, ids, text}],
+ *    "normalize": [{tok, text, normalized}]}
+ * Deterministic: a rerun gives byte-identical output. */
+'use strict';
+const fs = require('fs');
+const path = require('path');
+const tk = require('tokenizers');
+
+const REF = 'tokenizers@' + require('tokenizers/package.json').version + ' (npm)';
+const DIR = path.join(__dirname, '..', 'data', 'unigram');
+const TOKS = ['xlmr', 'bytefb', 'plain'];
+
+const corpus = fs.readFileSync(path.join(DIR, 'corpus.txt'), 'utf8').split('\n').filter(Boolean);
+const extra = [
+  '', ' ', '   ', '\t\n', 'a', 'A', '▁', '▁▁x', 'x▁y', '  leading and trailing  ',
+  'a  b   c    d', 'a\u00a0\u00a0b', 'tab\tsep\ttext', 'new\nline\r\nend',
+  '<s>', '</s>', '<s>hello</s>', '<s><s></s>', 'x <mask> y', '<mask>', '   <mask>', 'a<mask>b',
+  '<mask><mask>', '<unk>', '<pad> pad', '<0x41>', '<0xE3><0x81>',
+  'unknown ඞ ᚠ ꙮ chars', 'ඞඞඞ ᚠᚠ', '😀😃😄', '👩‍💻 🇫🇷🇯🇵 ❤️', '🫠 🪿',
+  'ﬁne ﬂow ﬀ', '½ ¼ ¾ x² H₂O ①②③', 'ＡＢＣ ａｂｃ １２３', 'ｶﾀｶﾅ ｶﾞｷﾞ ﾊﾟ', 'ガ ｶ\u3099',
+  'e\u0301 é e\u0301\u0301 a\u0308\u0301', 'z\u0336\u0301\u0308\u0300\u0303\u0327',
+  '\u0301 leading mark', 'Å Å Å', '한국어 \u1112\u1161\u11ab', 'ǅ Ǆ ǆ',
+  'مرحبا بالعالم', 'שָׁלוֹם', 'עברית ו-English mixed', '\u200d\u200c\u200b zero width',
+  '\ufeffbom', '\u0000nul\u0000', 'ctl\u0007\u001b', '\u00ad soft hyphen',
+  '``quoted\'\'', '``', '“smart” ‘quotes’', '…', '——', '3.14159 1,000,000 007',
+  'https://www.example.com/path?query=1&x=2', 'user@example.org',
+  'the'.repeat(40), 'ab'.repeat(64), 'x'.repeat(300), '😀'.repeat(20), 'ඞ'.repeat(30),
+  'a b c d e f g h i j k l m n o p q r s t u v w x y z',
+  'Ⅻ ℃ ℉ ™ ㎏ ㍻ ㌀', '\u3000ideographic\u3000space', '\u2028line sep\u2029para',
+  'İstanbul ß ẞ ς σ Σ', 'kÅ Ω Ω', 'ﷺ ﷻ', '\ud83d\udc4b\ud83c\udffd hand',
+];
+const pairs = [
+  ['Hello world', 'the lazy dog'], ['', ''], ['a', ''], ['', 'b'], ['<mask> one', 'two <mask>'],
+  ['Café naïve', 'ｶﾀｶﾅ ﬁ ½'], ['😀 ඞ', 'ᚠ 🫠'], ['  spaced  out  ', '\ttabbed\t'],
+  [corpus[0], corpus[1]], [corpus[9], corpus[12]], [corpus[13], corpus[14]],
+];
+const truncs = [3, 4, 5, 6, 8, 11, 16, 24];
+
+async function run() {
+  const cases = [], decodes = [], normalize = [];
+  for (const name of TOKS) {
+    const file = path.join(DIR, name, 'tokenizer.json');
+    async function enc(text, pair, maxLen) {
+      const tok = tk.Tokenizer.fromFile(file);
+      if (maxLen) tok.setTruncation(maxLen, { strategy: 'LongestFirst' });
+      const e = pair === null ? await tok.encode(text) : await tok.encode(text, pair);
+      cases.push({ tok: name, text, pair, max_len: maxLen, ids: e.getIds(),
+                   type_ids: e.getTypeIds() });
+      return e.getIds();
+    }
+    const plain = tk.Tokenizer.fromFile(file);
+    const texts = corpus.concat(extra);
+    for (const t of texts) {
+      const ids = await enc(t, null, 0);
+      decodes.push({ tok: name, ids, text: await plain.decode(ids, true) });
+      /* without the specials: the decoder alone on the model's pieces */
+      const inner = ids.filter(i => !plain.idToToken(i).match(/^<(s|\/s|pad|unk|mask)>$/));
+      decodes.push({ tok: name, ids: inner, text: await plain.decode(inner, true) });
+      normalize.push({ tok: name, text: t, normalized: plain.getNormalizer().normalizeString(t) });
+    }
+    for (const [a, b] of pairs) await enc(a, b, 0);
+    for (const m of truncs) {
+      for (const t of [corpus[0], corpus[12], 'x <mask> y', 'ab'.repeat(20)]) await enc(t, null, m);
+      for (const [a, b] of pairs.slice(0, 3).concat(pairs.slice(5))) await enc(a, b, m);
+    }
+    /* decoding what encoding never makes: every third piece alone, runs of pieces
+     * in odd orders, byte pieces that do not form UTF-8 */
+    const n = plain.getVocabSize();
+    for (let i = 0; i < n; i += 3) decodes.push({ tok: name, ids: [i], text: await plain.decode([i], true) });
+    const odd = [];
+    for (let i = 0; i + 7 <= n; i += 37) odd.push([i, i + 3, i + 1, i + 7, i + 2]);
+    if (name === 'bytefb') {
+      const b = x => plain.tokenToId('<0x' + x + '>');
+      const w = plain.tokenToId('\u2581');
+      odd.push([b('E3'), b('82')], [b('E3'), b('82'), b('AB')], [b('E3'), w, b('82'), b('AB')],
+               [b('F0'), b('9F'), b('98'), b('80'), b('80')], [b('80')], [b('C0'), b('80')],
+               [b('ED'), b('A0'), b('80')], [b('41'), b('42'), w, b('43')], [w, b('20'), w],
+               [b('F4'), b('90'), b('80'), b('80')], [1, b('E3'), 2, b('82'), b('AB')]);
+    }
+    for (const ids of odd) decodes.push({ tok: name, ids, text: await plain.decode(ids, true) });
+  }
+  const line = o => '  ' + JSON.stringify(o);
+  fs.writeFileSync(path.join(DIR, 'golden.json'),
+    '{"reference": ' + JSON.stringify(REF) + ',\n "cases": [\n' + cases.map(line).join(',\n') +
+    '\n ],\n "decodes": [\n' + decodes.map(line).join(',\n') + '\n ],\n "normalize": [\n' +
+    normalize.map(line).join(',\n') + '\n ]}\n');
+  console.log(REF + ': ' + cases.length + ' cases, ' + decodes.length + ' decodes, ' +
+              normalize.length + ' normalizations');
+}
+
+run().catch(e => { console.error(e); process.exit(1); });
