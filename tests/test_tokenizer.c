@@ -166,8 +166,8 @@ static void test_refused(void **state)
         const char *want[2];  /* substrings of the message */
     } rows[] = {
         {"an empty folder", NULL, 0, -1, {"no tokenizer.json or vocab.txt in the folder"}},
-        {"a Unigram model", "{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", 1, -1,
-         {"tokenizer.json: model type \"Unigram\" is not supported", "(supported: WordPiece)"}},
+        {"a Unigram model without pieces", "{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}",
+         1, -1, {"tokenizer.json: model.vocab must be a non-empty array"}},
         {"a BPE model", "{\"model\": {\"type\": \"BPE\"}}", 0, -1,
          {"model type \"BPE\" is not supported"}},
         {"no model.type", "{\"model\": {\"vocab\": {}}}", 1, -1,

@@ -23,6 +23,7 @@
 /* Every implementation, in the order a plain-file folder is tried. */
 static const struct tokenizer_impl *const tok_impls[] = {
     &wp_tokenizer_impl,
+    &ug_tokenizer_impl,
 };
 #define TOK_N_IMPLS (sizeof(tok_impls) / sizeof(tok_impls[0]))
 
