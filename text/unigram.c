@@ -66,10 +66,21 @@ struct ug_range {
     int first;
 };
 
+/* Ids of one sequence. limit (0: none): the pair truncation's threshold;
+ * judged: the count at the first word end where n reached it (see
+ * ug_encode). */
 struct ug_ivec {
     int32_t *v;
     size_t n, cap;
+    size_t limit, judged;
 };
+
+/* A word ended: the reference stops tokenizing a sequence there once it
+ * holds limit tokens (added tokens count, but it does not stop at them). */
+static inline void ug_word_end(struct ug_ivec *v)
+{
+    if (v->limit && !v->judged && v->n >= v->limit) v->judged = v->n;
+}
 
 /* The best path that ends at a byte offset of the word: its score, where
  * its last piece starts (-1: no path yet) and that piece's id. */
@@ -122,7 +133,7 @@ static int ug_reserve(struct ug_buf *b, size_t more)
 static int ug_put(struct ug_buf *b, const char *s, size_t n)
 {
     if (ug_reserve(b, n)) return -1;
-    memcpy(b->p + b->n, s, n);
+    if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     return 0;
 }
@@ -269,9 +280,15 @@ static int ug_norm_nfkc(struct ug_scratch *s, const char *in, size_t n, struct u
     }
 }
 
-/* One normalizer step from in to out (out emptied first). */
+/* One normalizer step from in to out (out emptied first). *anchored stays
+ * 1 while the output's first character still maps to the input's first
+ * byte, as the reference's alignments track it (what Metaspace's "first"
+ * scheme looks at): Strip that removes leading whitespace, and a Replace
+ * at the start that removes more than one character (its new characters
+ * count as inserted after them), move it. */
 static int ug_norm_step(const struct ug_tokenizer *t, struct ug_scratch *s,
-                        const struct ug_step *st, const char *in, size_t n, struct ug_buf *out)
+                        const struct ug_step *st, const char *in, size_t n, struct ug_buf *out,
+                        int *anchored)
 {
     out->n = 0;
     if (ug_reserve(out, n)) return -1;
@@ -282,6 +299,11 @@ static int ug_norm_step(const struct ug_tokenizer *t, struct ug_scratch *s,
         for (size_t i = 0; i < n;) {
             if (n - i >= st->from_len && memcmp(in + i, st->from, st->from_len) == 0) {
                 if (ug_put(out, st->to, st->to_len)) return -1;
+                if (i == 0) {
+                    uint32_t cp;
+                    size_t k = uni_utf8_decode((const unsigned char *)in, n, &cp);
+                    if (k != st->from_len || st->to_len == 0) *anchored = 0;
+                }
                 i += st->from_len;
             } else {
                 if (ug_put(out, in + i, 1)) return -1;
@@ -295,6 +317,7 @@ static int ug_norm_step(const struct ug_tokenizer *t, struct ug_scratch *s,
             while (j < n && in[j] == ' ') j++;
             if (j - i >= 2) {
                 if (ug_put(out, st->to, st->to_len)) return -1;
+                if (i == 0) *anchored = 0;
                 i = j;
             } else {
                 if (ug_put(out, in + i, 1)) return -1;
@@ -318,6 +341,7 @@ static int ug_norm_step(const struct ug_tokenizer *t, struct ug_scratch *s,
             if (!uni_is_ws(cp, cp < 0x80 ? 0 : uni_category(cp))) break;
             b = k;
         }
+        if (a > 0) *anchored = 0;
         return ug_put(out, in + a, b - a);
     }
     default: return -1;
@@ -327,13 +351,13 @@ static int ug_norm_step(const struct ug_tokenizer *t, struct ug_scratch *s,
 /* The whole normalizer over in; the result is in one of s->nb (returned),
  * or in itself when there are no steps (*res set either way). */
 static int ug_normalize_into(const struct ug_tokenizer *t, struct ug_scratch *s, const char *in,
-                             size_t n, const char **res, size_t *res_n)
+                             size_t n, const char **res, size_t *res_n, int *anchored)
 {
     const char *cur = in;
     size_t cur_n = n;
     for (size_t i = 0; i < t->n_norm; i++) {
         struct ug_buf *out = &s->nb[i & 1];
-        if (ug_norm_step(t, s, &t->norm[i], cur, cur_n, out)) return -1;
+        if (ug_norm_step(t, s, &t->norm[i], cur, cur_n, out, anchored)) return -1;
         cur = out->p;
         cur_n = out->n;
     }
@@ -356,7 +380,8 @@ const char *ug_normalize(const struct ug_tokenizer *t, struct ug_scratch *s, con
     }
     const char *r;
     size_t rn;
-    if (ug_normalize_into(t, s, text ? text : "", len, &r, &rn)) {
+    int anchored = 1;
+    if (ug_normalize_into(t, s, text ? text : "", len, &r, &rn, &anchored)) {
         ug_seterr(errstr, errstr_size, "out of memory normalizing %zu bytes", len);
         return NULL;
     }
@@ -572,7 +597,9 @@ static int ug_segment(const struct ug_tokenizer *t, struct ug_scratch *s, const 
     if (n == 0) return 0;
     const char *norm;
     size_t nn;
-    if (ug_normalize_into(t, s, seg, n, &norm, &nn)) return -1;
+    int anchored = 1;
+    if (ug_normalize_into(t, s, seg, n, &norm, &nn, &anchored)) return -1;
+    first = first && anchored;
     if (nn == 0) return 0;
     int cur = 0;
     s->pb[0].n = 0;
@@ -590,6 +617,7 @@ static int ug_segment(const struct ug_tokenizer *t, struct ug_scratch *s, const 
     for (size_t w = 0; w < s->wn[cur]; w++) {
         const struct ug_range r = s->wr[cur][w];
         if (ug_viterbi(t, s, s->pb[cur].p + r.off, r.len, out)) return -1;
+        ug_word_end(out);
     }
     return 0;
 }
@@ -602,6 +630,7 @@ static int ug_run(const struct ug_tokenizer *t, struct ug_scratch *s, const char
                   size_t errstr_size)
 {
     out->n = 0;
+    out->judged = 0;
     size_t bad = uni_utf8_check(text, len);
     if (bad != len) {
         ug_seterr(errstr, errstr_size, "%s is not valid UTF-8 at byte %zu (0x%02x)", which, bad,
@@ -646,26 +675,29 @@ static int ug_run(const struct ug_tokenizer *t, struct ug_scratch *s, const char
                 stop += k;
             }
         }
+        /* an added token counts, but is not where the reference stops */
         if (ug_segment(t, s, text + seg, start - seg, seg == 0, out) || ug_push(out, id))
             goto oom;
         seg = i = stop;
     }
     if (ug_segment(t, s, text + seg, len - seg, seg == 0, out)) goto oom;
+    if (!out->judged) out->judged = out->n;
     return 0;
 oom:
     ug_seterr(errstr, errstr_size, "out of memory encoding %zu bytes of %s", len, which);
     return UG_ERR_NOMEM;
 }
 
-/* The reference's longest_first for a pair (as wordpiece.c has it): keep
- * the shorter side whole if the longer still gets as many, else split max
- * evenly, the odd token to the side that was longer; sides are first cut
- * to max_len, so two that both reach it tie and the odd token goes to the
- * second. */
-static void ug_longest_first(size_t *na, size_t *nb, size_t max, size_t max_len)
+/* The reference's longest_first for a pair, with room for max tokens
+ * besides the specials: keep the shorter side whole if the longer still
+ * gets as many, else split max evenly, the odd token to the side that was
+ * longer (ties: the second). Which side is longer is judged on ja and jb,
+ * not on the lengths: the reference stops tokenizing each sequence at the
+ * first word end where it holds max_len tokens (max_len with the specials),
+ * so two long sides compare by where their words end (ug_word_end). */
+static void ug_longest_first(size_t *na, size_t *nb, size_t ja, size_t jb, size_t max)
 {
-    size_t n1 = *na < max_len ? *na : max_len;
-    size_t n2 = *nb < max_len ? *nb : max_len;
+    size_t n1 = ja, n2 = jb;
     int swap = n1 > n2;
     if (swap) {
         size_t x = n1;
@@ -710,6 +742,7 @@ int ug_encode(const struct ug_tokenizer *t, struct ug_scratch *s, const char *te
         ug_seterr(errstr, errstr_size, "ug_encode: NULL buffer with a non-zero length");
         return UG_ERR_ARG;
     }
+    s->a.limit = s->b.limit = pair && max_len && truncate ? max_len : 0;
     int rc = ug_run(t, s, text ? text : "", len, &s->a, "text", errstr, errstr_size);
     s->b.n = 0;
     if (!rc && pair) rc = ug_run(t, s, pair, pair_len, &s->b, "pair", errstr, errstr_size);
@@ -733,7 +766,7 @@ int ug_encode(const struct ug_tokenizer *t, struct ug_scratch *s, const char *te
                       pair ? "pair" : "sequence");
             return UG_ERR_ARG;
         }
-        if (pair) ug_longest_first(&na, &nb, max_len - nspec, max_len);
+        if (pair) ug_longest_first(&na, &nb, s->a.judged, s->b.judged, max_len - nspec);
         else na = max_len - nspec;
     }
     size_t need = na + nb + nspec;
@@ -923,7 +956,7 @@ int ug_decode(const struct ug_tokenizer *t, const int32_t *ids, size_t n, char *
             if (cap && total < cap - 1) buf[total] = ' ';
             total++;
         }
-        if (cap && total < cap - 1) {
+        if (cap && total < cap - 1 && m) {
             size_t room = cap - 1 - total;
             memcpy(buf + total, p, m < room ? m : room);
         }
