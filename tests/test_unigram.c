@@ -5,7 +5,8 @@
  * SentencePiece-trained models: XLM-R's Precompiled nmt_nfkc charsmap and
  * template, byte fallback, RobertaProcessing) id for id and type id for
  * type id through tokenizer.h, every golden decoding byte for byte, every
- * golden normalization; then what the goldens cannot show: invalid UTF-8,
+ * golden normalization, every code point through the charsmap
+ * (charsmap.tsv); then what the goldens cannot show: invalid UTF-8,
  * length limits and buffers, refused files, long and hostile inputs.
  *
  * Runs from the repository root (as make test does). Single-threaded; bad
@@ -51,6 +52,31 @@ static void show(const char *s, size_t n, char *out, size_t cap)
         else o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
     }
     out[o] = '\0';
+}
+
+/* UTF-8 of a scalar value into out (4 bytes of room); its length. */
+static size_t uni_utf8_encode_test(uint32_t cp, char *out)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | cp >> 12);
+        out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | cp >> 18);
+    out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+    out[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
 }
 
 static int tok_index(const char *name)
@@ -225,6 +251,75 @@ static void test_normalize(void **state)
     }
     ug_scratch_destroy(s);
     fprintf(stderr, "normalize: %zu, %zu mismatches\n", n, bad);
+    assert_int_equal(bad, 0);
+}
+
+/* Every scalar value alone through xlmr's normalizer (Precompiled
+ * nmt_nfkc) against the reference's sweep (charsmap.tsv). */
+static void test_charsmap(void **state)
+{
+    struct fixture *fx = *state;
+    FILE *f = fopen(DATA "charsmap.tsv", "r");
+    assert_non_null(f);
+    struct run {
+        uint32_t lo, hi;
+        char mode;
+        uint32_t v[24];
+        int nv;
+    } *runs = calloc(8192, sizeof(*runs));
+    assert_non_null(runs);
+    size_t nr = 0;
+    char line[512];
+    while (fgets(line, sizeof(line), f)) {
+        if (line[0] == '#') continue;
+        assert_true(nr < 8192);
+        struct run *r = &runs[nr++];
+        char *p = line, *e;
+        r->lo = (uint32_t)strtoul(p, &e, 16);
+        r->hi = (uint32_t)strtoul(e, &p, 16);
+        while (*p == '\t') p++;
+        r->mode = *p++;
+        while (r->mode != '-' && *p && *p != '\n') {
+            assert_true(r->nv < 24);
+            r->v[r->nv++] = (uint32_t)strtoul(p, &e, 16);
+            if (e == p) break;
+            p = e;
+        }
+    }
+    fclose(f);
+    struct ug_scratch *s = ug_scratch_new(0);
+    size_t k = 0, bad = 0, checked = 0;
+    for (uint32_t cp = 0; cp <= 0x10FFFF; cp++) {
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+        char in[4], want[64];
+        size_t wl = 0, il = uni_utf8_encode_test(cp, in);
+        while (k < nr && runs[k].hi < cp) k++;
+        if (k < nr && runs[k].lo <= cp) {
+            const struct run *r = &runs[k];
+            for (int i = 0; i < r->nv; i++) {
+                uint32_t v = r->v[i];
+                if (i == r->nv - 1 && r->mode == '+') v += cp - r->lo;
+                wl += uni_utf8_encode_test(v, want + wl);
+            }
+        } else {
+            memcpy(want, in, il);
+            wl = il;
+        }
+        size_t ol = 0;
+        const char *got = ug_normalize(fx->ug[0], s, in, il, &ol, NULL, 0);
+        checked++;
+        if (!got || ol != wl || memcmp(got, want, wl) != 0) {
+            if (bad++ < 20) {
+                char g1[128], w1[128];
+                show(got ? got : "", got ? ol : 0, g1, sizeof(g1));
+                show(want, wl, w1, sizeof(w1));
+                fprintf(stderr, "CHARSMAP U+%04X: got \"%s\" want \"%s\"\n", cp, g1, w1);
+            }
+        }
+    }
+    ug_scratch_destroy(s);
+    free(runs);
+    fprintf(stderr, "charsmap: %zu code points, %zu runs, %zu mismatches\n", checked, nr, bad);
     assert_int_equal(bad, 0);
 }
 
@@ -489,7 +584,8 @@ int main(void)
     tu_seed("test_unigram");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_goldens),   cmocka_unit_test(test_decodes),
-        cmocka_unit_test(test_normalize), cmocka_unit_test(test_interface),
+        cmocka_unit_test(test_normalize), cmocka_unit_test(test_charsmap),
+        cmocka_unit_test(test_interface),
         cmocka_unit_test(test_utf8),      cmocka_unit_test(test_limits),
         cmocka_unit_test(test_long),      cmocka_unit_test(test_refused),
         cmocka_unit_test(test_minimal),

@@ -148,9 +148,9 @@ struct ug_scratch *ug_scratch_new(size_t expect_len)
     if (!(p = ug_grow(NULL, &s->b.cap, 16, sizeof(int32_t)))) goto fail;
     s->b.v = p;
     for (int i = 0; i < 2; i++) {
-        if (!(p = ug_grow(NULL, &s->nb[i].cap, 3 * expect_len + 64, 1))) goto fail;
+        if (!(p = ug_grow(NULL, &s->nb[i].cap, expect_len + 64, 1))) goto fail;
         s->nb[i].p = p;
-        if (!(p = ug_grow(NULL, &s->pb[i].cap, 3 * expect_len + 64, 1))) goto fail;
+        if (!(p = ug_grow(NULL, &s->pb[i].cap, expect_len + 64, 1))) goto fail;
         s->pb[i].p = p;
         if (!(p = ug_grow(NULL, &s->wcap[i], expect_len / 2 + 16, sizeof(struct ug_range))))
             goto fail;

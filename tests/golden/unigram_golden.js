@@ -14,7 +14,8 @@
  *   cd <repo> && /usr/bin/python3 tests/golden/unigram_spm.py &&
  *     NODE_PATH=/tmp/tokgold/node_modules node tests/golden/unigram_golden.js
  *
- * Output: tests/data/unigram/golden.json (overwritten):
+ * Output (overwritten): tests/data/unigram/charsmap.tsv (see sweep()) and
+ * tests/data/unigram/golden.json:
  *   {"reference", "cases": [{tok, text, pair|null, max_len (0 = none),
  *    ids, type_ids}], "decodes": [{tok, ids, text}],
  *    "normalize": [{tok, text, normalized}]}
@@ -124,4 +125,51 @@ async function run() {
               normalize.length + ' normalizations');
 }
 
-run().catch(e => { console.error(e); process.exit(1); });
+/* ---- the charsmap sweep ------------------------------------------------
+ * Every scalar value alone through xlmr's normalizer (the Precompiled
+ * nmt_nfkc charsmap; Replace " {2,}" never fires on one character). Only
+ * what changes is written, one line per run, tab-separated:
+ *   LO HI + X [Y ...]   LO..HI map to X Y ..., the last value counting up
+ *                       with the code point
+ *   LO HI = X [Y ...]   LO..HI all map to X Y ...
+ *   LO HI -             LO..HI are removed
+ * (hex). */
+function sweep() {
+  const norm = tk.Tokenizer.fromFile(path.join(DIR, 'xlmr', 'tokenizer.json')).getNormalizer();
+  const hex = v => v.toString(16).toUpperCase().padStart(4, '0');
+  const lines = [];
+  let open = null; /* [lo, hi, mode, values] */
+  function flush() {
+    if (!open) return;
+    const [lo, hi, mode, v] = open;
+    lines.push([hex(lo), hex(hi)].concat(v.length ? [mode].concat(v.map(hex)) : ['-']).join('\t'));
+    open = null;
+  }
+  for (let cp = 0; cp <= 0x10ffff; cp++) {
+    if (cp >= 0xd800 && cp <= 0xdfff) continue;
+    const c = String.fromCodePoint(cp);
+    const o = norm.normalizeString(c);
+    if (o === c) { flush(); continue; }
+    const v = Array.from(o).map(x => x.codePointAt(0));
+    if (open && open[1] === cp - 1 && open[3].length === v.length &&
+        open[3].slice(0, -1).every((x, i) => x === v[i])) {
+      const last = open[3][v.length - 1], k = cp - open[0];
+      if (v.length === 0 || ((open[2] === '+' || open[0] === open[1]) && last + k === v[v.length - 1])) {
+        open[1] = cp; open[2] = '+'; continue;
+      }
+      if ((open[2] === '=' || open[0] === open[1]) && last === v[v.length - 1]) {
+        open[1] = cp; open[2] = '='; continue;
+      }
+    }
+    flush();
+    open = [cp, cp, '=', v];
+  }
+  flush();
+  fs.writeFileSync(path.join(DIR, 'charsmap.tsv'),
+    '# ' + REF + ': xlmr normalizer per code point, written by tests/golden/unigram_golden.js\n' +
+    lines.join('\n') + '\n');
+  return lines.length;
+}
+
+run().then(() => console.log('charsmap.tsv: ' + sweep() + ' runs'))
+  .catch(e => { console.error(e); process.exit(1); });
