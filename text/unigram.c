@@ -259,25 +259,75 @@ static int ug_norm_pc(const struct ug_tokenizer *t, const char *in, size_t n, st
     return 0;
 }
 
-/* NFKC with utf8proc, into the scratch's code point buffer and then out. */
+/* Puts each run of nonstarters of u (n code points) in canonical order:
+ * stable by combining class. Short runs (all real text) by insertion, long
+ * ones (only hostile input makes them) by counting sort, so that a
+ * megabyte of alternating marks stays linear where utf8proc's own
+ * ordering would be quadratic. tmp has room for n. */
+static void ug_canon_order(int32_t *u, size_t n, int32_t *tmp)
+{
+    for (size_t i = 0; i < n;) {
+        if (utf8proc_get_property(u[i])->combining_class == 0) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < n && utf8proc_get_property(u[j])->combining_class != 0) j++;
+        size_t m = j - i;
+        int32_t *r = u + i;
+        if (m <= 32) {
+            for (size_t a = 1; a < m; a++) {
+                int32_t x = r[a];
+                int cx = utf8proc_get_property(x)->combining_class;
+                size_t b = a;
+                while (b > 0 && utf8proc_get_property(r[b - 1])->combining_class > cx) {
+                    r[b] = r[b - 1];
+                    b--;
+                }
+                r[b] = x;
+            }
+        } else {
+            size_t count[257] = {0};
+            for (size_t a = 0; a < m; a++) count[utf8proc_get_property(r[a])->combining_class + 1]++;
+            for (size_t c = 1; c < 257; c++) count[c] += count[c - 1];
+            for (size_t a = 0; a < m; a++)
+                tmp[count[utf8proc_get_property(r[a])->combining_class]++] = r[a];
+            memcpy(r, tmp, m * sizeof(int32_t));
+        }
+        i = j;
+    }
+}
+
+/* NFKC: compatibility decomposition character by character (utf8proc),
+ * canonical ordering (ug_canon_order), then utf8proc's composition, in
+ * the scratch's code point buffer (twice the room: the second half is the
+ * ordering's). */
 static int ug_norm_nfkc(struct ug_scratch *s, const char *in, size_t n, struct ug_buf *out)
 {
-    int opt = UTF8PROC_STABLE | UTF8PROC_COMPAT | UTF8PROC_COMPOSE;
-    if (n == 0) return 0;
-    if (n > (size_t)INT32_MAX / 8) return -1;
-    for (;;) {
-        utf8proc_ssize_t r = utf8proc_decompose((const utf8proc_uint8_t *)in, (utf8proc_ssize_t)n,
-                                                s->u32, (utf8proc_ssize_t)s->u32_cap, opt);
-        if (r < 0) return -1;
-        if ((size_t)r <= s->u32_cap) {
-            r = utf8proc_reencode(s->u32, r, opt);
-            if (r < 0) return -1;
-            return ug_put(out, (const char *)s->u32, (size_t)r);
+    const int dopt = UTF8PROC_STABLE | UTF8PROC_COMPAT | UTF8PROC_DECOMPOSE;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t l = uni_utf8_decode((const unsigned char *)in + i, n - i, &cp);
+        if (s->u32_cap < 2 * (k + UNI_DECOMP_MAX) + 2) {
+            void *p = ug_grow(s->u32, &s->u32_cap, 2 * (k + UNI_DECOMP_MAX) + 2, sizeof(int32_t));
+            if (!p) return -1;
+            s->u32 = p;
         }
-        void *p = ug_grow(s->u32, &s->u32_cap, (size_t)r + 1, sizeof(int32_t));
-        if (!p) return -1;
-        s->u32 = p;
+        int boundclass = 0;
+        utf8proc_ssize_t r = utf8proc_decompose_char((utf8proc_int32_t)cp, s->u32 + k,
+                                                     UNI_DECOMP_MAX, dopt, &boundclass);
+        if (r < 0 || r > UNI_DECOMP_MAX) return -1;
+        k += (size_t)r;
+        i += l;
     }
+    if (k == 0) return 0;
+    if (k > (size_t)INT32_MAX / 4) return -1;
+    ug_canon_order(s->u32, k, s->u32 + s->u32_cap / 2);
+    utf8proc_ssize_t r = utf8proc_reencode(s->u32, (utf8proc_ssize_t)k,
+                                           UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    if (r < 0) return -1;
+    return ug_put(out, (const char *)s->u32, (size_t)r);
 }
 
 /* One normalizer step from in to out (out emptied first). *anchored stays
