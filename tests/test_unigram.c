@@ -9,8 +9,9 @@
  * (charsmap.tsv); then what the goldens cannot show: invalid UTF-8,
  * length limits and buffers, refused files, long and hostile inputs.
  *
- * Runs from the repository root (as make test does). Single-threaded; bad
- * files live in a temporary directory that the group teardown removes. */
+ * Runs from the repository root (as make test does). Single-threaded but
+ * for test_threads; bad files live in a temporary directory that the
+ * group teardown removes. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -18,6 +19,7 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -545,6 +547,58 @@ static void test_refused(void **state)
     }
 }
 
+/* Four threads share one tokenizer, each with its own scratch, over every
+ * golden case of xlmr; each result must be the golden's. */
+struct thr_arg {
+    struct fixture *fx;
+    size_t bad;
+};
+
+static void *thr_main(void *p)
+{
+    struct thr_arg *a = p;
+    struct tokenizer_scratch *s = tokenizer_scratch_new(0);
+    const json_t *cases = json_object_get(a->fx->root, "cases");
+    int32_t ids[4096];
+    for (int round = 0; round < 3; round++) {
+        for (size_t i = 0; i < json_array_size(cases); i++) {
+            const json_t *c = json_array_get(cases, i);
+            int k = tok_index(json_string_value(json_object_get(c, "tok")));
+            const json_t *tx = json_object_get(c, "text"), *pr = json_object_get(c, "pair");
+            const json_t *want = json_object_get(c, "ids");
+            size_t max_len = (size_t)json_integer_value(json_object_get(c, "max_len"));
+            int got = tokenizer_encode(a->fx->tok[k], s, json_string_value(tx),
+                                       json_string_length(tx),
+                                       json_is_string(pr) ? json_string_value(pr) : NULL,
+                                       json_is_string(pr) ? json_string_length(pr) : 0, max_len,
+                                       max_len != 0, ids, NULL, 4096, NULL, NULL, 0);
+            int ok = got >= 0 && (size_t)got == json_array_size(want);
+            for (size_t j = 0; ok && j < (size_t)got; j++)
+                ok = ids[j] == json_integer_value(json_array_get(want, j));
+            a->bad += !ok;
+        }
+    }
+    tokenizer_scratch_destroy(s);
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    struct fixture *fx = *state;
+    pthread_t th[4];
+    struct thr_arg args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (struct thr_arg){fx, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, thr_main, &args[i]), 0);
+    }
+    size_t bad = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        bad += args[i].bad;
+    }
+    assert_int_equal(bad, 0);
+}
+
 /* A minimal file: no normalizer, pre-tokenizer, post-processor or decoder;
  * model_max_length from tokenizer_config.json. */
 static void test_minimal(void **state)
@@ -580,6 +634,25 @@ static void test_minimal(void **state)
     tokenizer_destroy(t);
 }
 
+/* The lowercase override belongs to WordPiece: refused for a Unigram. */
+static void test_lowercase(void **state)
+{
+    (void)state;
+    struct tokenizer_opts o;
+    tokenizer_opts_init(&o);
+    o.lowercase = 1;
+    char err[512] = "";
+    struct tokenizer *t = tokenizer_load(DATA "xlmr", &o, err, sizeof(err));
+    assert_null(t);
+    assert_non_null(strstr(err, "the lowercase override is WordPiece's"));
+    o.lowercase = -1;
+    o.max_tokens = 128;
+    t = tokenizer_load(DATA "xlmr", &o, err, sizeof(err));
+    assert_non_null(t);
+    assert_int_equal(tokenizer_max_tokens(t), 128);
+    tokenizer_destroy(t);
+}
+
 int main(void)
 {
     tu_seed("test_unigram");
@@ -589,7 +662,8 @@ int main(void)
         cmocka_unit_test(test_interface),
         cmocka_unit_test(test_utf8),      cmocka_unit_test(test_limits),
         cmocka_unit_test(test_long),      cmocka_unit_test(test_refused),
-        cmocka_unit_test(test_minimal),
+        cmocka_unit_test(test_minimal),   cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_lowercase),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,7 +1,8 @@
 /* ug_tokenizer.c - the Unigram tokenizer behind the tokenizer interface:
  * fills tokenizer_impl.h's table with unigram.h's functions. A folder is
  * read from tokenizer.json (a Unigram has no plain-file form), with
- * tokenizer_config.json's model_max_length when the folder has one.
+ * tokenizer_config.json's model_max_length when the folder has one; the
+ * lowercase override (WordPiece's) is refused rather than ignored.
  *
  * Threads and ownership: as tokenizer.h and unigram.h say. */
 #include <stdio.h>
@@ -51,6 +52,11 @@ static void *ugt_load(const struct tokenizer_src *src, size_t *max_tokens, char 
     }
     if (snprintf(tc, sizeof(tc), "%s/tokenizer_config.json", src->dir) >= (int)sizeof(tc)) {
         snprintf(errstr, errstr_size, "%s: path too long", src->dir);
+        return NULL;
+    }
+    if (src->opts->lowercase >= 0) {
+        snprintf(errstr, errstr_size, "%s: the lowercase override is WordPiece's; this folder's "
+                 "tokenizer is Unigram (its normalizer decides case)", src->dir);
         return NULL;
     }
     if (tokenizer_file_exists(tc) && ugt_max_len(tc, max_tokens, errstr, errstr_size)) return NULL;
