@@ -49,34 +49,51 @@ struct ug_qitem {
     uint32_t node;
 };
 
+/* Makes room for one more node (and its queue entry): the arrays grow by
+ * doubling, so a large vocabulary's trie costs what its nodes need. */
+static int ug_trie_room(struct ug_trie *trie, struct ug_qitem **q, size_t *cap)
+{
+    if (trie->nn < *cap) return 0;
+    if (*cap > UINT32_MAX / 2) return -1;
+    size_t nc = *cap * 2;
+    void *a = realloc(trie->n, nc * sizeof(*trie->n));
+    if (!a) return -1;
+    trie->n = a;
+    void *b = realloc(trie->e, nc * sizeof(*trie->e));
+    if (!b) return -1;
+    trie->e = b;
+    void *c = realloc(*q, nc * sizeof(**q));
+    if (!c) return -1;
+    *q = c;
+    *cap = nc;
+    return 0;
+}
+
 /* Builds trie from ent (n entries, sorted here) breadth first, without
  * recursion, so a hostile piece of any length cannot exhaust the stack.
- * Returns 0, -1 when out of memory, or -2 with *dup set for an entry that
- * repeats. */
+ * A node's queue entry has the node's index. Returns 0, -1 when out of
+ * memory, or -2 with *dup set for an entry that repeats. */
 static int ug_trie_build(struct ug_trie *trie, struct ug_ent *ent, size_t n, size_t *dup)
 {
     qsort(ent, n, sizeof(*ent), ug_ent_cmp);
-    size_t total = 1;
-    for (size_t i = 0; i < n; i++) total += ent[i].n;
-    if (total > UINT32_MAX) return -1;
-    struct ug_qitem *q = malloc(total * sizeof(*q));
-    trie->n = malloc(total * sizeof(*trie->n));
-    trie->e = malloc(total * sizeof(*trie->e));
+    size_t cap = 1024;
+    struct ug_qitem *q = malloc(cap * sizeof(*q));
+    trie->n = malloc(cap * sizeof(*trie->n));
+    trie->e = malloc(cap * sizeof(*trie->e));
     if (!q || !trie->n || !trie->e) {
         free(q);
         return -1;
     }
-    size_t qn = 1, qi = 0;
+    size_t qi = 0;
     trie->nn = 1;
     trie->ne = 0;
     q[0] = (struct ug_qitem){0, n, 0, 0};
-    while (qi < qn) {
+    while (qi < trie->nn) {
         struct ug_qitem it = q[qi++];
-        struct ug_tnode *nd = &trie->n[it.node];
-        nd->id = -1;
+        trie->n[it.node].id = -1;
         size_t lo = it.lo;
         if (lo < it.hi && ent[lo].n == it.depth) {
-            nd->id = ent[lo].id;
+            trie->n[it.node].id = ent[lo].id;
             lo++;
             if (lo < it.hi && ent[lo].n == it.depth) {
                 *dup = lo;
@@ -84,18 +101,22 @@ static int ug_trie_build(struct ug_trie *trie, struct ug_ent *ent, size_t n, siz
                 return -2;
             }
         }
-        nd->edge0 = (uint32_t)trie->ne;
-        nd->n_edges = 0;
+        trie->n[it.node].edge0 = (uint32_t)trie->ne;
+        trie->n[it.node].n_edges = 0;
         for (size_t i = lo; i < it.hi;) {
             unsigned char b = (unsigned char)ent[i].s[it.depth];
             size_t j = i + 1;
             while (j < it.hi && (unsigned char)ent[j].s[it.depth] == b) j++;
+            if (ug_trie_room(trie, &q, &cap)) {
+                free(q);
+                return -1;
+            }
             uint32_t child = (uint32_t)trie->nn++;
             trie->e[trie->ne].byte = b;
             trie->e[trie->ne].child = child;
             trie->ne++;
             trie->n[it.node].n_edges++;
-            q[qn++] = (struct ug_qitem){i, j, it.depth + 1, child};
+            q[child] = (struct ug_qitem){i, j, it.depth + 1, child};
             i = j;
         }
     }
