@@ -373,8 +373,8 @@ int model_write_demo_bert(const char *dir, size_t layers, size_t hidden, size_t 
  * them; BERT's bare). The vocabulary is WordPiece (vocab.txt) for every
  * family; RoBERTa's and MPNet's put <s> <pad> </s> <unk> <mask> first (the
  * padding id 1 their positions count from) and name them in
- * tokenizer_config.json. Real RoBERTa and XLM-R folders need BPE and
- * Unigram tokenizers, which kinfer does not read yet. */
+ * tokenizer_config.json. Real RoBERTa folders need a byte-level BPE
+ * tokenizer, which kinfer does not read yet (XLM-R's Unigram it reads). */
 int model_write_demo_encoder(const char *dir, const char *kind, size_t layers, size_t hidden,
                              size_t heads, size_t intermediate, size_t n_labels, uint64_t seed,
                              char *errstr, size_t errstr_size);

@@ -2,12 +2,14 @@
  * from a model folder, encode (pairs, truncation), decode, special
  * tokens. Callers never see which implementation answers; each one is a
  * file of its own that fills the table in tokenizer_impl.h (WordPiece,
- * text/wp_tokenizer.c, is the first; byte-level BPE and Unigram are to
- * join the same way), and tokenizer_kind_name says which one runs.
+ * text/wp_tokenizer.c, is the first; Unigram, text/ug_tokenizer.c, the
+ * second; byte-level BPE is to join the same way), and
+ * tokenizer_kind_name says which one runs.
  *
  * A folder is read as Hugging Face's save_pretrained writes it: when it
  * has tokenizer.json, that file's model.type picks the implementation
- * ("WordPiece"; any other type is refused with a message naming it);
+ * ("WordPiece", "Unigram"; any other type is refused with a message
+ * naming it);
  * without one, vocab.txt means WordPiece (with tokenizer_config.json's
  * settings when present).
  *
@@ -70,8 +72,8 @@ void tokenizer_opts_init(struct tokenizer_opts *o);
 
 /* Reads the tokenizer of the folder dir (see above) with the overrides o
  * (NULL: none). Every problem is an error naming the file ("DIR/
- * tokenizer.json: model type \"Unigram\" is not supported (supported:
- * WordPiece)", "DIR: no tokenizer.json or vocab.txt in the folder").
+ * tokenizer.json: model type \"BPE\" is not supported (supported:
+ * WordPiece, Unigram)", "DIR: no tokenizer.json or vocab.txt in the folder").
  * Returns a new tokenizer (free with tokenizer_destroy), or NULL with
  * errstr filled. */
 struct tokenizer *tokenizer_load(const char *dir, const struct tokenizer_opts *o, char *errstr,
