@@ -6,7 +6,7 @@
  * template, byte fallback, RobertaProcessing) id for id and type id for
  * type id through tokenizer.h, every golden decoding byte for byte, every
  * golden normalization, every code point through the charsmap
- * (charsmap.tsv); then what the goldens cannot show: invalid UTF-8,
+ * (charsmap.tsv) and with marks after it (graphemes.tsv); then what the goldens cannot show: invalid UTF-8,
  * length limits and buffers, refused files, long and hostile inputs.
  *
  * Runs from the repository root (as make test does). Single-threaded but
@@ -323,6 +323,93 @@ static void test_charsmap(void **state)
     free(runs);
     fprintf(stderr, "charsmap: %zu code points, %zu runs, %zu mismatches\n", checked, nr, bad);
     assert_int_equal(bad, 0);
+}
+
+/* Hex digits into bytes; returns the count. */
+static size_t unhex(const char *h, char *out, size_t cap)
+{
+    size_t n = 0;
+    while (h[0] && h[1] && n < cap && h[0] != '\n' && h[0] != '\t') {
+        unsigned v;
+        if (sscanf(h, "%2x", &v) != 1) break;
+        out[n++] = (char)v;
+        h += 2;
+    }
+    return n;
+}
+
+/* A mapped character and a mark in one grapheme: the reference maps the
+ * grapheme by its first character (graphemes.tsv: a hash per mark over
+ * every mapped code point, Hangul jamo and every 97th syllable, and
+ * examples). */
+static void test_graphemes(void **state)
+{
+    struct fixture *fx = *state;
+    FILE *f = fopen(DATA "graphemes.tsv", "r");
+    assert_non_null(f);
+    struct ug_scratch *s = ug_scratch_new(0);
+    uint32_t *set = malloc(0x110000 * sizeof(*set));
+    assert_non_null(set);
+    size_t nset = 0;
+    for (uint32_t cp = 1; cp <= 0x10FFFF; cp++) {
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+        char in[4];
+        size_t il = uni_utf8_encode_test(cp, in), ol = 0;
+        const char *o = ug_normalize(fx->ug[0], s, in, il, &ol, NULL, 0);
+        assert_non_null(o);
+        if ((ol != il || memcmp(o, in, il) != 0) || (cp >= 0x1100 && cp <= 0x11FF) ||
+            (cp >= 0x3130 && cp <= 0x318F) ||
+            (cp >= 0xAC00 && cp <= 0xD7A3 && (cp - 0xAC00) % 97 == 0))
+            set[nset++] = cp;
+    }
+    char line[512];
+    size_t marks = 0, exs = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "mark\t", 5) == 0) {
+            char mk[32], m[16];
+            size_t want_n = 0, ml = 0;
+            unsigned long long want_h = 0;
+            assert_int_equal(sscanf(line + 5, "%31[^\t]\t%zu\t%llx", mk, &want_n, &want_h), 3);
+            for (char *p = mk; *p;) {
+                char *e;
+                unsigned long v = strtoul(p, &e, 16);
+                if (e == p) break;
+                ml += uni_utf8_encode_test((uint32_t)v, m + ml);
+                p = e;
+            }
+            assert_int_equal(nset, want_n);
+            uint64_t h = 0xcbf29ce484222325ull;
+            for (size_t i = 0; i < nset; i++) {
+                char in[32];
+                size_t il = uni_utf8_encode_test(set[i], in), ol = 0;
+                memcpy(in + il, m, ml);
+                const char *o = ug_normalize(fx->ug[0], s, in, il + ml, &ol, NULL, 0);
+                assert_non_null(o);
+                for (size_t k = 0; k <= ol; k++) {
+                    unsigned char b = k < ol ? (unsigned char)o[k] : 0xFF;
+                    h = (h ^ b) * 0x100000001b3ull;
+                }
+            }
+            if (h != (uint64_t)want_h) fail_msg("mark %s: hash %016llx, want %016llx", mk,
+                                                (unsigned long long)h, want_h);
+            marks++;
+        } else if (strncmp(line, "ex\t", 3) == 0) {
+            char in[64], want[64];
+            char *tab = strchr(line + 3, '\t');
+            assert_non_null(tab);
+            size_t il = unhex(line + 3, in, sizeof(in)), wl = unhex(tab + 1, want, sizeof(want));
+            size_t ol = 0;
+            const char *o = ug_normalize(fx->ug[0], s, in, il, &ol, NULL, 0);
+            assert_non_null(o);
+            if (ol != wl || memcmp(o, want, wl) != 0) fail_msg("example %s", line);
+            exs++;
+        }
+    }
+    fclose(f);
+    free(set);
+    ug_scratch_destroy(s);
+    fprintf(stderr, "graphemes: %zu marks over %zu code points, %zu examples\n", marks, nset, exs);
+    assert_true(marks >= 5);
 }
 
 /* The interface's view: kind, sizes, specials, lookups. */
@@ -659,7 +746,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_goldens),   cmocka_unit_test(test_decodes),
         cmocka_unit_test(test_normalize), cmocka_unit_test(test_charsmap),
-        cmocka_unit_test(test_interface),
+        cmocka_unit_test(test_graphemes), cmocka_unit_test(test_interface),
         cmocka_unit_test(test_utf8),      cmocka_unit_test(test_limits),
         cmocka_unit_test(test_long),      cmocka_unit_test(test_refused),
         cmocka_unit_test(test_minimal),   cmocka_unit_test(test_threads),

@@ -14,7 +14,8 @@
  *   cd <repo> && /usr/bin/python3 tests/golden/unigram_spm.py &&
  *     NODE_PATH=/tmp/tokgold/node_modules node tests/golden/unigram_golden.js
  *
- * Output (overwritten): tests/data/unigram/charsmap.tsv (see sweep()) and
+ * Output (overwritten): tests/data/unigram/charsmap.tsv (see sweep()),
+ * tests/data/unigram/graphemes.tsv (see graphemes()) and
  * tests/data/unigram/golden.json:
  *   {"reference", "cases": [{tok, text, pair|null, max_len (0 = none),
  *    ids, type_ids}], "decodes": [{tok, ids, text}],
@@ -172,5 +173,51 @@ function sweep() {
   return lines.length;
 }
 
-run().then(() => console.log('charsmap.tsv: ' + sweep() + ' runs'))
+/* ---- graphemes ----------------------------------------------------------
+ * The reference's Precompiled looks a grapheme under 6 bytes up whole: a
+ * mapped character followed by a mark in the same grapheme becomes the
+ * character's mapping alone (the mark is lost). Every code point the
+ * charsmap changes, the Hangul jamo and every 97th syllable, each followed
+ * by each of a few marks, through xlmr's normalizer; written as one FNV-1a
+ * 64 hash per mark over all the outputs (each followed by a 0xFF byte),
+ * in code point order, plus the first differing examples:
+ *   mark MARK_HEX COUNT HASH_HEX
+ *   ex INPUT_HEX OUTPUT_HEX          (UTF-8 bytes, hex)
+ */
+const GRAPHEME_MARKS = ['0301', '3099', '200D', 'FE0F', '0308 0301'];
+function graphemes() {
+  const norm = tk.Tokenizer.fromFile(path.join(DIR, 'xlmr', 'tokenizer.json')).getNormalizer();
+  const set = [];
+  for (let cp = 1; cp <= 0x10ffff; cp++) {
+    if (cp >= 0xd800 && cp <= 0xdfff) continue;
+    const c = String.fromCodePoint(cp);
+    if (norm.normalizeString(c) !== c || (cp >= 0x1100 && cp <= 0x11ff) ||
+        (cp >= 0x3130 && cp <= 0x318f) || (cp >= 0xac00 && cp <= 0xd7a3 && (cp - 0xac00) % 97 === 0))
+      set.push(cp);
+  }
+  const hexb = str => Buffer.from(str, 'utf8').toString('hex').toUpperCase();
+  const lines = [];
+  const ex = [];
+  for (const mk of GRAPHEME_MARKS) {
+    const m = mk.split(' ').map(h => String.fromCodePoint(parseInt(h, 16))).join('');
+    let h = 0xcbf29ce484222325n;
+    const P = 0x100000001b3n, MASK = (1n << 64n) - 1n;
+    for (const cp of set) {
+      const c = String.fromCodePoint(cp);
+      const o = norm.normalizeString(c + m);
+      for (const b of Buffer.concat([Buffer.from(o, 'utf8'), Buffer.from([0xff])]))
+        h = ((h ^ BigInt(b)) * P) & MASK;
+      if (ex.length < 40 && o !== norm.normalizeString(c) + norm.normalizeString(m))
+        ex.push('ex\t' + hexb(c + m) + '\t' + hexb(o));
+    }
+    lines.push('mark\t' + mk + '\t' + set.length + '\t' + h.toString(16).toUpperCase().padStart(16, '0'));
+  }
+  fs.writeFileSync(path.join(DIR, 'graphemes.tsv'),
+    '# ' + REF + ': xlmr normalizer over code point + mark, written by tests/golden/unigram_golden.js\n' +
+    lines.concat(ex).join('\n') + '\n');
+  return set.length;
+}
+
+run().then(() => console.log('charsmap.tsv: ' + sweep() + ' runs; graphemes.tsv: ' + graphemes() +
+                             ' code points'))
   .catch(e => { console.error(e); process.exit(1); });
