@@ -568,6 +568,33 @@ static void test_long(void **state)
     free(ids);
 }
 
+/* A 2 MB word grows the lattice to 2M entries; the call gives it back. */
+static void test_lattice_given_back(void **state)
+{
+    struct fixture *fx = *state;
+    size_t n = 2u << 20;
+    char *text = malloc(n);
+    int32_t *ids = malloc((n + 8) * sizeof(int32_t));
+    assert_non_null(text);
+    assert_non_null(ids);
+    memset(text, 'a', n);
+    struct ug_scratch *s = ug_scratch_new(0);
+    for (int k = 0; k < N_TOK; k++) {
+        char err[256] = "";
+        int rc = ug_encode(fx->ug[k], s, text, n, NULL, 0, 0, 0, ids, NULL, n + 8, NULL, err,
+                           sizeof(err));
+        if (rc < 0) fail_msg("%s: %s", tok_names[k], err);
+        assert_true(ug_scratch_lattice(s) <= UG_LATTICE_KEEP);
+        rc = ug_encode(fx->ug[k], s, "aaaa", 4, NULL, 0, 0, 0, ids, NULL, 16, NULL, err,
+                       sizeof(err));
+        assert_true(rc > 0);
+        assert_true(ug_scratch_lattice(s) > 0);
+    }
+    ug_scratch_destroy(s);
+    free(text);
+    free(ids);
+}
+
 /* Writes text to dir/name. */
 static void write_file(const char *dir, const char *name, const char *text)
 {
@@ -750,7 +777,7 @@ int main(void)
         cmocka_unit_test(test_utf8),      cmocka_unit_test(test_limits),
         cmocka_unit_test(test_long),      cmocka_unit_test(test_refused),
         cmocka_unit_test(test_minimal),   cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_lowercase),
+        cmocka_unit_test(test_lowercase), cmocka_unit_test(test_lattice_given_back),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -182,6 +182,11 @@ void ug_scratch_destroy(struct ug_scratch *s)
     free(s);
 }
 
+size_t ug_scratch_lattice(const struct ug_scratch *s)
+{
+    return s->lat_cap;
+}
+
 /* ---- normalizer ------------------------------------------------------------------ */
 
 /* The replacement of the shortest key of the charsmap that is a prefix of

@@ -94,6 +94,9 @@ int32_t ug_mask_id(const struct ug_tokenizer *t);
 struct ug_scratch *ug_scratch_new(size_t expect_len);
 /* Frees s. Accepts NULL. */
 void ug_scratch_destroy(struct ug_scratch *s);
+/* Entries the lattice holds between calls (at most UG_LATTICE_KEEP): for
+ * tests and logs. */
+size_t ug_scratch_lattice(const struct ug_scratch *s);
 
 /* tokenizer.h's tokenizer_encode for a Unigram tokenizer (same arguments,
  * same answers, enum ug_err for the errors). */
