@@ -22,9 +22,19 @@
  *      unknown run becomes its bytes' <0xNN> pieces;
  *   5. post-processor: TemplateProcessing, RobertaProcessing or none (XLM-R:
  *      <s> A </s></s> B </s>, all type id 0); optional truncation to a
- *      maximum length, specials included, longest_first for a pair.
+ *      maximum length, specials included, longest_first for a pair, where
+ *      which side counts as longer is judged as the reference does: on
+ *      each side's token count at its first word end past max_len (the
+ *      reference stops tokenizing there), not on the whole lengths.
  * Decoding: special added tokens are left out; the decoder (Metaspace,
  * ByteFallback, Fuse, Replace, Strip, or a Sequence) joins the rest.
+ *
+ * Where kinfer knowingly differs: Unicode comes from libutf8proc 2.8
+ * (Unicode 15; graphemes for Precompiled, NFKC, whitespace), the reference
+ * from newer tables; Metaspace's "first" scheme tracks only whether the
+ * normalizer moved the start (Strip, a leading Replace), not the
+ * reference's full alignments; max_len below the specials is an error
+ * (UG_ERR_ARG) where the reference truncates anyway.
  *
  * Hostile input: text must be valid UTF-8 (UG_ERR_UTF8 with the byte offset
  * otherwise). Work is linear in the input times the longest piece; memory
