@@ -256,12 +256,12 @@ static void test_normalize(void **state)
     assert_int_equal(bad, 0);
 }
 
-/* Every scalar value alone through xlmr's normalizer (Precompiled
- * nmt_nfkc) against the reference's sweep (charsmap.tsv). */
-static void test_charsmap(void **state)
+/* Every scalar value alone through tokenizer k's normalizer against the
+ * reference's sweep in file; returns the mismatches (the first 20
+ * printed). */
+static size_t check_sweep(struct fixture *fx, const char *file, int k_tok)
 {
-    struct fixture *fx = *state;
-    FILE *f = fopen(DATA "charsmap.tsv", "r");
+    FILE *f = fopen(file, "r");
     assert_non_null(f);
     struct run {
         uint32_t lo, hi;
@@ -308,21 +308,33 @@ static void test_charsmap(void **state)
             wl = il;
         }
         size_t ol = 0;
-        const char *got = ug_normalize(fx->ug[0], s, in, il, &ol, NULL, 0);
+        const char *got = ug_normalize(fx->ug[k_tok], s, in, il, &ol, NULL, 0);
         checked++;
         if (!got || ol != wl || memcmp(got, want, wl) != 0) {
             if (bad++ < 20) {
                 char g1[128], w1[128];
                 show(got ? got : "", got ? ol : 0, g1, sizeof(g1));
                 show(want, wl, w1, sizeof(w1));
-                fprintf(stderr, "CHARSMAP U+%04X: got \"%s\" want \"%s\"\n", cp, g1, w1);
+                fprintf(stderr, "%s U+%04X: got \"%s\" want \"%s\"\n", file, cp, g1, w1);
             }
         }
     }
     ug_scratch_destroy(s);
     free(runs);
-    fprintf(stderr, "charsmap: %zu code points, %zu runs, %zu mismatches\n", checked, nr, bad);
-    assert_int_equal(bad, 0);
+    fprintf(stderr, "%s: %zu code points, %zu runs, %zu mismatches\n", file, checked, nr, bad);
+    return bad;
+}
+
+/* Every scalar value through xlmr's normalizer (Precompiled nmt_nfkc). */
+static void test_charsmap(void **state)
+{
+    assert_int_equal(check_sweep(*state, DATA "charsmap.tsv", 0), 0);
+}
+
+/* Every scalar value through plain's normalizer (NFKC). */
+static void test_nfkc(void **state)
+{
+    assert_int_equal(check_sweep(*state, DATA "nfkc.tsv", 2), 0);
 }
 
 /* Hex digits into bytes; returns the count. */
@@ -773,6 +785,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_goldens),   cmocka_unit_test(test_decodes),
         cmocka_unit_test(test_normalize), cmocka_unit_test(test_charsmap),
+        cmocka_unit_test(test_nfkc),
         cmocka_unit_test(test_graphemes), cmocka_unit_test(test_interface),
         cmocka_unit_test(test_utf8),      cmocka_unit_test(test_limits),
         cmocka_unit_test(test_long),      cmocka_unit_test(test_refused),

@@ -303,6 +303,24 @@ static void ug_canon_order(int32_t *u, size_t n, int32_t *tmp)
     }
 }
 
+/* Compatibility mappings libutf8proc 2.8 (Unicode 15) has and the
+ * reference's NFKC does not (they came with Unicode 12.1 to 14): the
+ * reference leaves these characters as they are, and so does kinfer.
+ * tests/test_unigram.c checks every code point (nfkc.tsv). */
+static const uint32_t ug_nfkc_keep[][2] = {
+    {0x32FF, 0x32FF},   {0xA7F2, 0xA7F4},   {0xAB69, 0xAB69},
+    {0x10781, 0x10785}, {0x10787, 0x107B0}, {0x107B2, 0x107BA},
+    {0x1E030, 0x1E06D}, {0x1F16C, 0x1F16C}, {0x1FBF0, 0x1FBF9},
+};
+
+static int ug_nfkc_kept(uint32_t cp)
+{
+    if (cp < 0x32FF) return 0;
+    for (size_t i = 0; i < sizeof(ug_nfkc_keep) / sizeof(ug_nfkc_keep[0]); i++)
+        if (cp >= ug_nfkc_keep[i][0] && cp <= ug_nfkc_keep[i][1]) return 1;
+    return 0;
+}
+
 /* NFKC: compatibility decomposition character by character (utf8proc),
  * canonical ordering (ug_canon_order), then utf8proc's composition, in
  * the scratch's code point buffer (twice the room: the second half is the
@@ -320,8 +338,10 @@ static int ug_norm_nfkc(struct ug_scratch *s, const char *in, size_t n, struct u
             s->u32 = p;
         }
         int boundclass = 0;
-        utf8proc_ssize_t r = utf8proc_decompose_char((utf8proc_int32_t)cp, s->u32 + k,
-                                                     UNI_DECOMP_MAX, dopt, &boundclass);
+        utf8proc_ssize_t r = 1;
+        if (ug_nfkc_kept(cp)) s->u32[k] = (int32_t)cp;
+        else r = utf8proc_decompose_char((utf8proc_int32_t)cp, s->u32 + k, UNI_DECOMP_MAX, dopt,
+                                         &boundclass);
         if (r < 0 || r > UNI_DECOMP_MAX) return -1;
         k += (size_t)r;
         i += l;

@@ -30,8 +30,10 @@
  * ByteFallback, Fuse, Replace, Strip, or a Sequence) joins the rest.
  *
  * Where kinfer knowingly differs: Unicode comes from libutf8proc 2.8
- * (Unicode 15; graphemes for Precompiled, NFKC, whitespace), the reference
- * from newer tables; Metaspace's "first" scheme tracks only whether the
+ * (Unicode 15: graphemes for Precompiled, NFKC, whitespace), the reference
+ * from its own tables (its NFKC lacks the compatibility mappings of
+ * Unicode 12.1-14, which unigram.c leaves out too; every single code point
+ * is checked, sequences only as the goldens reach them); Metaspace's "first" scheme tracks only whether the
  * normalizer moved the start (Strip, a leading Replace), not the
  * reference's full alignments; max_len below the specials is an error
  * (UG_ERR_ARG) where the reference truncates anyway.

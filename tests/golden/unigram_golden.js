@@ -129,15 +129,16 @@ async function run() {
 
 /* ---- the charsmap sweep ------------------------------------------------
  * Every scalar value alone through xlmr's normalizer (the Precompiled
- * nmt_nfkc charsmap; Replace " {2,}" never fires on one character). Only
+ * nmt_nfkc charsmap; Replace " {2,}" never fires on one character) into
+ * charsmap.tsv, and through plain's (NFKC) into nfkc.tsv. Only
  * what changes is written, one line per run, tab-separated:
  *   LO HI + X [Y ...]   LO..HI map to X Y ..., the last value counting up
  *                       with the code point
  *   LO HI = X [Y ...]   LO..HI all map to X Y ...
  *   LO HI -             LO..HI are removed
  * (hex). */
-function sweep() {
-  const norm = tk.Tokenizer.fromFile(path.join(DIR, 'xlmr', 'tokenizer.json')).getNormalizer();
+function sweep(name, file, what) {
+  const norm = tk.Tokenizer.fromFile(path.join(DIR, name, 'tokenizer.json')).getNormalizer();
   const hex = v => v.toString(16).toUpperCase().padStart(4, '0');
   const lines = [];
   let open = null; /* [lo, hi, mode, values] */
@@ -167,8 +168,8 @@ function sweep() {
     open = [cp, cp, '=', v];
   }
   flush();
-  fs.writeFileSync(path.join(DIR, 'charsmap.tsv'),
-    '# ' + REF + ': xlmr normalizer per code point, written by tests/golden/unigram_golden.js\n' +
+  fs.writeFileSync(path.join(DIR, file),
+    '# ' + REF + ': ' + what + ' per code point, written by tests/golden/unigram_golden.js\n' +
     lines.join('\n') + '\n');
   return lines.length;
 }
@@ -218,6 +219,7 @@ function graphemes() {
   return set.length;
 }
 
-run().then(() => console.log('charsmap.tsv: ' + sweep() + ' runs; graphemes.tsv: ' + graphemes() +
-                             ' code points'))
+run().then(() => console.log('charsmap.tsv: ' + sweep('xlmr', 'charsmap.tsv', 'xlmr normalizer') +
+                             ' runs; nfkc.tsv: ' + sweep('plain', 'nfkc.tsv', 'NFKC (plain)') +
+                             ' runs; graphemes.tsv: ' + graphemes() + ' code points'))
   .catch(e => { console.error(e); process.exit(1); });
