@@ -173,7 +173,7 @@ static void test_goldens(void **state)
         int ok = got >= 0 && (size_t)got == json_array_size(want);
         for (size_t j = 0; ok && j < (size_t)got; j++)
             ok = ids[j] == json_integer_value(json_array_get(want, j)) &&
-                 tids[j] == json_integer_value(json_array_get(wt, j));
+                 tids[j] == (wt ? json_integer_value(json_array_get(wt, j)) : 0);
         if (!ok && bad++ < 20) {
             char t1[512], g1[2048], w1[2048];
             int32_t wv[1024];
