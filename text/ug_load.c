@@ -34,6 +34,7 @@ struct ug_ent {
     int32_t id;
 };
 
+/* Byte order, a prefix before its extensions: the trie's build order. */
 static int ug_ent_cmp(const void *a, const void *b)
 {
     const struct ug_ent *x = a, *y = b;
@@ -364,6 +365,7 @@ static int ug_metaspace(const json_t *o, struct ug_step *st)
     return st->split < 0 ? -1 : 0;
 }
 
+/* One pre-tokenizer (not a Sequence) into st. */
 static int ug_pre_one(struct ug_tokenizer *t, const json_t *o, struct ug_step *st,
                       const char *path, char *errstr, size_t errstr_size)
 {
@@ -386,6 +388,7 @@ static int ug_pre_one(struct ug_tokenizer *t, const json_t *o, struct ug_step *s
     return -1;
 }
 
+/* One decoder (not a Sequence) into st. */
 static int ug_dec_one(struct ug_tokenizer *t, const json_t *o, struct ug_step *st,
                       const char *path, char *errstr, size_t errstr_size)
 {
@@ -474,6 +477,8 @@ static int32_t ug_pair_id(const json_t *v, size_t n_ids)
     return (int32_t)json_integer_value(id);
 }
 
+/* The post-processor as single and pair templates (none: A, and A B
+ * with type ids 0 and 1, as the reference lays a pair out). */
 static int ug_post(struct ug_tokenizer *t, const json_t *pp, const char *path, char *errstr,
                    size_t errstr_size)
 {

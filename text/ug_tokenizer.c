@@ -41,6 +41,7 @@ static int ugt_max_len(const char *path, size_t *out, char *errstr, size_t errst
     return 0;
 }
 
+/* The folder rules above. */
 static void *ugt_load(const struct tokenizer_src *src, size_t *max_tokens, char *errstr,
                       size_t errstr_size)
 {

@@ -26,11 +26,13 @@
 
 /* ---- accessors ------------------------------------------------------------- */
 
+/* Pieces and added tokens past them: the embedding table's rows. */
 size_t ug_vocab_size(const struct ug_tokenizer *t)
 {
     return t->n_ids;
 }
 
+/* Reverse lookup, for logs, tests and decoding. */
 const char *ug_id_token(const struct ug_tokenizer *t, int32_t id)
 {
     if (id < 0 || (size_t)id >= t->n_ids) return NULL;
@@ -46,6 +48,7 @@ int32_t ug_token_id(const struct ug_tokenizer *t, const char *token)
     return id >= 0 ? id : ug_trie_find(&t->pieces, token, n);
 }
 
+/* The special ids a caller needs to lay out its own batches. */
 int32_t ug_cls_id(const struct ug_tokenizer *t) { return t->cls; }
 int32_t ug_sep_id(const struct ug_tokenizer *t) { return t->sep; }
 int32_t ug_pad_id(const struct ug_tokenizer *t) { return t->pad; }
@@ -130,6 +133,7 @@ static int ug_reserve(struct ug_buf *b, size_t more)
     return 0;
 }
 
+/* Appends n bytes; 0 or -1 (out of memory). */
 static int ug_put(struct ug_buf *b, const char *s, size_t n)
 {
     if (ug_reserve(b, n)) return -1;
@@ -138,6 +142,8 @@ static int ug_put(struct ug_buf *b, const char *s, size_t n)
     return 0;
 }
 
+/* A scratch sized for expect_len bytes of input, so the first call
+ * already runs without allocating (but for a long word's lattice). */
 struct ug_scratch *ug_scratch_new(size_t expect_len)
 {
     struct ug_scratch *s = calloc(1, sizeof(*s));
@@ -166,6 +172,7 @@ fail:
     return NULL;
 }
 
+/* Frees everything s owns. */
 void ug_scratch_destroy(struct ug_scratch *s)
 {
     if (!s) return;
@@ -182,6 +189,7 @@ void ug_scratch_destroy(struct ug_scratch *s)
     free(s);
 }
 
+/* See unigram.h: lets tests see that a long word's lattice went back. */
 size_t ug_scratch_lattice(const struct ug_scratch *s)
 {
     return s->lat_cap;
@@ -313,6 +321,7 @@ static const uint32_t ug_nfkc_keep[][2] = {
     {0x1E030, 0x1E06D}, {0x1F16C, 0x1F16C}, {0x1FBF0, 0x1FBF9},
 };
 
+/* 1 if cp is in ug_nfkc_keep. */
 static int ug_nfkc_kept(uint32_t cp)
 {
     if (cp < 0x32FF) return 0;
@@ -441,6 +450,8 @@ static int ug_normalize_into(const struct ug_tokenizer *t, struct ug_scratch *s,
     return 0;
 }
 
+/* The normalizer alone over the whole text, copied into the scratch and
+ * NUL-terminated. */
 const char *ug_normalize(const struct ug_tokenizer *t, struct ug_scratch *s, const char *text,
                          size_t len, size_t *out_len, char *errstr, size_t errstr_size)
 {
@@ -809,6 +820,8 @@ static void ug_trim(struct ug_scratch *s)
     }
 }
 
+/* Encodes text (and pair), truncates as the reference does and lays the
+ * template out; see unigram.h. */
 int ug_encode(const struct ug_tokenizer *t, struct ug_scratch *s, const char *text, size_t len,
               const char *pair, size_t pair_len, size_t max_len, int truncate, int32_t *ids,
               int32_t *type_ids, size_t cap, size_t *full_len, char *errstr, size_t errstr_size)
@@ -871,6 +884,7 @@ struct ug_toks {
     size_t n, cap;
 };
 
+/* Starts a new, empty token at the end of l. */
 static int ug_tok_new(struct ug_toks *l)
 {
     void *p = ug_grow(l->off, &l->cap, l->n + 1, sizeof(size_t));
@@ -893,6 +907,7 @@ static int ug_tok_put(struct ug_toks *l, const char *s, size_t n)
     return 0;
 }
 
+/* Frees what l owns. */
 static void ug_tok_free(struct ug_toks *l)
 {
     free(l->b.p);
@@ -1001,6 +1016,9 @@ static int ug_dec_step(const struct ug_step *st, const struct ug_toks *in, struc
     return 0;
 }
 
+/* The reference's decode with skip_special_tokens: the tokens' strings
+ * through the decoder steps, then joined (spaces between them when the
+ * file has no decoder), written like snprintf. */
 int ug_decode(const struct ug_tokenizer *t, const int32_t *ids, size_t n, char *buf, size_t cap)
 {
     if ((!ids && n) || (!buf && cap)) return UG_ERR_ARG;
