@@ -375,7 +375,8 @@ int model_write_demo_bert(const char *dir, size_t layers, size_t hidden, size_t 
  * with their merges, RobertaProcessing); the others' is WordPiece
  * (vocab.txt). RoBERTa's and MPNet's put <s> <pad> </s> <unk> <mask>
  * first (the padding id 1 their positions count from) and name them in
- * tokenizer_config.json. */
+ * tokenizer_config.json. (XLM-R's and CamemBERT's real Unigram tokenizers
+ * are read too; the demo does not write one.) */
 int model_write_demo_encoder(const char *dir, const char *kind, size_t layers, size_t hidden,
                              size_t heads, size_t intermediate, size_t n_labels, uint64_t seed,
                              char *errstr, size_t errstr_size);

@@ -200,4 +200,29 @@ static inline uint32_t bpe_merge(const struct bpe_tok *t, int32_t a, int32_t b, 
     }
 }
 
+/* ---- bpe_post.c: added tokens and templates, for the loaders ---- */
+
+/* One added token as a loader found it. */
+struct bpe_added {
+    const char *s;
+    size_t n;
+    int32_t id;
+    int special, lstrip, rstrip, normalized;
+};
+
+/* No post-processor: A, and A B with B's type id 1. */
+int bpe_tmpl_default(struct bpe_tok *t);
+/* A JSON component's "type". */
+const char *bpe_type(const json_t *o);
+/* RobertaProcessing's layout: <s> A </s>, <s> A </s></s> B </s>. */
+int bpe_tmpl_roberta(struct bpe_tok *t, int32_t cls, int32_t sep);
+/* The post-processor of tokenizer.json. */
+int bpe_json_post(struct bpe_tok *t, const json_t *pp, const char *path, char *errstr,
+                  size_t errstr_size);
+/* The interface's cls and sep, from the single template. */
+void bpe_cls_sep(struct bpe_tok *t);
+/* The tries and flags of the added tokens a[0..n). */
+int bpe_set_added(struct bpe_tok *t, const struct bpe_added *a, size_t n, const char *path,
+                  char *errstr, size_t errstr_size);
+
 #endif

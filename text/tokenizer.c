@@ -24,6 +24,7 @@
 static const struct tokenizer_impl *const tok_impls[] = {
     &wp_tokenizer_impl,
     &bpe_tokenizer_impl,
+    &ug_tokenizer_impl,
 };
 #define TOK_N_IMPLS (sizeof(tok_impls) / sizeof(tok_impls[0]))
 

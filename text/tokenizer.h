@@ -2,16 +2,16 @@
  * from a model folder, encode (pairs, truncation), decode, special
  * tokens. Callers never see which implementation answers; each one is a
  * file of its own that fills the table in tokenizer_impl.h (WordPiece,
- * text/wp_tokenizer.c; byte-level BPE, text/bpe.c; Unigram is to join the
- * same way), and tokenizer_kind_name says which one runs.
+ * text/wp_tokenizer.c; byte-level BPE, text/bpe.c; Unigram,
+ * text/ug_tokenizer.c), and tokenizer_kind_name says which one runs.
  *
  * A folder is read as Hugging Face's save_pretrained writes it: when it
  * has tokenizer.json, that file's model.type picks the implementation
- * ("WordPiece", "BPE"; any other type is refused with a message naming
- * it); without one, vocab.txt means WordPiece (with tokenizer_config.json's
- * settings when present), and merges.txt with vocab.json byte-level BPE
- * (RoBERTa's or GPT-2's slow files, with tokenizer_config.json's special
- * tokens and add_prefix_space).
+ * ("WordPiece", "BPE", "Unigram"; any other type is refused with a
+ * message naming it); without one, vocab.txt means WordPiece (with
+ * tokenizer_config.json's settings when present), and merges.txt with
+ * vocab.json byte-level BPE (RoBERTa's or GPT-2's slow files, with
+ * tokenizer_config.json's special tokens and add_prefix_space).
  *
  * Threads: a loaded tokenizer is never modified and may be used from any
  * number of threads at once; each thread brings its own scratch, where
@@ -73,9 +73,9 @@ void tokenizer_opts_init(struct tokenizer_opts *o);
 
 /* Reads the tokenizer of the folder dir (see above) with the overrides o
  * (NULL: none). Every problem is an error naming the file ("DIR/
- * tokenizer.json: model type \"Unigram\" is not supported (supported:
- * WordPiece, BPE)", "DIR: no tokenizer.json in the folder (nor vocab.txt,
- * merges.txt)").
+ * tokenizer.json: model type \"WordLevel\" is not supported (supported:
+ * WordPiece, BPE, Unigram)", "DIR: no tokenizer.json in the folder (nor
+ * vocab.txt, merges.txt)").
  * Returns a new tokenizer (free with tokenizer_destroy), or NULL with
  * errstr filled. */
 struct tokenizer *tokenizer_load(const char *dir, const struct tokenizer_opts *o, char *errstr,

@@ -62,6 +62,7 @@ struct tokenizer_impl {
 /* The implementations (text/wp_tokenizer.c, ...). */
 extern const struct tokenizer_impl wp_tokenizer_impl;
 extern const struct tokenizer_impl bpe_tokenizer_impl;
+extern const struct tokenizer_impl ug_tokenizer_impl;
 
 /* Reads the whole of path into a new NUL-terminated buffer (free()), its
  * length in *len, refusing what is not a regular file or is over
