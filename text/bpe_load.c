@@ -1,10 +1,12 @@
 /* bpe_load.c - the byte-level BPE loaders (bpe_impl.h): a tokenizer.json
  * whose model.type is "BPE", or, without one, RoBERTa's slow files
-  * (vocab.json + merges.txt, with tokenizer_config.json's specials and
+ * (vocab.json + merges.txt, with tokenizer_config.json's specials and
  * add_prefix_space). Every component is checked to be one bpe.c runs
  * before anything is built, so anything else (a Metaspace pre-tokenizer,
  * a Lowercase normalizer, BPE dropout, a BertProcessing) is refused with a
  * message naming it.
+ *
+ * The added tokens' tries and the templates are built by bpe_post.c.
  *
  * Threads: whichever thread calls a loader; nothing here is shared.
  * Ownership: a bpe_tok owns everything it points to; files are read into
