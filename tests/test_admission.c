@@ -207,6 +207,70 @@ static void test_cases(void **state)
     assert_int_equal(atomic_load(&F.fatal), 0);
 }
 
+/* A job the worker accepts must be answerable (issue 26): with the
+ * producer able to publish 4096 bytes, a JSON job whose result could pass
+ * that (rows x 32 values x 16 bytes, plus the envelope) is answered
+ * invalid_input naming message.max.bytes before it runs, and one row
+ * fewer is queued. MessagePack (4 bytes a value) takes more rows. */
+static void test_result_size(void **state)
+{
+    (void)state;
+    char err[256];
+    struct intake_conf ic = {.cfg = F.cfg, .opts = &F.opts, .models = F.models, .n_models = 2,
+                             .default_model = 0, .model_override = -1, .batcher = F.batcher,
+                             .sink = &F.sink, .offsets = F.offsets, .stats = F.stats,
+                             .fatal = &F.fatal, .max_record_bytes = 4096};
+    struct intake *in = intake_new_offline(&ic, err, sizeof(err));
+    assert_non_null(in);
+    static const struct {
+        int msgpack;
+        size_t rows;
+        enum intake_admitted want;
+    } tab[] = {
+        {0, 6, INTAKE_QUEUED},   {0, 7, INTAKE_ANSWERED},
+        {1, 20, INTAKE_QUEUED},  {1, 40, INTAKE_ANSWERED},
+    };
+    for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
+        char body[4096];
+        size_t len;
+        if (tab[i].msgpack) {
+            /* {"id": "s", "text": ["hi", ...]} */
+            unsigned char *b = (unsigned char *)body;
+            len = 0;
+            b[len++] = 0x82;
+            b[len++] = 0xa2, b[len++] = 'i', b[len++] = 'd', b[len++] = 0xa1, b[len++] = 's';
+            b[len++] = 0xa4;
+            memcpy(b + len, "text", 4);
+            len += 4;
+            b[len++] = 0xdc, b[len++] = 0, b[len++] = (unsigned char)tab[i].rows;
+            for (size_t r = 0; r < tab[i].rows; r++)
+                b[len++] = 0xa2, b[len++] = 'h', b[len++] = 'i';
+        } else {
+            len = (size_t)snprintf(body, sizeof(body), "{\"id\": \"s\", \"text\": [");
+            for (size_t r = 0; r < tab[i].rows; r++)
+                len += (size_t)snprintf(body + len, sizeof(body) - len, "%s\"hi\"", r ? "," : "");
+            len += (size_t)snprintf(body + len, sizeof(body) - len, "]}");
+        }
+        struct intake_record r = {.topic = TOPIC, .partition = 1000 + (int32_t)i, .offset = 1,
+                                  .value = body, .value_len = len, .timestamp_ms = -1};
+        enum intake_admitted got = intake_admit(in, &r);
+        struct job *j = got == INTAKE_QUEUED ? batcher_purge(F.batcher, TOPIC, r.partition)
+                                             : jobq_take(&F.sink, 0);
+        assert_non_null(j);
+        printf("  %s, %zu rows: %s\n", tab[i].msgpack ? "MessagePack" : "JSON", tab[i].rows,
+               got == INTAKE_QUEUED ? "queued" : j->errmsg);
+        if (got != tab[i].want) fail_msg("row %zu: admitted %d, want %d (%s)", i, got,
+                                         tab[i].want, j->errmsg);
+        if (got == INTAKE_ANSWERED) {
+            assert_int_equal(j->err, PROTO_ERR_INVALID_INPUT);
+            if (!strstr(j->errmsg, "message.max.bytes (4096 usable)"))
+                fail_msg("message \"%s\" names no limit", j->errmsg);
+        }
+        job_free(j);
+    }
+    intake_destroy(in);
+}
+
 /* ---- fixture ------------------------------------------------------------------ */
 
 static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *ftw)
@@ -308,6 +372,7 @@ int main(int argc, char **argv)
     tu_seed(argv[0]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
+        cmocka_unit_test(test_result_size),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -824,6 +824,106 @@ static void test_encode_edges(void **state)
     }
 }
 
+/* JSON floats take the fewest significant digits that read back as the
+ * same float32 (issue 26: "%.9g" wrote 0.1f as 0.100000001), never more
+ * than CODEC_JSON_FLOAT_MAX bytes, and stay reals ("1.0", not "1"). A table
+ * of known cases, then random bit patterns that must read back exactly,
+ * with no shorter form (one digit fewer) that would. */
+static void test_json_float_shortest(void **state)
+{
+    (void)state;
+    static const struct {
+        float f;
+        const char *want;
+    } tab[] = {
+        {0.1f, "0.1"},           {1.0f, "1.0"},         {-2.5f, "-2.5"},
+        {0.0f, "0.0"},           {100.0f, "1e2"},       {1e-5f, "1e-5"},
+        {3.14159274f, "3.1415927"}, {16777216.0f, "16777216.0"},
+        {FLT_MAX, "3.4028235e38"}, {-FLT_MIN, "-1.1754944e-38"},
+        {1e-45f, "1e-45"},       {NAN, "null"},         {INFINITY, "null"},
+    };
+    char buf[64];
+    for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
+        size_t n = codec_format_float(buf, sizeof(buf), tab[i].f);
+        if (strcmp(buf, tab[i].want) != 0 || n != strlen(buf))
+            fail_msg("%.9g: \"%s\", want \"%s\"", (double)tab[i].f, buf, tab[i].want);
+    }
+    size_t total = 0;
+    for (int rep = 0; rep < 200000; rep++) {
+        uint32_t u = (uint32_t)tu_rand64();
+        float f;
+        memcpy(&f, &u, 4);
+        if (!isfinite(f)) continue;
+        size_t n = codec_format_float(buf, sizeof(buf), f);
+        if (n > CODEC_JSON_FLOAT_MAX) fail_msg("%s: %zu bytes", buf, n);
+        if (strtof(buf, NULL) != f || (float)strtod(buf, NULL) != f)
+            fail_msg("%s does not read back as %.9g", buf, (double)f);
+        total += n;
+        /* the value of the shortest form that reads back (tried from 1 digit up) */
+        char shortest[400];
+        for (int p = 1; p <= 9; p++) {
+            snprintf(shortest, sizeof(shortest), "%.*g", p, (double)f);
+            if (strtof(shortest, NULL) == f && (float)strtod(shortest, NULL) == f) break;
+        }
+        if (strtod(shortest, NULL) != strtod(buf, NULL))
+            fail_msg("%s: %s is shorter", buf, shortest);
+    }
+    printf("  random floats: %.2f bytes each on average\n", (double)total / 200000);
+}
+
+/* codec_result_max_bytes bounds what the encoder writes, whatever the
+ * values: outputs of the longest floats (-1.17549435e-38 is 15 bytes),
+ * per-token lengths, classifier labels, long ids and meta, in both
+ * encodings. The admission check relies on it (worker/intake.c). */
+static void test_result_bound(void **state)
+{
+    (void)state;
+    static const char *const labels[] = {"positive\x01", "negative"};
+    for (int enc = 0; enc < 2; enc++)
+        for (int kind = 0; kind < 3; kind++) {
+            size_t rows = 1 + rnd(40), width = 1 + rnd(300), tokens = kind == 1 ? 1 + rnd(9) : 0;
+            size_t n = rows * width * (tokens ? tokens : 1);
+            float *out = malloc(n * sizeof(float));
+            size_t *lengths = calloc(rows, sizeof(size_t));
+            const char **lab = calloc(rows, sizeof(char *));
+            assert_true(out && lengths && lab);
+            for (size_t i = 0; i < n; i++) out[i] = -1.17549435e-38f;
+            for (size_t i = 0; i < rows; i++) {
+                lengths[i] = 123456789;
+                lab[i] = labels[i % 2];
+            }
+            char id[PROTO_ID_MAX + 1], meta[600];
+            memset(id, '/', PROTO_ID_MAX);
+            id[PROTO_ID_MAX] = '\0';
+            int ml = snprintf(meta, sizeof(meta), "{\"k\":\"%0500d\"}", 7);
+            struct codec_result r = {
+                .id = id, .model = "m\x02odel", .enc = (enum proto_enc)enc, .err = PROTO_OK,
+                .output = out, .out_rows = rows, .out_width = width,
+                .meta = (const unsigned char *)meta, .meta_len = (size_t)ml,
+                .queued_ms = 1e300, .infer_ms = -1.2345678901234567e-300, .total_ms = NAN,
+                .batch_rows = SIZE_MAX, .out_tokens = tokens, .lengths = lengths,
+                .labels = kind == 2 ? lab : NULL, .tokens = SIZE_MAX, .padded_tokens = SIZE_MAX,
+                .topic = "a-topic", .partition = INT32_MIN, .offset = INT64_MIN};
+            unsigned char *body;
+            size_t len;
+            assert_int_equal(codec_encode_result(&r, &body, &len), 0);
+            struct codec_result_size rs = {
+                .enc = r.enc, .rows = rows, .values = n, .per_token = tokens > 0,
+                .labels = kind == 2, .label_max = strlen(labels[0]),
+                .id_len = strlen(id), .model_len = strlen(r.model), .topic_len = strlen(r.topic),
+                .meta_len = r.meta_len};
+            size_t bound = codec_result_max_bytes(&rs);
+            if (len > bound) fail_msg("enc %d kind %d: %zu bytes over the bound %zu", enc, kind,
+                                      len, bound);
+            free(body);
+            free(out);
+            free(lengths);
+            free(lab);
+        }
+    struct codec_result_size huge = {.enc = PROTO_ENC_JSON, .rows = SIZE_MAX, .values = SIZE_MAX};
+    assert_true(codec_result_max_bytes(&huge) == SIZE_MAX);
+}
+
 /* Every str a result holds is well-formed UTF-8, whatever the job sent:
  * a model name of ill-formed bytes (c3 28) is kept repaired (U+FFFD) and
  * so is the message that quotes it; meta strs (keys and values) echo back
@@ -1664,6 +1764,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bin_input_random),
         cmocka_unit_test(test_error_results),
         cmocka_unit_test(test_encode_edges),
+        cmocka_unit_test(test_json_float_shortest),
+        cmocka_unit_test(test_result_bound),
         cmocka_unit_test(test_results_are_utf8),
         cmocka_unit_test(test_decode_table),
         cmocka_unit_test(test_decode_msgpack_duplicates),

@@ -262,6 +262,42 @@ oom:
     return -1;
 }
 
+/* A job the worker accepts must be answerable: the most bytes its result
+ * can take (codec_result_max_bytes: rows x width x the encoding's bytes
+ * per value, per-token output padded to the job's longest row, plus the
+ * envelope) must fit what the producer can publish. Checked before the
+ * job runs, so no forward pass ends in a result that cannot be sent
+ * (docs/protocol.md, "Result size"). Returns 0, or -1 after answering. */
+static int result_fits(struct intake *in, struct job *j, const struct model *m, size_t rows)
+{
+    const struct model_encoder_info *e = model_encoder(m);
+    int per_token = e && model_per_token(m);
+    size_t width = model_output_width(m);
+    size_t per_row = per_token ? j->seq_len * width : width;
+    struct codec_result_size rs = {
+        .enc = j->req.enc,
+        .rows = rows,
+        .values = per_row && rows > SIZE_MAX / per_row ? SIZE_MAX : rows * per_row,
+        .per_token = per_token,
+        .labels = e && e->n_labels > 0,
+        .id_len = strlen(j->req.id),
+        .model_len = strlen(j->model_name),
+        .topic_len = strlen(j->topic),
+        .meta_len = j->req.meta_len,
+    };
+    for (size_t i = 0; rs.labels && i < e->n_labels; i++) {
+        size_t len = strlen(e->labels[i]);
+        if (len > rs.label_max) rs.label_max = len;
+    }
+    size_t need = codec_result_max_bytes(&rs);
+    if (need <= in->c.max_record_bytes) return 0;
+    int js = j->req.enc == PROTO_ENC_JSON;
+    return reject(in, j, "the result could take %zu bytes (%zu rows x %zu values x %d bytes "
+                  "in %s), over the producer's message.max.bytes (%zu usable): send fewer "
+                  "rows per job", need, rows, per_row, js ? CODEC_JSON_FLOAT_MAX + 1 : 4,
+                  js ? "JSON" : "MessagePack", in->c.max_record_bytes);
+}
+
 /* Admission (intake.h): decode, route, tokenize, deadline, queue. Every
  * record becomes exactly one job that is tracked until both its
  * acknowledgements. */
@@ -344,6 +380,7 @@ enum intake_admitted intake_admit(struct intake *in, const struct intake_record 
             return INTAKE_ANSWERED;
         }
     }
+    if (result_fits(in, j, in->c.models[idx], rows) < 0) return INTAKE_ANSWERED;
     /* The configured default timeout bounds every job; a job's own
      * deadline may only make it earlier. */
     int64_t now_ms = clock_wall_ms();
