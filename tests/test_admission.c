@@ -112,6 +112,20 @@ static const struct acase cases[] = {
     {"a pre-tokenized id outside the vocabulary",
      "{\"id\": \"k\", \"tokens\": [[2, 999999, 3]]}", NULL, NULL, INTAKE_ANSWERED,
      .err = PROTO_ERR_INVALID_INPUT, .msg = "is not in the model's vocabulary", .id = "k"},
+    /* Ids past the cut (row 70 ids, the model takes 64) are checked too. */
+    {"an id outside the vocabulary past the cut",
+     "{\"id\": \"n\", \"tokens\": [[2,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,"
+     "5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,99999,"
+     "5,5,3]]}",
+     NULL, NULL, INTAKE_ANSWERED, .err = PROTO_ERR_INVALID_INPUT,
+     .msg = "field tokens: row 0 element 66: id 99999 is not in", .id = "n"},
+    {"a type id the model lacks past the cut",
+     "{\"id\": \"o\", \"tokens\": [[2,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,"
+     "5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,"
+     "3]], \"type_ids\": [[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0"
+     ",0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,7,0,0]]}",
+     NULL, NULL, INTAKE_ANSWERED, .err = PROTO_ERR_INVALID_INPUT,
+     .msg = "field type_ids: row 0 element 67: 7 is not a type id", .id = "o"},
     {"a deadline already passed", "{\"id\": \"l\", \"deadline_ms\": 1, \"text\": [\"x\"]}", NULL,
      NULL, INTAKE_ANSWERED, .err = PROTO_ERR_DEADLINE_EXCEEDED,
      .msg = "deadline passed before the job was queued", .id = "l"},

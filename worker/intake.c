@@ -153,10 +153,12 @@ static int reject(struct intake *in, struct job *j, const char *fmt, ...)
     return -1;
 }
 
-/* Row r of a pre-tokenized job into the intake's buffers at *at: checked
- * against the model's vocabulary and type ids; longer than max_tokens it
- * is cut to its first max_tokens - 1 ids and its last (its [SEP]) when
- * truncate is set. Returns the row's length, or -1 after answering. */
+/* Row r of a pre-tokenized job into the intake's buffers at *at: every id
+ * the job sent is checked against the model's vocabulary and type ids,
+ * those past the cut too (a job is not `ok` with ids the model could not
+ * take, wherever they are); longer than max_tokens it is cut to its first
+ * max_tokens - 1 ids and its last (its [SEP]) when truncate is set.
+ * Returns the row's length, or -1 after answering. */
 static long take_token_row(struct intake *in, struct job *j, const struct model_encoder_info *e,
                            size_t r, size_t at)
 {
@@ -171,18 +173,20 @@ static long take_token_row(struct intake *in, struct job *j, const struct model_
     if (keep > in->tok_cap - at)
         return reject(in, j, "the job is over batching.max_batch_tokens %zu tokens",
                       in->tok_cap);
-    for (size_t k = 0; k < keep; k++) {
-        size_t src = b + (k + 1 == keep && keep < len ? len - 1 : k);
-        int32_t id = q->tokens[src];
-        int32_t ty = q->type_ids ? q->type_ids[src] : 0;
+    for (size_t k = 0; k < len; k++) {
+        int32_t id = q->tokens[b + k];
+        int32_t ty = q->type_ids ? q->type_ids[b + k] : 0;
         if ((size_t)id >= e->vocab)
             return reject(in, j, "field tokens: row %zu element %zu: id %" PRId32 " is not in "
-                          "the model's vocabulary (0..%zu)", r, src - b, id, e->vocab - 1);
+                          "the model's vocabulary (0..%zu)", r, k, id, e->vocab - 1);
         if (ty < 0 || (size_t)ty >= e->type_vocab)
             return reject(in, j, "field type_ids: row %zu element %zu: %" PRId32 " is not a "
-                          "type id of the model (0..%zu)", r, src - b, ty, e->type_vocab - 1);
-        in->tok_ids[at + k] = id;
-        in->tok_types[at + k] = ty;
+                          "type id of the model (0..%zu)", r, k, ty, e->type_vocab - 1);
+    }
+    for (size_t k = 0; k < keep; k++) {
+        size_t src = b + (k + 1 == keep && keep < len ? len - 1 : k);
+        in->tok_ids[at + k] = q->tokens[src];
+        in->tok_types[at + k] = q->type_ids ? q->type_ids[src] : 0;
     }
     return (long)keep;
 }
