@@ -302,6 +302,26 @@ static int result_fits(struct intake *in, struct job *j, const struct model *m, 
                   js ? "JSON" : "MessagePack", in->c.max_record_bytes);
 }
 
+/* Records the worker will never read: a record at an offset past the one
+ * after the last record taken from its partition means the consumer
+ * jumped (librdkafka reset the fetch offset because the broker deleted
+ * records before they were read: retention, or a full partition of the
+ * embedded broker). Nothing can answer those jobs, so they are counted
+ * per partition (kinfer_records_skipped_total, alerted on by
+ * KinferRecordsSkipped) and logged as an error naming the range
+ * (docs/reliability.md, "When the broker deletes unread records"). On a
+ * transactional or compacted topic a gap is also what commit markers and
+ * compaction leave. */
+static void skipped(struct intake *in, const char *topic, int32_t partition, int64_t offset)
+{
+    int64_t next = offsets_next(in->c.offsets, topic, partition);
+    if (next < 0 || offset <= next) return;
+    LOG_E("records_skipped", "topic=%s partition=%" PRId32 " from=%" PRId64 " to=%" PRId64
+          " records=%" PRId64 " why=\"the consumer jumped over them (offset reset: the broker "
+          "deleted them unread?)\"", topic, partition, next, offset - 1, offset - next);
+    stats_skipped(in->c.stats, topic, partition, next, offset - 1);
+}
+
 /* Admission (intake.h): decode, route, tokenize, deadline, queue. Every
  * record becomes exactly one job that is tracked until both its
  * acknowledgements. */
@@ -321,6 +341,7 @@ enum intake_admitted intake_admit(struct intake *in, const struct intake_record 
     j->record_ts_ms = m->timestamp_ms;
     if (j->record_ts_ms < 0) j->record_ts_ms = clock_wall_ms();
     j->arrived_us = clock_mono_us();
+    skipped(in, j->topic, j->partition, j->offset);
     if (offsets_track(in->c.offsets, j->topic, j->partition, j->offset) < 0) {
         LOG_E("out_of_memory", "where=offtrack");
         job_free(j);
