@@ -116,6 +116,34 @@ enum codec_rc codec_decode_job(const void *value, size_t len, const void *key,
  * Returns 0, or -1 on allocation failure (*body untouched). Borrows r. */
 int codec_encode_result(const struct codec_result *r, unsigned char **body, size_t *body_len);
 
+/* The most bytes one output float takes in a JSON result: "-1.17549435e-38"
+ * (sign, 9 digits, point, exponent), before its comma. In MessagePack a
+ * float is 4 bytes of a bin. */
+#define CODEC_JSON_FLOAT_MAX 15
+
+/* Writes f as JSON with the fewest significant digits that read back as
+ * the same float32 (and as the same float32 through a double), "null"
+ * when not finite, into buf (cap bytes, NUL-terminated, at most
+ * CODEC_JSON_FLOAT_MAX + 1 needed). Returns the length. */
+size_t codec_format_float(char *buf, size_t cap, float f);
+
+/* What bounds a result's size, known before the job runs (at admission). */
+struct codec_result_size {
+    enum proto_enc enc;
+    size_t rows;        /* output rows */
+    size_t values;      /* output floats of all rows (per-token output: rows x
+                           tokens x width, the zero padding included) */
+    int per_token;      /* a `lengths` integer per row */
+    int labels;         /* a classifier: `scores` repeats the output, and a label per row */
+    size_t label_max;   /* the longest label name's bytes */
+    size_t id_len, model_len, topic_len, meta_len;
+};
+
+/* The most bytes codec_encode_result can write for an ok result of that
+ * size, whatever the values are (saturates at SIZE_MAX). A job whose bound
+ * passes what the producer can publish is refused before it runs. */
+size_t codec_result_max_bytes(const struct codec_result_size *s);
+
 /* The content-type header value for an encoding. */
 const char *codec_content_type(enum proto_enc enc);
 

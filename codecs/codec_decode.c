@@ -37,6 +37,7 @@
 #include "codec.h"
 #include "codec_decode.h"
 
+#include <errno.h>
 #include <float.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -145,9 +146,32 @@ const char *codec_mp_type(const msgpack_object *o)
     return "unknown";
 }
 
+/* See codec_decode.h. */
+const char *codec_js_bignum(const json_t *v, size_t *len)
+{
+    if (!json_is_string(v)) return NULL;
+    size_t n = json_string_length(v);
+    const char *s = json_string_value(v);
+    if (n <= CODEC_BIGNUM_TAG_LEN || memcmp(s, CODEC_BIGNUM_TAG, CODEC_BIGNUM_TAG_LEN) != 0)
+        return NULL;
+    *len = n - CODEC_BIGNUM_TAG_LEN;
+    return s + CODEC_BIGNUM_TAG_LEN;
+}
+
+/* Whether a number's text is a real (has a fraction or an exponent). */
+static int num_is_real(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == '.' || s[i] == 'e' || s[i] == 'E') return 1;
+    return 0;
+}
+
 /* The JSON type of a value, for messages. */
 const char *codec_js_type(const json_t *v)
 {
+    size_t n;
+    const char *num = codec_js_bignum(v, &n);
+    if (num) return num_is_real(num, n) ? "real" : "integer";
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "object";
     case JSON_ARRAY: return "array";
@@ -188,7 +212,13 @@ static void fval_js(struct fval *f, const json_t *v)
     memset(f, 0, sizeof(*f));
     if (!v) return;
     f->type = codec_js_type(v);
-    if (json_is_string(v)) {
+    size_t n;
+    const char *num = codec_js_bignum(v, &n);
+    if (num) {
+        /* too large for C: an integer is out of range, a real is not an integer */
+        f->kind = num_is_real(num, n) ? FV_OTHER : FV_INT;
+        f->too_big = 1;
+    } else if (json_is_string(v)) {
         f->kind = FV_STR;
         f->s = json_string_value(v);
         f->len = json_string_length(v);
@@ -304,12 +334,47 @@ static int meta_mp(struct codec_request *j, const msgpack_object *o)
     return meta_store(j, &b, mp_pack_clean(&pk, o));
 }
 
-/* Re-encodes a JSON meta value into the job (new bytes, owned). Full
- * precision (jansson's default) so that reals echo back unchanged. */
-static int meta_js(struct codec_request *j, const json_t *v)
+/* The dumped form of a rewritten number: the string jansson writes for
+ * CODEC_BIGNUM_TAG and the text that follows it. */
+static const char BIGNUM_DUMPED[] = "\"\\u0000kinfer-number:";
+
+/* Puts the numbers rewritten as strings back as they were written, in
+ * place: `"\u0000kinfer-number:1e400"` becomes `1e400` (the text between
+ * is a number's, which needs no escaping). A key (followed by ':') that
+ * merely looks like one stays as it is. */
+static void meta_unrewrite(struct gbuf *b)
 {
-    struct gbuf b = {.limit = PROTO_META_MAX};
+    size_t tag = sizeof(BIGNUM_DUMPED) - 1, r = 0, w = 0;
+    while (r < b->len) {
+        if (b->len - r > tag && memcmp(b->p + r, BIGNUM_DUMPED, tag) == 0) {
+            size_t end = r + tag;
+            while (end < b->len && b->p[end] != '"') end++;
+            if (end < b->len && (end + 1 == b->len || b->p[end + 1] != ':')) {
+                memmove(b->p + w, b->p + r + tag, end - r - tag);
+                w += end - r - tag;
+                r = end + 1;
+                continue;
+            }
+        }
+        b->p[w++] = b->p[r++];
+    }
+    b->len = w;
+}
+
+/* Re-encodes a JSON meta value into the job (new bytes, owned). Full
+ * precision (jansson's default) so that reals echo back unchanged; numbers
+ * too large for C (bignums of them, rewritten as strings) echo back as
+ * they were written. The limit allows for the rewriting, then holds for
+ * the bytes stored. */
+static int meta_js(struct codec_request *j, const json_t *v, size_t bignums)
+{
+    size_t extra = bignums > PROTO_META_MAX ? PROTO_META_MAX : bignums;
+    struct gbuf b = {.limit = PROTO_META_MAX + extra * sizeof(BIGNUM_DUMPED)};
     int rc = json_dump_callback(v, gbuf_json_write, &b, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (rc == 0 && !b.over && bignums) {
+        meta_unrewrite(&b);
+        if (b.len > PROTO_META_MAX) b.over = 1;
+    }
     return meta_store(j, &b, rc);
 }
 
@@ -421,7 +486,7 @@ static enum codec_rc decode_fields(struct dctx *c, const struct fields *f)
     struct codec_request *j = c->req;
     if (resolve_id(c, &f->id) == CODEC_DEAD) return CODEC_DEAD;
     if (f->mp_meta) meta_mp(j, f->mp_meta);
-    else if (f->js_meta) meta_js(j, f->js_meta);
+    else if (f->js_meta) meta_js(j, f->js_meta, f->js_bignums);
     if (j->err != PROTO_OK) return CODEC_JOB;
     if (check_content_type(j, c->content_type) < 0) return CODEC_JOB;
     if (take_model(j, &f->model) < 0) return CODEC_JOB;
@@ -525,14 +590,119 @@ static int json_depth_ok(const json_t *v, int depth, int max)
     return 1;
 }
 
+/* Whether the number text s (n bytes) is one jansson refuses: an integer
+ * outside int64 ("too big integer"), or a real that overflows a double
+ * ("real number overflow"); underflow to 0 is accepted, as jansson does. */
+static int num_overflows(const char *s, size_t n)
+{
+    char buf[64];
+    char *t = n < sizeof(buf) ? buf : malloc(n + 1);
+    if (!t) return 0;
+    memcpy(t, s, n);
+    t[n] = '\0';
+    int over;
+    errno = 0;
+    if (num_is_real(s, n)) {
+        double d = strtod(t, NULL);
+        over = isinf(d) && errno == ERANGE;
+    } else {
+        (void)strtoll(t, NULL, 10);
+        over = errno == ERANGE;
+    }
+    if (t != buf) free(t);
+    return over;
+}
+
+/* A copy of the JSON text v with every number jansson would refuse
+ * rewritten as a CODEC_BIGNUM_TAG string (codec_decode.h), *count of them;
+ * NULL when out of memory. Strings are skipped as they are (escapes
+ * included); anything that is not valid JSON stays invalid. */
+static char *rewrite_bignums(const unsigned char *v, size_t len, size_t *count, size_t *out_len)
+{
+    static const char open[] = "\"\\u0000kinfer-number:";
+    struct gbuf b = {.limit = SIZE_MAX};
+    int in_str = 0, r = 0;
+    size_t i = 0;
+    *count = 0;
+    while (i < len && r == 0) {
+        unsigned char ch = v[i];
+        if (in_str) {
+            size_t k = i;
+            while (k < len && v[k] != '"' && v[k] != '\\') k++;
+            if (k < len && v[k] == '\\') k = k + 2 > len ? len : k + 2;
+            else if (k < len) in_str = 0, k++;
+            r = gbuf_put(&b, v + i, k - i);
+            i = k;
+        } else if (ch == '"') {
+            in_str = 1;
+            r = gbuf_put(&b, v + i++, 1);
+        } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+            size_t k = i;
+            while (k < len && ((v[k] >= '0' && v[k] <= '9') || v[k] == '-' || v[k] == '+' ||
+                               v[k] == '.' || v[k] == 'e' || v[k] == 'E'))
+                k++;
+            if (num_overflows((const char *)v + i, k - i)) {
+                r |= gbuf_put(&b, open, sizeof(open) - 1);
+                r |= gbuf_put(&b, v + i, k - i);
+                r |= gbuf_put(&b, "\"", 1);
+                ++*count;
+            } else {
+                r = gbuf_put(&b, v + i, k - i);
+            }
+            i = k;
+        } else {
+            r = gbuf_put(&b, v + i++, 1);
+        }
+    }
+    if (r) {
+        free(b.p);
+        return NULL;
+    }
+    *out_len = b.len;
+    return (char *)b.p;
+}
+
+/* Rewritten numbers in the tree (CODEC_BIGNUM_TAG strings, keys aside). */
+static size_t count_bignums(const json_t *v)
+{
+    size_t n = 0, len;
+    if (codec_js_bignum(v, &len)) return 1;
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *e;
+        json_object_foreach((json_t *)v, k, e) n += count_bignums(e);
+    } else if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) n += count_bignums(json_array_get(v, i));
+    }
+    return n;
+}
+
 /* JSON: parse (duplicates rejected, trailing bytes rejected by jansson),
- * cap the depth, pick the fields, decode them, free the tree. */
+ * cap the depth, pick the fields, decode them, free the tree. A document
+ * refused only for numbers C cannot hold is parsed again with them
+ * rewritten (codec_decode.h, CODEC_BIGNUM_TAG); that is kept only when
+ * it holds exactly the rewritten numbers (no forged tag), else the record
+ * is dead-lettered for its first error as before. */
 static enum codec_rc decode_json(struct dctx *c, const unsigned char *v, size_t len)
 {
     json_error_t e;
     /* NUL is allowed inside strings (\u0000): a text may carry one, and
      * the tokenizer drops it; every other string field is checked. */
-    json_t *root = json_loadb((const char *)v, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
+    const size_t flags = JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL;
+    json_t *root = json_loadb((const char *)v, len, flags, &e);
+    size_t bignums = 0;
+    if (!root && json_error_code(&e) == json_error_numeric_overflow) {
+        size_t rlen = 0;
+        char *rw = rewrite_bignums(v, len, &bignums, &rlen);
+        json_error_t e2;
+        if (rw && bignums) root = json_loadb(rw, rlen, flags, &e2);
+        free(rw);
+        if (root && (!json_depth_ok(root, 1, c->lim->max_depth) ||
+                     count_bignums(root) != bignums)) {
+            json_decref(root);
+            root = NULL;
+        }
+    }
     if (!root) return dead(c, "json: %s (line %d, column %d)", e.text, e.line, e.column);
     if (!json_is_object(root)) {
         enum codec_rc rc = dead(c, "json: top level is %s, not an object", codec_js_type(root));
@@ -557,6 +727,7 @@ static enum codec_rc decode_json(struct dctx *c, const unsigned char *v, size_t 
     f.js_tokens = json_object_get(root, "tokens");
     f.js_types = json_object_get(root, "type_ids");
     f.js_truncate = json_object_get(root, "truncate");
+    f.js_bignums = bignums;
     enum codec_rc rc = decode_fields(c, &f);
     json_decref(root);
     return rc;

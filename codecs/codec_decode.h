@@ -36,6 +36,7 @@ struct fields {
     /* v1.1, for encoders */
     const msgpack_object *mp_text, *mp_pair, *mp_tokens, *mp_types, *mp_truncate;
     json_t *js_text, *js_pair, *js_tokens, *js_types, *js_truncate;
+    size_t js_bignums; /* numbers rewritten as CODEC_BIGNUM_TAG strings */
 };
 
 /* Records a decode error on the job unless an earlier one is already set:
@@ -45,7 +46,22 @@ struct fields {
 int codec_fail(struct codec_request *j, enum proto_err e, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* The type of a MessagePack object / a JSON value, for messages. */
+/* JSON allows numbers C cannot hold (an integer past int64, a real past
+ * DBL_MAX), and jansson refuses the whole document for one. So a document
+ * that failed for that alone is parsed again with each such number
+ * rewritten as a JSON string of CODEC_BIGNUM_TAG followed by the number's
+ * text (the tag starts with NUL, which no valid field holds): meta echoes
+ * the number as written, every other field answers invalid_input naming
+ * itself. */
+#define CODEC_BIGNUM_TAG "\0kinfer-number:"
+#define CODEC_BIGNUM_TAG_LEN 15
+
+/* When v is such a rewritten number, its text (*len bytes, borrowed from
+ * v); else NULL. */
+const char *codec_js_bignum(const json_t *v, size_t *len);
+
+/* The type of a MessagePack object / a JSON value, for messages (a
+ * rewritten number is an "integer" or a "real", as it was written). */
 const char *codec_mp_type(const msgpack_object *o);
 const char *codec_js_type(const json_t *v);
 

@@ -179,73 +179,104 @@ static json_t *js_str(const char *s)
 }
 
 /* A JSON real for a double that may be non-finite (jansson refuses those):
- * timings fall back to 0, output values to null. */
-static json_t *js_num(double d, int null_if_bad)
+ * timings fall back to 0. */
+static json_t *js_num(double d)
 {
-    if (isfinite(d)) return json_real(d);
-    return null_if_bad ? json_null() : json_real(0.0);
+    return json_real(isfinite(d) ? d : 0.0);
 }
 
-/* A JSON array of n floats (non-finite ones null); NULL when out of
- * memory, which json_object_set_new then reports. */
-static json_t *js_floats(const float *x, size_t n)
+/* Whether s reads back as f, both as a float32 and as a double rounded to
+ * float32 (what a client that parses JSON numbers as doubles gets). */
+static int reads_back(const char *s, float f)
 {
-    json_t *a = json_array();
-    for (size_t i = 0; a && i < n; i++)
-        if (json_array_append_new(a, js_num((double)x[i], 1)) != 0) {
-            json_decref(a);
-            return NULL;
-        }
-    return a;
+    return strtof(s, NULL) == f && (float)strtod(s, NULL) == f;
 }
 
-/* Builds the first part of the JSON result: id, model, status, then output
- * and shape, or error. */
-static json_t *js_head(const struct codec_result *j)
+/* Writes f with the fewest significant digits (1..9) that read back as
+ * the same float32; 9 always do (FLT_DECIMAL_DIG). Most outputs need 7 to
+ * 9, so the search starts at 6 and goes the way the first try says. The
+ * exponent loses its '+' and leading zeros, and a number that would read
+ * as an integer gets ".0" so that it stays a real for typed decoders. */
+size_t codec_format_float(char *buf, size_t cap, float f)
 {
-    int ok = j->err == PROTO_OK;
-    size_t n = 0;
-    if (ok && output_count(j, &n) < 0) return NULL;
-    json_t *o = json_object();
-    if (!o) return NULL;
-    int r = 0;
-    r |= json_object_set_new(o, "id", js_str(j->id));
-    r |= json_object_set_new(o, "model", js_str(j->model));
-    r |= json_object_set_new(o, "status", json_string(ok ? "ok" : "error"));
-    if (ok) {
-        r |= json_object_set_new(o, "output", js_floats(j->output, n));
-        if (j->out_tokens) {
-            r |= json_object_set_new(o, "shape",
-                                     json_pack("[III]", (json_int_t)j->out_rows,
-                                               (json_int_t)j->out_tokens,
-                                               (json_int_t)j->out_width));
-            json_t *len = json_array();
-            r |= len ? 0 : -1;
-            for (size_t i = 0; i < j->out_rows && r == 0; i++)
-                r |= json_array_append_new(len, json_integer((json_int_t)j->lengths[i]));
-            r |= json_object_set_new(o, "lengths", len);
-        } else {
-            r |= json_object_set_new(o, "shape", json_pack("[II]", (json_int_t)j->out_rows,
-                                                           (json_int_t)j->out_width));
-        }
-        if (j->labels) {
-            r |= json_object_set_new(o, "scores", js_floats(j->output, n));
-            json_t *lab = json_array();
-            r |= lab ? 0 : -1;
-            for (size_t i = 0; i < j->out_rows && r == 0; i++)
-                r |= json_array_append_new(lab, js_str(j->labels[i]));
-            r |= json_object_set_new(o, "labels", lab);
+    char s[40];
+    if (!isfinite(f)) {
+        snprintf(buf, cap, "null");
+        return cap > 4 ? 4 : cap ? cap - 1 : 0;
+    }
+    int p = 6;
+    snprintf(s, sizeof(s), "%.*g", p, (double)f);
+    if (reads_back(s, f)) {
+        char t[40];
+        while (p > 1) {
+            snprintf(t, sizeof(t), "%.*g", p - 1, (double)f);
+            if (!reads_back(t, f)) break;
+            memcpy(s, t, sizeof(t));
+            p--;
         }
     } else {
-        r |= json_object_set_new(o, "error", json_pack("{s:s,s:o}", "code",
-                                                       proto_err_name(j->err), "message",
-                                                       js_str(j->errmsg)));
+        do {
+            p++;
+            snprintf(s, sizeof(s), "%.*g", p, (double)f);
+        } while (p < 9 && !reads_back(s, f));
     }
-    if (r) {
-        json_decref(o);
-        return NULL;
+    /* Tidy the exponent: "1e+02" -> "1e2", "1e-05" -> "1e-5". */
+    char *e = strchr(s, 'e');
+    if (e) {
+        char *d = e + 1, *q = e + 1;
+        if (*q == '+') q++;
+        else if (*q == '-') d++, q++;
+        while (*q == '0' && q[1]) q++;
+        memmove(d, q, strlen(q) + 1);
+    } else if (!strchr(s, '.')) {
+        strcat(s, ".0");
     }
-    return o;
+    size_t n = strlen(s);
+    if (cap) {
+        size_t k = n < cap - 1 ? n : cap - 1;
+        memcpy(buf, s, k);
+        buf[k] = '\0';
+    }
+    return n;
+}
+
+/* Appends n floats as a JSON array, straight into the result's buffer:
+ * the body is the only memory a result takes (no value per float). */
+static int js_put_floats(struct gbuf *b, const float *x, size_t n)
+{
+    char s[CODEC_JSON_FLOAT_MAX + 2];
+    int r = gbuf_put(b, "[", 1);
+    for (size_t i = 0; i < n && r == 0; i++) {
+        size_t len = 0;
+        if (i) s[len++] = ',';
+        len += codec_format_float(s + len, sizeof(s) - len, x[i]);
+        r = gbuf_put(b, s, len);
+    }
+    return r | gbuf_put(b, "]", 1);
+}
+
+/* Appends a string as a JSON string (jansson escapes it). */
+static int js_put_str(struct gbuf *b, const char *s)
+{
+    json_t *v = js_str(s);
+    if (!v) return -1;
+    int r = json_dump_callback(v, gbuf_json_write, b, JSON_ENCODE_ANY | JSON_COMPACT);
+    json_decref(v);
+    return r;
+}
+
+/* Appends text as it is (keys, punctuation). */
+static int js_put(struct gbuf *b, const char *s)
+{
+    return gbuf_put(b, s, strlen(s));
+}
+
+/* Appends an unsigned integer. */
+static int js_put_uint(struct gbuf *b, size_t v)
+{
+    char s[24];
+    int n = snprintf(s, sizeof(s), "%zu", v);
+    return gbuf_put(b, s, (size_t)n);
 }
 
 /* Builds the last part of the JSON result: timing and source. */
@@ -255,8 +286,8 @@ static json_t *js_tail(const struct codec_result *j)
     if (!o) return NULL;
     int r = 0;
     json_t *timing =
-        json_pack("{s:o,s:o,s:o,s:I}", "queued_ms", js_num(j->queued_ms, 0), "infer_ms",
-                  js_num(j->infer_ms, 0), "total_ms", js_num(j->total_ms, 0),
+        json_pack("{s:o,s:o,s:o,s:I}", "queued_ms", js_num(j->queued_ms), "infer_ms",
+                  js_num(j->infer_ms), "total_ms", js_num(j->total_ms),
                   "batch_rows", (json_int_t)j->batch_rows);
     if (timing && j->tokens) {
         r |= json_object_set_new(timing, "tokens", json_integer((json_int_t)j->tokens));
@@ -274,36 +305,120 @@ static json_t *js_tail(const struct codec_result *j)
     return o;
 }
 
-/* The JSON result. Output is dumped with 9 significant digits, enough for
- * any float32 to round-trip. meta is spliced in as its stored bytes rather
- * than re-parsed and re-dumped, which would round its reals to 9 digits
- * too: docs/protocol.md echoes meta untouched. So the result is dumped as two
- * objects, head (up to output/error) and tail (timing, source), joined
- * with `,"meta":<bytes>,` — both are non-empty compact objects. */
+/* The JSON result, written straight into the body's buffer: id, model,
+ * status, then output, shape (lengths, scores, labels) or error, then
+ * meta, timing and source. Floats take the fewest digits that read back
+ * as the same float32 (codec_format_float), at most CODEC_JSON_FLOAT_MAX
+ * bytes each, and no value is built per float, so a result takes the
+ * memory of its own bytes. meta is spliced in as its stored bytes rather
+ * than re-parsed and re-dumped, which would round its reals: docs/protocol.md
+ * echoes meta untouched. The small tail (timing, source) is dumped by
+ * jansson, as before, without its opening brace. */
 static int encode_json(const struct codec_result *j, struct gbuf *b)
 {
-    const size_t flags = JSON_COMPACT | JSON_REAL_PRECISION(9);
-    struct gbuf tail = {.limit = SIZE_MAX};
-    json_t *h = js_head(j);
-    json_t *t = h ? js_tail(j) : NULL;
-    int r = -1;
-    if (!h || !t) goto fail;
-    if (json_dump_callback(h, gbuf_json_write, b, flags) != 0) goto fail;
-    if (json_dump_callback(t, gbuf_json_write, &tail, flags) != 0) goto fail;
-    if (b->len < 2 || tail.len < 2 || b->p[b->len - 1] != '}' || tail.p[0] != '{') goto fail;
-    b->len--; /* drop the head's closing brace */
-    r = 0;
+    int ok = j->err == PROTO_OK;
+    size_t n = 0;
+    if (ok && output_count(j, &n) < 0) return -1;
+    int r = 0;
+    r |= js_put(b, "{\"id\":");
+    r |= js_put_str(b, j->id);
+    r |= js_put(b, ",\"model\":");
+    r |= js_put_str(b, j->model);
+    r |= js_put(b, ok ? ",\"status\":\"ok\"" : ",\"status\":\"error\"");
+    if (ok) {
+        r |= js_put(b, ",\"output\":");
+        r |= js_put_floats(b, j->output, n);
+        r |= js_put(b, ",\"shape\":[");
+        r |= js_put_uint(b, j->out_rows);
+        if (j->out_tokens) {
+            r |= js_put(b, ",");
+            r |= js_put_uint(b, j->out_tokens);
+        }
+        r |= js_put(b, ",");
+        r |= js_put_uint(b, j->out_width);
+        r |= js_put(b, "]");
+        if (j->out_tokens) {
+            r |= js_put(b, ",\"lengths\":[");
+            for (size_t i = 0; i < j->out_rows && r == 0; i++) {
+                if (i) r |= js_put(b, ",");
+                r |= js_put_uint(b, j->lengths[i]);
+            }
+            r |= js_put(b, "]");
+        }
+        if (j->labels) {
+            r |= js_put(b, ",\"scores\":");
+            r |= js_put_floats(b, j->output, n);
+            r |= js_put(b, ",\"labels\":[");
+            for (size_t i = 0; i < j->out_rows && r == 0; i++) {
+                if (i) r |= js_put(b, ",");
+                r |= js_put_str(b, j->labels[i]);
+            }
+            r |= js_put(b, "]");
+        }
+    } else {
+        r |= js_put(b, ",\"error\":{\"code\":");
+        r |= js_put_str(b, proto_err_name(j->err));
+        r |= js_put(b, ",\"message\":");
+        r |= js_put_str(b, j->errmsg);
+        r |= js_put(b, "}");
+    }
     if (j->meta) {
-        r |= gbuf_put(b, ",\"meta\":", 8);
+        r |= js_put(b, ",\"meta\":");
         r |= gbuf_put(b, j->meta, j->meta_len);
     }
-    r |= gbuf_put(b, ",", 1);
+    if (r) return -1;
+    struct gbuf tail = {.limit = SIZE_MAX};
+    json_t *t = js_tail(j);
+    r = -1;
+    if (!t) goto fail;
+    if (json_dump_callback(t, gbuf_json_write, &tail, JSON_COMPACT | JSON_REAL_PRECISION(9)) != 0)
+        goto fail;
+    if (tail.len < 2 || tail.p[0] != '{') goto fail;
+    r = gbuf_put(b, ",", 1);
     r |= gbuf_put(b, tail.p + 1, tail.len - 1);
 fail:
-    json_decref(h);
     json_decref(t);
     free(tail.p);
     return r;
+}
+
+/* a + b, or SIZE_MAX when that overflows. */
+static size_t sat_add(size_t a, size_t b)
+{
+    return a > SIZE_MAX - b ? SIZE_MAX : a + b;
+}
+
+/* a * b, or SIZE_MAX when that overflows. */
+static size_t sat_mul(size_t a, size_t b)
+{
+    return b && a > SIZE_MAX / b ? SIZE_MAX : a * b;
+}
+
+/* Strings may grow when escaped (JSON \uXXXX) or repaired (U+FFFD for a
+ * bad byte): 6 bytes per byte bounds both, plus quotes or a str header. */
+static size_t str_bound(size_t len)
+{
+    return sat_add(sat_mul(len, 6), 8);
+}
+
+/* The bound of codec.h: the envelope (keys, shape, timing, source: 512
+ * bytes covers them with 20-digit integers and 17-digit reals), the
+ * strings, meta as stored, and per value and per row what the encoding
+ * spends at most. */
+size_t codec_result_max_bytes(const struct codec_result_size *s)
+{
+    int js = s->enc == PROTO_ENC_JSON;
+    size_t per_value = js ? CODEC_JSON_FLOAT_MAX + 1 : 4;
+    size_t tensors = s->labels ? 2 : 1;
+    size_t n = 512;
+    n = sat_add(n, str_bound(s->id_len));
+    n = sat_add(n, str_bound(s->model_len));
+    n = sat_add(n, str_bound(s->topic_len));
+    n = sat_add(n, s->meta_len);
+    n = sat_add(n, sat_mul(tensors, sat_add(sat_mul(s->values, per_value), 8)));
+    if (s->per_token) n = sat_add(n, sat_mul(s->rows, 21));
+    if (s->labels) n = sat_add(n, sat_mul(s->rows, sat_add(str_bound(s->label_max), 1)));
+    return n;
 }
 
 /* Encodes into a fresh buffer and hands it over only when complete. */

@@ -162,7 +162,12 @@ int codec_input_js(struct codec_request *j, const json_t *v, const struct codec_
     for (size_t i = 0; i < n; i++) {
         const json_t *e = json_array_get(v, i);
         float f;
-        if (json_is_integer(e)) {
+        size_t big;
+        if (codec_js_bignum(e, &big)) {
+            /* past int64 or DBL_MAX: past FLT_MAX too */
+            not_finite(j, i);
+            return input_drop(j);
+        } else if (json_is_integer(e)) {
             f = (float)json_integer_value(e);
         } else if (json_is_real(e)) {
             f = (float)json_real_value(e);
@@ -256,7 +261,10 @@ static const char *wv_type(const struct wval *v)
 /* 1 with *out set when v is a string, else 0. */
 static int wv_string(const struct wval *v, struct sview *out)
 {
-    if (v->js ? !json_is_string(v->js) : v->mp->type != MSGPACK_OBJECT_STR) return 0;
+    size_t big;
+    if (v->js ? !json_is_string(v->js) || codec_js_bignum(v->js, &big)
+              : v->mp->type != MSGPACK_OBJECT_STR)
+        return 0;
     if (v->js) *out = (struct sview){json_string_value(v->js), json_string_length(v->js)};
     else *out = (struct sview){v->mp->via.str.ptr, v->mp->via.str.size};
     return 1;

@@ -19,10 +19,23 @@
 
 #include "../base/log.h"
 
-/* librdkafka's syslog levels mapped onto ours, one line per event. */
+/* librdkafka's syslog levels mapped onto ours, one line per event. An
+ * offset reset after an error ("offset reset (at offset N, broker B) to
+ * BEGINNING: fetch failed due to requested offset not available on the
+ * broker: Broker: Offset out of range") means records were skipped: it
+ * is counted (kinfer_offset_resets_total) and logged as an error of its
+ * own; how many records, the intake counts from the offsets it sees
+ * (kinfer_records_skipped_total). */
 static void log_cb(const rd_kafka_t *rk, int level, const char *fac,
                    const char *buf)
 {
+    if (level <= 4 && strcmp(fac, "OFFSET") == 0 && strstr(buf, "offset reset")) {
+        const struct kq_ctx *ctx = rd_kafka_opaque(rk);
+        if (ctx && ctx->stats) stats_offset_reset(ctx->stats);
+        LOG_E("offset_reset", "client=%s msg=\"%s\" records=skipped "
+              "see=kinfer_records_skipped_total", rd_kafka_name(rk), buf);
+        return;
+    }
     enum log_level l = level <= 3 ? LOG_ERROR : level == 4 ? LOG_WARN
                      : level <= 6 ? LOG_INFO : LOG_DEBUG;
     LOG(l, "rdkafka", "client=%s facility=%s msg=\"%s\"", rd_kafka_name(rk),

@@ -294,6 +294,18 @@ int metrics_render(const struct stats_snapshot *s, char **out, size_t *len)
     single(&b, "kinfer_dead_letters_total", "counter",
            "Records written to the dead-letter topic (acknowledged).",
            (double)s->dead_letters);
+    family(&b, "kinfer_records_skipped_total", "counter",
+           "Records of each partition the worker never read: offsets jumped over "
+           "between two records taken (an offset reset past records the broker deleted).");
+    for (size_t i = 0; i < s->n_skips; i++) {
+        sb_printf(&b, "kinfer_records_skipped_total{topic=\"");
+        sb_label(&b, s->skips[i].topic);
+        sb_printf(&b, "\",partition=\"%" PRId32 "\"} %" PRIu64 "\n", s->skips[i].partition,
+                  s->skips[i].records);
+    }
+    single(&b, "kinfer_offset_resets_total", "counter",
+           "Fetch offsets librdkafka reset (auto.offset.reset), from its log.",
+           (double)s->offset_resets);
     single(&b, "kinfer_produce_errors_total", "counter",
            "Produce attempts to the reply or dead-letter topic that failed (then retried).",
            (double)s->produce_errors);

@@ -62,6 +62,7 @@ struct stats {
     atomic_uint_fast64_t jobs[STATS_N_STATUS][N_CODES];
     atomic_uint_fast64_t batches[STATS_N_BATCH_REASONS];
     atomic_uint_fast64_t dead_letters, produce_errors, redis_errors, heartbeat_errors;
+    atomic_uint_fast64_t offset_resets;
     atomic_uint_fast64_t rows_run, jobs_done; /* feed the smoothed rates */
     atomic_uint_fast64_t tokens_run, padded_run; /* encoders' tokens, and padded */
     /* gauges */
@@ -84,6 +85,8 @@ struct stats {
     size_t n_devices;
     struct stats_part *parts;
     size_t n_parts;
+    struct stats_skip *skips; /* STATS_MAX_SKIP_PARTS rows, made on first use */
+    size_t n_skips;
     int lag_known;
     int rate_primed, rate_have;
     int64_t rate_last_us;
@@ -122,6 +125,7 @@ void stats_destroy(struct stats *st)
 {
     if (!st) return;
     free(st->parts);
+    free(st->skips);
     pthread_mutex_destroy(&st->mu);
     free(st);
 }
@@ -298,6 +302,39 @@ void stats_loop_stop(struct stats *st, int loop)
 {
     if (loop < 0 || loop >= STATS_N_LOOPS) return;
     set64(&st->loop_last_us[loop], 0);
+}
+
+/* A row per partition, found by a scan (skips are rare events); past
+ * STATS_MAX_SKIP_PARTS partitions the last row takes the rest. */
+void stats_skipped(struct stats *st, const char *topic, int32_t partition, int64_t from,
+                   int64_t to)
+{
+    if (to < from) return;
+    pthread_mutex_lock(&st->mu);
+    if (!st->skips) st->skips = calloc(STATS_MAX_SKIP_PARTS, sizeof(*st->skips));
+    if (st->skips) {
+        size_t i = 0;
+        while (i < st->n_skips && (st->skips[i].partition != partition ||
+                                   strcmp(st->skips[i].topic, topic) != 0))
+            i++;
+        if (i == st->n_skips) {
+            if (i == STATS_MAX_SKIP_PARTS) i--;
+            else st->n_skips++;
+            if (!st->skips[i].records) {
+                snprintf(st->skips[i].topic, sizeof(st->skips[i].topic), "%s", topic);
+                st->skips[i].partition = partition;
+            }
+        }
+        st->skips[i].records += (uint64_t)(to - from + 1);
+        st->skips[i].last_from = from;
+        st->skips[i].last_to = to;
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+void stats_offset_reset(struct stats *st)
+{
+    add(&st->offset_resets, 1);
 }
 
 /* Conditions are set by whoever observes them (the model loader, the
@@ -606,6 +643,7 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
         for (int c = 0; c < N_CODES; c++) out->jobs[s][c] = get_u(&st->jobs[s][c]);
     for (int r = 0; r < STATS_N_BATCH_REASONS; r++) out->batches[r] = get_u(&st->batches[r]);
     out->dead_letters = get_u(&st->dead_letters);
+    out->offset_resets = get_u(&st->offset_resets);
     out->produce_errors = get_u(&st->produce_errors);
     out->redis_errors = get_u(&st->redis_errors);
     out->heartbeat_errors = get_u(&st->heartbeat_errors);
@@ -673,6 +711,15 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
             rc = -1;
         }
     }
+    if (st->n_skips) {
+        out->skips = malloc(st->n_skips * sizeof(*out->skips));
+        if (out->skips) {
+            memcpy(out->skips, st->skips, st->n_skips * sizeof(*out->skips));
+            out->n_skips = st->n_skips;
+        } else {
+            rc = -1;
+        }
+    }
     pthread_mutex_unlock(&st->mu);
 
     for (size_t i = 0; i < out->n_parts; i++) out->lag_total += out->parts[i].lag;
@@ -689,12 +736,15 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
     return rc;
 }
 
-/* The lag table is the only thing a snapshot owns. */
+/* The lag and skip tables are what a snapshot owns. */
 void stats_snapshot_fini(struct stats_snapshot *s)
 {
     free(s->parts);
     s->parts = NULL;
     s->n_parts = 0;
+    free(s->skips);
+    s->skips = NULL;
+    s->n_skips = 0;
 }
 
 /* Readiness is "this worker can take and finish jobs now". Reasons are

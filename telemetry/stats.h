@@ -94,6 +94,18 @@ struct stats_part {
     int64_t lag; /* messages not yet stored as processed */
 };
 
+/* Records of one partition the worker never read: offsets skipped over
+ * between two records it took (an offset reset past records the broker
+ * deleted, docs/reliability.md "When the broker deletes unread records"). */
+struct stats_skip {
+    char topic[STATS_TOPIC_MAX + 1];
+    int32_t partition;
+    uint64_t records;        /* offsets skipped since start */
+    int64_t last_from;       /* the latest range skipped, inclusive */
+    int64_t last_to;
+};
+#define STATS_MAX_SKIP_PARTS 256 /* partitions counted apart; more share the last row */
+
 /* A histogram as copied out: per-bucket counts (not cumulative), the last
  * one being the +Inf bucket; sum in the histogram's unit. */
 struct stats_hist_snap {
@@ -139,6 +151,11 @@ struct stats_snapshot {
     size_t n_parts;
     int64_t lag_total;
     int lag_known;    /* the consumer has reported statistics at least once */
+    /* records skipped by offset resets, per partition (owned, like parts),
+     * and the resets librdkafka reported */
+    struct stats_skip *skips;
+    size_t n_skips;
+    uint64_t offset_resets;
     /* Kafka connections, from each client's statistics; -1 = no report yet */
     int brokers_up_consumer, brokers_up_producer;
     int group_joined;
@@ -183,6 +200,12 @@ void stats_set_watchdog(struct stats *st, int ms);
 
 /* One record taken from Kafka (before it is decoded). */
 void stats_consumed(struct stats *st);
+/* Offsets from..to (inclusive) of topic/partition were never read: the
+ * consumer jumped over them (borrows topic). */
+void stats_skipped(struct stats *st, const char *topic, int32_t partition, int64_t from,
+                   int64_t to);
+/* librdkafka reset a partition's fetch offset (from its log: any thread). */
+void stats_offset_reset(struct stats *st);
 /* The batcher's depth, the age of its oldest queued job in seconds (0 if
  * empty), the rows taken from Kafka but not yet finished, and the batches
  * taken by an executor but not yet written out. Poll thread only. */

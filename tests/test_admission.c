@@ -115,6 +115,20 @@ static const struct acase cases[] = {
     {"a pre-tokenized id outside the vocabulary",
      "{\"id\": \"k\", \"tokens\": [[2, 999999, 3]]}", NULL, NULL, INTAKE_ANSWERED,
      .err = PROTO_ERR_INVALID_INPUT, .msg = "is not in the model's vocabulary", .id = "k"},
+    /* Ids past the cut (row 70 ids, the model takes 64) are checked too. */
+    {"an id outside the vocabulary past the cut",
+     "{\"id\": \"n\", \"tokens\": [[2,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,"
+     "5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,99999,"
+     "5,5,3]]}",
+     NULL, NULL, INTAKE_ANSWERED, .err = PROTO_ERR_INVALID_INPUT,
+     .msg = "field tokens: row 0 element 66: id 99999 is not in", .id = "n"},
+    {"a type id the model lacks past the cut",
+     "{\"id\": \"o\", \"tokens\": [[2,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,"
+     "5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,5,"
+     "3]], \"type_ids\": [[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0"
+     ",0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,7,0,0]]}",
+     NULL, NULL, INTAKE_ANSWERED, .err = PROTO_ERR_INVALID_INPUT,
+     .msg = "field type_ids: row 0 element 67: 7 is not a type id", .id = "o"},
     {"a deadline already passed", "{\"id\": \"l\", \"deadline_ms\": 1, \"text\": [\"x\"]}", NULL,
      NULL, INTAKE_ANSWERED, .err = PROTO_ERR_DEADLINE_EXCEEDED,
      .msg = "deadline passed before the job was queued", .id = "l"},
@@ -227,6 +241,113 @@ static void test_cases(void **state)
     assert_int_equal(atomic_load(&F.fatal), 0);
 }
 
+/* A job the worker accepts must be answerable (issue 26): with the
+ * producer able to publish 4096 bytes, a JSON job whose result could pass
+ * that (rows x 32 values x 16 bytes, plus the envelope) is answered
+ * invalid_input naming message.max.bytes before it runs, and one row
+ * fewer is queued. MessagePack (4 bytes a value) takes more rows. */
+static void test_result_size(void **state)
+{
+    (void)state;
+    char err[256];
+    struct intake_conf ic = {.cfg = F.cfg, .opts = &F.opts, .models = F.models, .n_models = 2,
+                             .default_model = 0, .model_override = -1, .batcher = F.batcher,
+                             .sink = &F.sink, .offsets = F.offsets, .stats = F.stats,
+                             .fatal = &F.fatal, .max_record_bytes = 4096};
+    struct intake *in = intake_new_offline(&ic, err, sizeof(err));
+    assert_non_null(in);
+    static const struct {
+        int msgpack;
+        size_t rows;
+        enum intake_admitted want;
+    } tab[] = {
+        {0, 6, INTAKE_QUEUED},   {0, 7, INTAKE_ANSWERED},
+        {1, 20, INTAKE_QUEUED},  {1, 40, INTAKE_ANSWERED},
+    };
+    for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
+        char body[4096];
+        size_t len;
+        if (tab[i].msgpack) {
+            /* {"id": "s", "text": ["hi", ...]} */
+            unsigned char *b = (unsigned char *)body;
+            len = 0;
+            b[len++] = 0x82;
+            b[len++] = 0xa2, b[len++] = 'i', b[len++] = 'd', b[len++] = 0xa1, b[len++] = 's';
+            b[len++] = 0xa4;
+            memcpy(b + len, "text", 4);
+            len += 4;
+            b[len++] = 0xdc, b[len++] = 0, b[len++] = (unsigned char)tab[i].rows;
+            for (size_t r = 0; r < tab[i].rows; r++)
+                b[len++] = 0xa2, b[len++] = 'h', b[len++] = 'i';
+        } else {
+            len = (size_t)snprintf(body, sizeof(body), "{\"id\": \"s\", \"text\": [");
+            for (size_t r = 0; r < tab[i].rows; r++)
+                len += (size_t)snprintf(body + len, sizeof(body) - len, "%s\"hi\"", r ? "," : "");
+            len += (size_t)snprintf(body + len, sizeof(body) - len, "]}");
+        }
+        struct intake_record r = {.topic = TOPIC, .partition = 1000 + (int32_t)i, .offset = 1,
+                                  .value = body, .value_len = len, .timestamp_ms = -1};
+        enum intake_admitted got = intake_admit(in, &r);
+        struct job *j = got == INTAKE_QUEUED ? batcher_purge(F.batcher, TOPIC, r.partition)
+                                             : jobq_take(&F.sink, 0);
+        assert_non_null(j);
+        printf("  %s, %zu rows: %s\n", tab[i].msgpack ? "MessagePack" : "JSON", tab[i].rows,
+               got == INTAKE_QUEUED ? "queued" : j->errmsg);
+        if (got != tab[i].want) fail_msg("row %zu: admitted %d, want %d (%s)", i, got,
+                                         tab[i].want, j->errmsg);
+        if (got == INTAKE_ANSWERED) {
+            assert_int_equal(j->err, PROTO_ERR_INVALID_INPUT);
+            if (!strstr(j->errmsg, "message.max.bytes (4096 usable)"))
+                fail_msg("message \"%s\" names no limit", j->errmsg);
+        }
+        job_free(j);
+    }
+    intake_destroy(in);
+}
+
+/* Records the consumer jumped over (issue 26, item 5: an offset reset past
+ * records the broker deleted unread) are counted per partition with the
+ * latest range: offsets 10, 11, then 60 (48 skipped: 12..59), then 61
+ * and a re-read 40 (none). Another partition counts apart. Before, the
+ * jump went unseen: no metric, no log, the jobs vanished. */
+static void test_skipped_records(void **state)
+{
+    (void)state;
+    static const struct {
+        int32_t partition;
+        int64_t offset;
+    } recs[] = {{2000, 10}, {2000, 11}, {2000, 60}, {2000, 61}, {2000, 40},
+                {2001, 5},  {2001, 7}};
+    for (size_t i = 0; i < sizeof(recs) / sizeof(recs[0]); i++) {
+        const char *v = "{\"id\": \"q\", \"model\": \"mlp\", \"input\": [1,2,3]}";
+        struct intake_record r = {.topic = TOPIC, .partition = recs[i].partition,
+                                  .offset = recs[i].offset, .value = v, .value_len = strlen(v),
+                                  .timestamp_ms = -1};
+        assert_int_equal(intake_admit(F.in, &r), INTAKE_ANSWERED);
+        job_free(jobq_take(&F.sink, 0));
+    }
+    struct stats_snapshot s;
+    assert_int_equal(stats_snapshot(F.stats, 0, &s), 0);
+    int seen = 0;
+    for (size_t i = 0; i < s.n_skips; i++) {
+        const struct stats_skip *k = &s.skips[i];
+        printf("  %s [%d]: %llu skipped, latest %lld..%lld\n", k->topic, (int)k->partition,
+               (unsigned long long)k->records, (long long)k->last_from, (long long)k->last_to);
+        if (k->partition == 2000) {
+            assert_int_equal(k->records, 48);
+            assert_int_equal(k->last_from, 12);
+            assert_int_equal(k->last_to, 59);
+            seen |= 1;
+        } else if (k->partition == 2001) {
+            assert_int_equal(k->records, 1);
+            assert_int_equal(k->last_from, 6);
+            seen |= 2;
+        }
+    }
+    stats_snapshot_fini(&s);
+    if (seen != 3) fail_msg("skips not counted per partition (seen %d)", seen);
+}
+
 /* ---- fixture ------------------------------------------------------------------ */
 
 static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *ftw)
@@ -335,6 +456,8 @@ int main(int argc, char **argv)
     tu_seed(argv[0]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
+        cmocka_unit_test(test_result_size),
+        cmocka_unit_test(test_skipped_records),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

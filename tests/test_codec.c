@@ -824,6 +824,173 @@ static void test_encode_edges(void **state)
     }
 }
 
+/* JSON floats take the fewest significant digits that read back as the
+ * same float32 (issue 26: "%.9g" wrote 0.1f as 0.100000001), never more
+ * than CODEC_JSON_FLOAT_MAX bytes, and stay reals ("1.0", not "1"). A table
+ * of known cases, then random bit patterns that must read back exactly,
+ * with no shorter form (one digit fewer) that would. */
+static void test_json_float_shortest(void **state)
+{
+    (void)state;
+    static const struct {
+        float f;
+        const char *want;
+    } tab[] = {
+        {0.1f, "0.1"},           {1.0f, "1.0"},         {-2.5f, "-2.5"},
+        {0.0f, "0.0"},           {100.0f, "1e2"},       {1e-5f, "1e-5"},
+        {3.14159274f, "3.1415927"}, {16777216.0f, "16777216.0"},
+        {FLT_MAX, "3.4028235e38"}, {-FLT_MIN, "-1.1754944e-38"},
+        {1e-45f, "1e-45"},       {NAN, "null"},         {INFINITY, "null"},
+    };
+    char buf[64];
+    for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
+        size_t n = codec_format_float(buf, sizeof(buf), tab[i].f);
+        if (strcmp(buf, tab[i].want) != 0 || n != strlen(buf))
+            fail_msg("%.9g: \"%s\", want \"%s\"", (double)tab[i].f, buf, tab[i].want);
+    }
+    size_t total = 0;
+    for (int rep = 0; rep < 200000; rep++) {
+        uint32_t u = (uint32_t)tu_rand64();
+        float f;
+        memcpy(&f, &u, 4);
+        if (!isfinite(f)) continue;
+        size_t n = codec_format_float(buf, sizeof(buf), f);
+        if (n > CODEC_JSON_FLOAT_MAX) fail_msg("%s: %zu bytes", buf, n);
+        if (strtof(buf, NULL) != f || (float)strtod(buf, NULL) != f)
+            fail_msg("%s does not read back as %.9g", buf, (double)f);
+        total += n;
+        /* the value of the shortest form that reads back (tried from 1 digit up) */
+        char shortest[400];
+        for (int p = 1; p <= 9; p++) {
+            snprintf(shortest, sizeof(shortest), "%.*g", p, (double)f);
+            if (strtof(shortest, NULL) == f && (float)strtod(shortest, NULL) == f) break;
+        }
+        if (strtod(shortest, NULL) != strtod(buf, NULL))
+            fail_msg("%s: %s is shorter", buf, shortest);
+    }
+    printf("  random floats: %.2f bytes each on average\n", (double)total / 200000);
+}
+
+/* codec_result_max_bytes bounds what the encoder writes, whatever the
+ * values: outputs of the longest floats (-1.17549435e-38 is 15 bytes),
+ * per-token lengths, classifier labels, long ids and meta, in both
+ * encodings. The admission check relies on it (worker/intake.c). */
+static void test_result_bound(void **state)
+{
+    (void)state;
+    static const char *const labels[] = {"positive\x01", "negative"};
+    for (int enc = 0; enc < 2; enc++)
+        for (int kind = 0; kind < 3; kind++) {
+            size_t rows = 1 + rnd(40), width = 1 + rnd(300), tokens = kind == 1 ? 1 + rnd(9) : 0;
+            size_t n = rows * width * (tokens ? tokens : 1);
+            float *out = malloc(n * sizeof(float));
+            size_t *lengths = calloc(rows, sizeof(size_t));
+            const char **lab = calloc(rows, sizeof(char *));
+            assert_true(out && lengths && lab);
+            for (size_t i = 0; i < n; i++) out[i] = -1.17549435e-38f;
+            for (size_t i = 0; i < rows; i++) {
+                lengths[i] = 123456789;
+                lab[i] = labels[i % 2];
+            }
+            char id[PROTO_ID_MAX + 1], meta[600];
+            memset(id, '/', PROTO_ID_MAX);
+            id[PROTO_ID_MAX] = '\0';
+            int ml = snprintf(meta, sizeof(meta), "{\"k\":\"%0500d\"}", 7);
+            struct codec_result r = {
+                .id = id, .model = "m\x02odel", .enc = (enum proto_enc)enc, .err = PROTO_OK,
+                .output = out, .out_rows = rows, .out_width = width,
+                .meta = (const unsigned char *)meta, .meta_len = (size_t)ml,
+                .queued_ms = 1e300, .infer_ms = -1.2345678901234567e-300, .total_ms = NAN,
+                .batch_rows = SIZE_MAX, .out_tokens = tokens, .lengths = lengths,
+                .labels = kind == 2 ? lab : NULL, .tokens = SIZE_MAX, .padded_tokens = SIZE_MAX,
+                .topic = "a-topic", .partition = INT32_MIN, .offset = INT64_MIN};
+            unsigned char *body;
+            size_t len;
+            assert_int_equal(codec_encode_result(&r, &body, &len), 0);
+            struct codec_result_size rs = {
+                .enc = r.enc, .rows = rows, .values = n, .per_token = tokens > 0,
+                .labels = kind == 2, .label_max = strlen(labels[0]),
+                .id_len = strlen(id), .model_len = strlen(r.model), .topic_len = strlen(r.topic),
+                .meta_len = r.meta_len};
+            size_t bound = codec_result_max_bytes(&rs);
+            if (len > bound) fail_msg("enc %d kind %d: %zu bytes over the bound %zu", enc, kind,
+                                      len, bound);
+            free(body);
+            free(out);
+            free(lengths);
+            free(lab);
+        }
+    struct codec_result_size huge = {.enc = PROTO_ENC_JSON, .rows = SIZE_MAX, .values = SIZE_MAX};
+    assert_true(codec_result_max_bytes(&huge) == SIZE_MAX);
+}
+
+/* Numbers JSON allows but C types do not (issue 26, item 3): jansson
+ * refuses the whole document for one, which used to dead-letter the
+ * record. Now meta echoes them as written, any other field answers
+ * invalid_input naming itself, an unknown field ignores them, and a
+ * forged rewrite tag is not taken for one. */
+static void test_json_big_numbers(void **state)
+{
+    (void)state;
+    static const struct codec_limits lim = {.max_payload_bytes = 1 << 20,
+                                            .max_input_floats = 1 << 16, .max_depth = 16,
+                                            .max_rows = 16, .max_text_chars = 1000,
+                                            .max_tokens = 1000};
+    static const struct {
+        const char *json;
+        enum codec_rc rc;
+        enum proto_err err;
+        const char *sub;  /* in the error message, or (ok) in the encoded result */
+    } tab[] = {
+        {"{\"id\":\"a\",\"input\":[1],\"meta\":{\"n\":18446744073709551616}}", CODEC_JOB,
+         PROTO_OK, "\"meta\":{\"n\":18446744073709551616}"},
+        {"{\"id\":\"b\",\"input\":[1],\"meta\":[1e400,-9223372036854775809,\"1e400\",2.5]}",
+         CODEC_JOB, PROTO_OK, "\"meta\":[1e400,-9223372036854775809,\"1e400\",2.5]"},
+        {"{\"id\":\"c\",\"input\":[1],\"meta\":{\"s\":\"x\\\"1e999\",\"n\":-1E+400}}", CODEC_JOB,
+         PROTO_OK, "\"meta\":{\"s\":\"x\\\"1e999\",\"n\":-1E+400}"},
+        {"{\"id\":\"d\",\"input\":[1],\"deadline_ms\":9223372036854775808}", CODEC_JOB,
+         PROTO_ERR_INVALID_INPUT, "field deadline_ms: out of range"},
+        {"{\"id\":\"e\",\"input\":[1],\"timeout_ms\":1e400}", CODEC_JOB, PROTO_ERR_INVALID_INPUT,
+         "field timeout_ms: must be an integer, got real"},
+        {"{\"id\":\"f\",\"input\":[1],\"priority\":99999999999999999999}", CODEC_JOB,
+         PROTO_ERR_INVALID_INPUT, "field priority: must be 0..9"},
+        {"{\"id\":\"g\",\"tokens\":[[2,9223372036854775808,3]]}", CODEC_JOB,
+         PROTO_ERR_INVALID_INPUT, "field tokens: row 0 element 1 is not an id"},
+        {"{\"id\":\"h\",\"input\":[1,1e400]}", CODEC_JOB, PROTO_ERR_INVALID_INPUT,
+         "field input: element 1 is not finite"},
+        {"{\"id\":\"i\",\"text\":[\"a\",1e400]}", CODEC_JOB, PROTO_ERR_INVALID_INPUT,
+         "field text: row 1 is real, not a string"},
+        {"{\"id\":\"j\",\"input\":[1],\"zzz\":1e999}", CODEC_JOB, PROTO_OK, "\"status\":\"ok\""},
+        {"{\"id\":\"k\",\"input\":[1],\"model\":1e999}", CODEC_JOB, PROTO_ERR_INVALID_INPUT,
+         "field model"},
+        {"{\"id\":18446744073709551616,\"input\":[1]}", CODEC_DEAD, PROTO_OK, "id"},
+        /* a forged tag next to a real big number: not ours, so as before */
+        {"{\"id\":\"l\",\"input\":[1],\"meta\":[\"\\u0000kinfer-number:5\",1e400]}", CODEC_DEAD,
+         PROTO_OK, "real number overflow"},
+        /* a forged tag alone is a string like any other */
+        {"{\"id\":\"m\",\"input\":[1],\"meta\":[\"\\u0000kinfer-number:5\"]}", CODEC_JOB, PROTO_OK,
+         "\"meta\":[\"\\u0000kinfer-number:5\"]"},
+        /* still not JSON: dead as before */
+        {"{\"id\":\"n\",\"input\":[1],\"meta\":1e400,}", CODEC_DEAD, PROTO_OK, "json"},
+    };
+    for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
+        struct dres r = decode(tab[i].json, strlen(tab[i].json), NULL, NULL, 0, &lim);
+        printf("  %-70.70s %s\n", tab[i].json,
+               r.rc == CODEC_DEAD ? r.err : r.job->req.err ? r.job->req.errmsg : "ok");
+        if (tab[i].err != PROTO_OK || tab[i].rc == CODEC_DEAD) {
+            expect(&r, tab[i].rc, tab[i].err, tab[i].sub);
+        } else {
+            expect(&r, CODEC_JOB, PROTO_OK, NULL);
+            fake_run(r.job, 1, 1);
+            assert_int_equal(tjob_encode(r.job, 0), 0);
+            char *body = strndup((const char *)r.job->body, r.job->body_len);
+            assert_contains(body, tab[i].sub);
+            free(body);
+        }
+        tjob_free(r.job);
+    }
+}
+
 /* Every str a result holds is well-formed UTF-8, whatever the job sent:
  * a model name of ill-formed bytes (c3 28) is kept repaired (U+FFFD) and
  * so is the message that quotes it; meta strs (keys and values) echo back
@@ -996,7 +1163,8 @@ static void test_decode_table(void **state)
         {JS_ONLY, "{'id':'a','input':[1],'meta':{'x':1,'x':2}}", "k", CODEC_DEAD, 0, "duplicate", NULL},
         {JS_ONLY, "{'id':'a','input':[NaN]}", "k", CODEC_DEAD, 0, "json:", NULL},
         {JS_ONLY, "{'id':'a','input':[Infinity]}", "k", CODEC_DEAD, 0, "json:", NULL},
-        {JS_ONLY, "{'id':'a','input':[1e400]}", "k", CODEC_DEAD, 0, "json:", NULL},
+        /* too large for C: answered, not dead-lettered (issue 26; test_json_big_numbers) */
+        {JS_ONLY, "{'id':'a','input':[1e400]}", "k", CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field input: element 0 is not finite", "a"},
         {JS_ONLY, "{'id':'a','input':[1]} x", "k", CODEC_DEAD, 0, "json:", NULL},
         {JS_ONLY, "{'id':'a','input':[1]}{}", "k", CODEC_DEAD, 0, "json:", NULL},
         {JS_ONLY, "{'id':'a\\u0000b','input':[1]}", NULL, CODEC_DEAD, 0, "field id: characters outside", NULL},
@@ -1664,6 +1832,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bin_input_random),
         cmocka_unit_test(test_error_results),
         cmocka_unit_test(test_encode_edges),
+        cmocka_unit_test(test_json_float_shortest),
+        cmocka_unit_test(test_result_bound),
+        cmocka_unit_test(test_json_big_numbers),
         cmocka_unit_test(test_results_are_utf8),
         cmocka_unit_test(test_decode_table),
         cmocka_unit_test(test_decode_msgpack_duplicates),

@@ -316,6 +316,51 @@ static void test_shared_scratch(void **state)
     tokenizer_destroy(NULL);
 }
 
+/* A huge row does not pin its peak (issue 26: a 1M-character row left RSS
+ * 20 MB higher): after a row of 500,000 words and one of 200,000
+ * combining marks (the canonical-ordering run), a small row leaves the
+ * scratch at most a few WP_SCRATCH_KEEP buffers, and encodes as on a fresh
+ * scratch. */
+static void test_scratch_gives_back(void **state)
+{
+    (void)state;
+    char d[128];
+    folder("big", d, sizeof(d));
+    copy_data("tokenizer.json", d, "tokenizer.json");
+    struct tokenizer *t = load(d, NULL);
+    struct tokenizer_scratch *s = tokenizer_scratch_new(4096), *fresh = tokenizer_scratch_new(0);
+    assert_true(s && fresh);
+    size_t start = tokenizer_scratch_bytes(s);
+    size_t n = 1000000;
+    char *big = malloc(n + 1);
+    assert_non_null(big);
+    for (size_t i = 0; i < n; i += 2) big[i] = 'a', big[i + 1] = ' ';
+    int32_t ids[128], want[128];
+    assert_int_equal(tokenizer_encode(t, s, big, n, NULL, 0, 128, 1, ids, NULL, 128, NULL, NULL,
+                                      0),
+                     128);
+    /* 'a' then U+0301 x 200,000: one run of nonstarters */
+    big[0] = 'a';
+    size_t len = 1;
+    for (size_t i = 0; i < 200000; i++) big[len++] = (char)0xcc, big[len++] = (char)0x81;
+    assert_true(tokenizer_encode(t, s, big, len, NULL, 0, 128, 1, ids, NULL, 128, NULL, NULL,
+                                 0) > 0);
+    int got = tokenizer_encode(t, s, "The fox", 7, NULL, 0, 0, 0, ids, NULL, 128, NULL, NULL, 0);
+    int ref = tokenizer_encode(t, fresh, "The fox", 7, NULL, 0, 0, 0, want, NULL, 128, NULL,
+                               NULL, 0);
+    assert_int_equal(got, ref);
+    assert_memory_equal(ids, want, (size_t)got * sizeof(int32_t));
+    size_t after = tokenizer_scratch_bytes(s);
+    printf("  scratch: %zu bytes new, %zu after a 1M-character row and a small one\n", start,
+           after);
+    if (after > start + 4 * WP_SCRATCH_KEEP)
+        fail_msg("the scratch kept %zu bytes (started with %zu)", after, start);
+    free(big);
+    tokenizer_scratch_destroy(s);
+    tokenizer_scratch_destroy(fresh);
+    tokenizer_destroy(t);
+}
+
 /* ---- decoding ------------------------------------------------------------- */
 
 /* A small vocabulary whose ids the rows below name. */
@@ -497,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_encode_equals_wp),
         cmocka_unit_test(test_shared_scratch),
+        cmocka_unit_test(test_scratch_gives_back),
         cmocka_unit_test(test_decode_rules),
         cmocka_unit_test(test_decode_round_trip),
     };

@@ -280,6 +280,13 @@ void tokenizer_scratch_destroy(struct tokenizer_scratch *s)
     free(s);
 }
 
+size_t tokenizer_scratch_bytes(const struct tokenizer_scratch *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < TOK_N_IMPLS; i++) n += tok_impls[i]->scratch_bytes(s->s[i]);
+    return n;
+}
+
 int tokenizer_encode(const struct tokenizer *t, struct tokenizer_scratch *s, const char *text,
                      size_t len, const char *pair, size_t pair_len, size_t max_tokens,
                      int truncate, int32_t *ids, int32_t *type_ids, size_t cap, size_t *full_len,

@@ -102,13 +102,18 @@ int32_t tokenizer_token_id(const struct tokenizer *t, const char *token);
 int32_t tokenizer_special_id(const struct tokenizer *t, enum tokenizer_special which);
 
 /* A per-thread work area for tokenizer_encode, for tokenizers of every
- * kind; it grows to the largest input seen and keeps that size.
+ * kind; it grows to the input at hand and keeps a bounded size between
+ * calls (wordpiece.h, WP_SCRATCH_KEEP per buffer), so one huge row does
+ * not pin its peak.
  * expect_len (bytes of text + pair) sizes it up front; 0 lets it grow on
  * first use. Returns a new scratch (free with tokenizer_scratch_destroy),
  * or NULL if out of memory. */
 struct tokenizer_scratch *tokenizer_scratch_new(size_t expect_len);
 /* Frees s. Accepts NULL. */
 void tokenizer_scratch_destroy(struct tokenizer_scratch *s);
+/* Bytes s holds now, every implementation's work area together (tests
+ * check that a huge row's buffers are given back). */
+size_t tokenizer_scratch_bytes(const struct tokenizer_scratch *s);
 
 /* Encodes text (len bytes, borrowed; need not be NUL-terminated) and, if
  * pair is not NULL, pair (pair_len bytes; "" is an empty second sequence)

@@ -45,6 +45,8 @@ struct tokenizer_impl {
      * scratch_destroy, which accepts NULL), or NULL when out of memory. */
     void *(*scratch_new)(size_t expect_len);
     void (*scratch_destroy)(void *scratch);
+    /* Bytes the work area holds now (tokenizer_scratch_bytes). */
+    size_t (*scratch_bytes)(const void *scratch);
     /* tokenizer.h's tokenizer_encode, with the implementation's scratch;
      * answers enum tokenizer_err codes. */
     int (*encode)(const void *model, void *scratch, const char *text, size_t len,

@@ -184,6 +184,45 @@ fail:
     return NULL;
 }
 
+/* Shrinks an array of *cap elements of elem bytes to WP_SCRATCH_KEEP bytes
+ * when it holds more. A failed shrink keeps the block, which is as large;
+ * *cap says the smaller count either way, which is always safe. */
+static void *wp_shrink(void *p, size_t *cap, size_t elem)
+{
+    if (!p || *cap * elem <= WP_SCRATCH_KEEP) return p;
+    size_t nc = WP_SCRATCH_KEEP / elem;
+    void *q = realloc(p, nc * elem);
+    *cap = nc;
+    return q ? q : p;
+}
+
+/* Gives back what a call on a huge input grew (issue 26: one 1M-character
+ * row left 20 MB behind): the id arrays, the canonical-ordering run and
+ * the normalizer's output. The word buffer and its hashes are bounded by
+ * max_word_chars already. */
+static void wp_scratch_trim(struct wp_scratch *s)
+{
+    s->a.v = wp_shrink(s->a.v, &s->a.cap, sizeof(int32_t));
+    if (s->a.n > s->a.cap) s->a.n = 0;
+    s->b.v = wp_shrink(s->b.v, &s->b.cap, sizeof(int32_t));
+    if (s->b.n > s->b.cap) s->b.n = 0;
+    if (s->run_cap * sizeof(*s->run) > WP_SCRATCH_KEEP) {
+        size_t c1 = s->run_cap, c2 = s->run_cap;
+        s->run = wp_shrink(s->run, &c1, sizeof(*s->run));
+        s->run_tmp = wp_shrink(s->run_tmp, &c2, sizeof(*s->run_tmp));
+        s->run_cap = c1 < c2 ? c1 : c2;
+        s->run_n = 0;
+    }
+    s->norm = wp_shrink(s->norm, &s->norm_cap, 1);
+    if (s->norm_n > s->norm_cap) s->norm_n = 0;
+}
+
+size_t wp_scratch_bytes(const struct wp_scratch *s)
+{
+    return (s->a.cap + s->b.cap) * sizeof(int32_t) + s->word_cap + s->hs_cap * sizeof(uint64_t) +
+           s->run_cap * (sizeof(*s->run) + sizeof(*s->run_tmp)) + s->norm_cap;
+}
+
 /* Frees everything s owns. */
 void wp_scratch_destroy(struct wp_scratch *s)
 {
@@ -546,9 +585,10 @@ static void wp_longest_first(size_t *na, size_t *nb, size_t max, size_t max_len)
 
 /* Encodes text (and pair) and lays out [CLS] A [SEP] (B [SEP]), truncated
  * as asked; see wordpiece.h. */
-int wp_encode(const struct wp_tokenizer *t, struct wp_scratch *s, const char *text, size_t len,
-              const char *pair, size_t pair_len, size_t max_len, int truncate, int32_t *ids,
-              int32_t *type_ids, size_t cap, size_t *full_len, char *errstr, size_t errstr_size)
+static int wp_encode_in(const struct wp_tokenizer *t, struct wp_scratch *s, const char *text,
+                        size_t len, const char *pair, size_t pair_len, size_t max_len,
+                        int truncate, int32_t *ids, int32_t *type_ids, size_t cap,
+                        size_t *full_len, char *errstr, size_t errstr_size)
 {
     if ((!text && len) || (!pair && pair_len) || (!ids && cap)) {
         wp_seterr(errstr, errstr_size, "wp_encode: NULL buffer with a non-zero length");
@@ -606,7 +646,20 @@ int wp_encode(const struct wp_tokenizer *t, struct wp_scratch *s, const char *te
     return (int)o;
 }
 
-/* The normalizer alone, into the scratch's text buffer. */
+/* wp_encode_in, then what the call grew past WP_SCRATCH_KEEP is given
+ * back: the ids are in the caller's buffers by now. */
+int wp_encode(const struct wp_tokenizer *t, struct wp_scratch *s, const char *text, size_t len,
+              const char *pair, size_t pair_len, size_t max_len, int truncate, int32_t *ids,
+              int32_t *type_ids, size_t cap, size_t *full_len, char *errstr, size_t errstr_size)
+{
+    int rc = wp_encode_in(t, s, text, len, pair, pair_len, max_len, truncate, ids, type_ids,
+                          cap, full_len, errstr, errstr_size);
+    wp_scratch_trim(s);
+    return rc;
+}
+
+/* The normalizer alone, into the scratch's text buffer (what the last
+ * call grew is given back first: its result was borrowed until now). */
 const char *wp_normalize(const struct wp_tokenizer *t, struct wp_scratch *s, const char *text,
                          size_t len, size_t *out_len, char *errstr, size_t errstr_size)
 {
@@ -615,6 +668,7 @@ const char *wp_normalize(const struct wp_tokenizer *t, struct wp_scratch *s, con
         return NULL;
     }
     struct wp_enc e = {.t = t, .s = s, .normalize_only = 1};
+    wp_scratch_trim(s);
     s->norm_n = 0;
     if (wp_run(&e, text ? text : "", len, &s->a, "text", errstr, errstr_size) != 0) return NULL;
     if (!s->norm) {

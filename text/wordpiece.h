@@ -147,13 +147,20 @@ int32_t wp_pad_id(const struct wp_tokenizer *t);
 int32_t wp_mask_id(const struct wp_tokenizer *t);
 
 /* A per-thread work area for wp_encode and wp_normalize; it grows to the
- * largest input seen and keeps that size, so reusing one per thread makes
- * later calls allocation-free. expect_len (bytes of text + pair) sizes it
+ * input at hand and keeps up to WP_SCRATCH_KEEP bytes per buffer between
+ * calls, so reusing one per thread makes later calls of ordinary rows
+ * allocation-free while one huge row does not pin its peak. expect_len (bytes of text + pair) sizes it
  * up front; 0 lets it grow on first use. Returns a new scratch (free with
  * wp_scratch_destroy), or NULL if out of memory. */
 struct wp_scratch *wp_scratch_new(size_t expect_len);
 /* Frees s. Accepts NULL. */
 void wp_scratch_destroy(struct wp_scratch *s);
+/* Bytes a buffer of the scratch keeps between calls; a buffer a call grew
+ * past this is given back (shrunk to it) when the call ends (wp_encode)
+ * or when the next call starts (wp_normalize, whose result lives there). */
+#define WP_SCRATCH_KEEP ((size_t)64 * 1024)
+/* Bytes s holds now (its buffers' capacities): for tests and metrics. */
+size_t wp_scratch_bytes(const struct wp_scratch *s);
 
 /* Encodes text (len bytes, borrowed; need not be NUL-terminated) and, if
  * pair is not NULL, pair (pair_len bytes, borrowed; "" is an empty second

@@ -63,6 +63,11 @@ static void wpt_scratch_destroy(void *scratch)
     wp_scratch_destroy(scratch);
 }
 
+static size_t wpt_scratch_bytes(const void *scratch)
+{
+    return wp_scratch_bytes(scratch);
+}
+
 static int wpt_encode(const void *model, void *scratch, const char *text, size_t len,
                       const char *pair, size_t pair_len, size_t max_tokens, int truncate,
                       int32_t *ids, int32_t *type_ids, size_t cap, size_t *full_len, char *errstr,
@@ -113,6 +118,7 @@ const struct tokenizer_impl wp_tokenizer_impl = {
     .destroy = wpt_destroy,
     .scratch_new = wpt_scratch_new,
     .scratch_destroy = wpt_scratch_destroy,
+    .scratch_bytes = wpt_scratch_bytes,
     .encode = wpt_encode,
     .decode = wpt_decode,
     .vocab_size = wpt_vocab_size,

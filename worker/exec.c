@@ -274,7 +274,10 @@ static void finish_batch(struct exec *ex, struct job *batch, enum batcher_reason
         j->ids = j->type_ids = NULL;
         if (job_encode(j, enc_ms) == 0 && j->body_len > ex->c.max_record_bytes) {
             /* The producer could never publish it: answer with an error
-             * that fits instead of retrying forever. */
+             * that fits instead of retrying forever. Admission bounds
+             * every result it accepts below this (worker/intake.c,
+             * result_fits), so this is a last resort that should never
+             * be reached. */
             size_t big = j->body_len;
             free(j->output);
             j->output = NULL;

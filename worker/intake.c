@@ -153,10 +153,12 @@ static int reject(struct intake *in, struct job *j, const char *fmt, ...)
     return -1;
 }
 
-/* Row r of a pre-tokenized job into the intake's buffers at *at: checked
- * against the model's vocabulary and type ids; longer than max_tokens it
- * is cut to its first max_tokens - 1 ids and its last (its [SEP]) when
- * truncate is set. Returns the row's length, or -1 after answering. */
+/* Row r of a pre-tokenized job into the intake's buffers at *at: every id
+ * the job sent is checked against the model's vocabulary and type ids,
+ * those past the cut too (a job is not `ok` with ids the model could not
+ * take, wherever they are); longer than max_tokens it is cut to its first
+ * max_tokens - 1 ids and its last (its [SEP]) when truncate is set.
+ * Returns the row's length, or -1 after answering. */
 static long take_token_row(struct intake *in, struct job *j, const struct model_encoder_info *e,
                            size_t r, size_t at)
 {
@@ -171,18 +173,20 @@ static long take_token_row(struct intake *in, struct job *j, const struct model_
     if (keep > in->tok_cap - at)
         return reject(in, j, "the job is over batching.max_batch_tokens %zu tokens",
                       in->tok_cap);
-    for (size_t k = 0; k < keep; k++) {
-        size_t src = b + (k + 1 == keep && keep < len ? len - 1 : k);
-        int32_t id = q->tokens[src];
-        int32_t ty = q->type_ids ? q->type_ids[src] : 0;
+    for (size_t k = 0; k < len; k++) {
+        int32_t id = q->tokens[b + k];
+        int32_t ty = q->type_ids ? q->type_ids[b + k] : 0;
         if ((size_t)id >= e->vocab)
             return reject(in, j, "field tokens: row %zu element %zu: id %" PRId32 " is not in "
-                          "the model's vocabulary (0..%zu)", r, src - b, id, e->vocab - 1);
+                          "the model's vocabulary (0..%zu)", r, k, id, e->vocab - 1);
         if (ty < 0 || (size_t)ty >= e->type_vocab)
             return reject(in, j, "field type_ids: row %zu element %zu: %" PRId32 " is not a "
-                          "type id of the model (0..%zu)", r, src - b, ty, e->type_vocab - 1);
-        in->tok_ids[at + k] = id;
-        in->tok_types[at + k] = ty;
+                          "type id of the model (0..%zu)", r, k, ty, e->type_vocab - 1);
+    }
+    for (size_t k = 0; k < keep; k++) {
+        size_t src = b + (k + 1 == keep && keep < len ? len - 1 : k);
+        in->tok_ids[at + k] = q->tokens[src];
+        in->tok_types[at + k] = q->type_ids ? q->type_ids[src] : 0;
     }
     return (long)keep;
 }
@@ -271,6 +275,62 @@ oom:
     return -1;
 }
 
+/* A job the worker accepts must be answerable: the most bytes its result
+ * can take (codec_result_max_bytes: rows x width x the encoding's bytes
+ * per value, per-token output padded to the job's longest row, plus the
+ * envelope) must fit what the producer can publish. Checked before the
+ * job runs, so no forward pass ends in a result that cannot be sent
+ * (docs/protocol.md, "Result size"). Returns 0, or -1 after answering. */
+static int result_fits(struct intake *in, struct job *j, const struct model *m, size_t rows)
+{
+    const struct model_encoder_info *e = model_encoder(m);
+    int per_token = e && model_per_token(m);
+    size_t width = model_output_width(m);
+    size_t per_row = per_token ? j->seq_len * width : width;
+    struct codec_result_size rs = {
+        .enc = j->req.enc,
+        .rows = rows,
+        .values = per_row && rows > SIZE_MAX / per_row ? SIZE_MAX : rows * per_row,
+        .per_token = per_token,
+        .labels = e && e->n_labels > 0,
+        .id_len = strlen(j->req.id),
+        .model_len = strlen(j->model_name),
+        .topic_len = strlen(j->topic),
+        .meta_len = j->req.meta_len,
+    };
+    for (size_t i = 0; rs.labels && i < e->n_labels; i++) {
+        size_t len = strlen(e->labels[i]);
+        if (len > rs.label_max) rs.label_max = len;
+    }
+    size_t need = codec_result_max_bytes(&rs);
+    if (need <= in->c.max_record_bytes) return 0;
+    int js = j->req.enc == PROTO_ENC_JSON;
+    return reject(in, j, "the result could take %zu bytes (%zu rows x %zu values x %d bytes "
+                  "in %s), over the producer's message.max.bytes (%zu usable): send fewer "
+                  "rows per job", need, rows, per_row, js ? CODEC_JSON_FLOAT_MAX + 1 : 4,
+                  js ? "JSON" : "MessagePack", in->c.max_record_bytes);
+}
+
+/* Records the worker will never read: a record at an offset past the one
+ * after the last record taken from its partition means the consumer
+ * jumped (librdkafka reset the fetch offset because the broker deleted
+ * records before they were read: retention, or a full partition of the
+ * embedded broker). Nothing can answer those jobs, so they are counted
+ * per partition (kinfer_records_skipped_total, alerted on by
+ * KinferRecordsSkipped) and logged as an error naming the range
+ * (docs/reliability.md, "When the broker deletes unread records"). On a
+ * transactional or compacted topic a gap is also what commit markers and
+ * compaction leave. */
+static void skipped(struct intake *in, const char *topic, int32_t partition, int64_t offset)
+{
+    int64_t next = offsets_next(in->c.offsets, topic, partition);
+    if (next < 0 || offset <= next) return;
+    LOG_E("records_skipped", "topic=%s partition=%" PRId32 " from=%" PRId64 " to=%" PRId64
+          " records=%" PRId64 " why=\"the consumer jumped over them (offset reset: the broker "
+          "deleted them unread?)\"", topic, partition, next, offset - 1, offset - next);
+    stats_skipped(in->c.stats, topic, partition, next, offset - 1);
+}
+
 /* Admission (intake.h): decode, route, tokenize, deadline, queue. Every
  * record becomes exactly one job that is tracked until both its
  * acknowledgements. */
@@ -290,6 +350,7 @@ enum intake_admitted intake_admit(struct intake *in, const struct intake_record 
     j->record_ts_ms = m->timestamp_ms;
     if (j->record_ts_ms < 0) j->record_ts_ms = clock_wall_ms();
     j->arrived_us = clock_mono_us();
+    skipped(in, j->topic, j->partition, j->offset);
     if (offsets_track(in->c.offsets, j->topic, j->partition, j->offset) < 0) {
         LOG_E("out_of_memory", "where=offtrack");
         job_free(j);
@@ -353,6 +414,7 @@ enum intake_admitted intake_admit(struct intake *in, const struct intake_record 
             return INTAKE_ANSWERED;
         }
     }
+    if (result_fits(in, j, in->c.models[idx], rows) < 0) return INTAKE_ANSWERED;
     /* The configured default timeout bounds every job; a job's own
      * deadline may only make it earlier. */
     int64_t now_ms = clock_wall_ms();
