@@ -773,6 +773,16 @@ static int32_t bpe_special_id(const void *model, enum tokenizer_special which)
     }
 }
 
+/* What the scratch holds now (tokenizer_scratch_bytes); pcre2's match
+ * data is fixed-size and not counted. */
+static size_t bpe_scratch_bytes(const void *scratch)
+{
+    const struct bpe_scratch *s = scratch;
+    if (!s) return 0;
+    return (s->a.cap + s->b.cap + s->u32_cap) * sizeof(int32_t) + s->norm_cap + s->pre_cap +
+           s->word_cap + s->sym_cap * sizeof(*s->sym) + s->heap_cap * sizeof(*s->heap);
+}
+
 const struct tokenizer_impl bpe_tokenizer_impl = {
     .name = "BPE",
     .plain_file = "merges.txt",
@@ -780,6 +790,7 @@ const struct tokenizer_impl bpe_tokenizer_impl = {
     .destroy = bpe_destroy_model,
     .scratch_new = bpe_scratch_new,
     .scratch_destroy = bpe_scratch_destroy,
+    .scratch_bytes = bpe_scratch_bytes,
     .encode = bpe_encode,
     .decode = bpe_decode,
     .vocab_size = bpe_vocab_size,

@@ -121,6 +121,11 @@ static int32_t ugt_special_id(const void *model, enum tokenizer_special which)
     }
 }
 
+static size_t ugt_scratch_bytes(const void *scratch)
+{
+    return ug_scratch_bytes(scratch);
+}
+
 const struct tokenizer_impl ug_tokenizer_impl = {
     .name = "Unigram",
     .plain_file = NULL,
@@ -128,6 +133,7 @@ const struct tokenizer_impl ug_tokenizer_impl = {
     .destroy = ugt_destroy,
     .scratch_new = ugt_scratch_new,
     .scratch_destroy = ugt_scratch_destroy,
+    .scratch_bytes = ugt_scratch_bytes,
     .encode = ugt_encode,
     .decode = ugt_decode,
     .vocab_size = ugt_vocab_size,

@@ -186,6 +186,16 @@ void ug_scratch_destroy(struct ug_scratch *s)
 }
 
 /* See unigram.h: lets tests see that a long word's lattice went back. */
+size_t ug_scratch_bytes(const struct ug_scratch *s)
+{
+    if (!s) return 0;
+    size_t n = (s->a.cap + s->b.cap + s->u32_cap) * sizeof(int32_t) +
+               s->lat_cap * sizeof(*s->lat) + s->sp_cap * sizeof(*s->sp);
+    for (int i = 0; i < 2; i++)
+        n += s->nb[i].cap + s->pb[i].cap + s->wcap[i] * sizeof(*s->wr[i]);
+    return n;
+}
+
 size_t ug_scratch_lattice(const struct ug_scratch *s)
 {
     return s->lat_cap;

@@ -109,6 +109,8 @@ void ug_scratch_destroy(struct ug_scratch *s);
 /* Entries the lattice holds between calls (at most UG_LATTICE_KEEP): for
  * tests and logs. */
 size_t ug_scratch_lattice(const struct ug_scratch *s);
+/* Bytes the scratch holds now (tokenizer_scratch_bytes). */
+size_t ug_scratch_bytes(const struct ug_scratch *s);
 
 /* tokenizer.h's tokenizer_encode for a Unigram tokenizer (same arguments,
  * same answers, enum ug_err for the errors). */
