@@ -9,6 +9,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* A stream hook the emulated CUDA runtime provides (a weak symbol here):
  * when it is linked, cublasLtMatmul enqueues its work on the stream it is
  * given (in order, and recorded while the stream is capturing a graph) by
@@ -21,5 +25,9 @@ int emu_rt_enqueue(void *stream, void (*fn)(void *arg), const void *arg, size_t 
 /* The number of cublasLtMatmul calls that ran (or were enqueued) since the
  * process started: lets a test tell that a GEMM went through cuBLASLt. */
 unsigned long emu_lt_matmuls(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

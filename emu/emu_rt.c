@@ -71,7 +71,8 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int n_dev = 1;
 static size_t dev_mem = H100_MEM;
 static size_t used[EMU_MAX_DEVICES];
-static atomic_int sticky[EMU_MAX_DEVICES];
+static atomic_int sticky[EMU_MAX_DEVICES];  /* reported by every call */
+static atomic_int pending[EMU_MAX_DEVICES]; /* raised by work, not yet synchronised */
 static struct alloc *allocs;
 static size_t n_allocs, cap_allocs;
 static struct CUstream_st *capturing[64]; /* streams capturing now */
@@ -104,10 +105,25 @@ static cudaError_t ret(cudaError_t e)
     return e;
 }
 
-/* The current device's sticky error, or cudaSuccess. */
+/* The device's sticky error, or cudaSuccess. */
 static cudaError_t dead(int dev)
 {
     return (cudaError_t)atomic_load(&sticky[dev]);
+}
+
+/* A sticky error that work raised stops the device at once (no later
+ * work runs) but, as on a device, calls report it only from the next
+ * synchronisation on: then it is the device's sticky error. */
+static int stopped(int dev)
+{
+    return atomic_load(&sticky[dev]) || atomic_load(&pending[dev]);
+}
+
+static cudaError_t surface(int dev)
+{
+    int p = atomic_load(&pending[dev]), none = cudaSuccess;
+    if (p) atomic_compare_exchange_strong(&sticky[dev], &none, p);
+    return dead(dev);
 }
 
 /* ---- capture rules -------------------------------------------------------- */
@@ -199,6 +215,7 @@ static cudaError_t enqueue(cudaStream_t s, void (*fn)(void *), const void *arg, 
         if (graph_add(s->graph, fn, arg, size) < 0) return ret(cudaErrorMemoryAllocation);
         return cudaSuccess;
     }
+    if (stopped(dev)) return cudaSuccess; /* the device stopped: nothing runs */
     /* Run at once; the copy keeps the arguments as they were at the call. */
     void *copy = malloc(size ? size : 1);
     if (!copy) return ret(cudaErrorMemoryAllocation);
@@ -220,7 +237,8 @@ void emu_rt_device_error(int e)
     int dev = exec_dev >= 0 ? exec_dev : cur_dev;
     if (is_sticky((cudaError_t)e)) {
         int none = cudaSuccess;
-        atomic_compare_exchange_strong(&sticky[dev], &none, e);
+        atomic_compare_exchange_strong(exec_dev >= 0 ? &pending[dev] : &sticky[dev], &none, e);
+        return;
     }
     last_err = (cudaError_t)e;
 }
@@ -249,7 +267,10 @@ void emu_rt_reset(void)
     n_allocs = cap_allocs = 0;
     memset(used, 0, sizeof(used));
     memset(capturing, 0, sizeof(capturing));
-    for (int i = 0; i < EMU_MAX_DEVICES; i++) atomic_store(&sticky[i], 0);
+    for (int i = 0; i < EMU_MAX_DEVICES; i++) {
+        atomic_store(&sticky[i], 0);
+        atomic_store(&pending[i], 0);
+    }
     pthread_mutex_unlock(&mu);
     cur_dev = 0;
     last_err = cudaSuccess;
@@ -355,7 +376,7 @@ cudaError_t cudaPeekAtLastError(void)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
-    cudaError_t e = dead(cur_dev);
+    cudaError_t e = surface(cur_dev);
     if (e == cudaSuccess) e = unsafe();
     return ret(e);
 }
@@ -525,13 +546,13 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
 /* A blocking copy: forbidden while a capture runs. */
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
-    cudaError_t e = dead(cur_dev);
+    cudaError_t e = surface(cur_dev);
     if (e == cudaSuccess) e = unsafe();
     if (e == cudaSuccess) e = copy_check(dst, src, count, kind);
     if (e != cudaSuccess) return ret(e);
     struct copy_arg a = {dst, src, count};
     if (count) run_on(cur_dev, copy_run, &a);
-    return ret(dead(cur_dev));
+    return cudaSuccess;
 }
 
 cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
@@ -543,7 +564,7 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t 
 
 cudaError_t cudaMemset(void *devPtr, int value, size_t count)
 {
-    cudaError_t e = dead(cur_dev);
+    cudaError_t e = surface(cur_dev);
     if (e == cudaSuccess) e = unsafe();
     if (e == cudaSuccess && count && (!devPtr || !in_device(devPtr, count)))
         e = cudaErrorInvalidValue;
@@ -597,7 +618,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
     int dev = stream ? stream->dev : cur_dev;
-    cudaError_t e = dead(dev);
+    cudaError_t e = surface(dev);
     if (e != cudaSuccess) return ret(e);
     if (stream && stream->capturing) {
         stream->invalidated = 1;
@@ -714,7 +735,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
     if (e != cudaSuccess) return ret(e);
     if (graphExec->dev != dev) return ret(cudaErrorInvalidValue);
     for (size_t i = 0; i < graphExec->g.n; i++) {
-        if ((e = dead(dev)) != cudaSuccess) return ret(e);
+        if (stopped(dev)) return cudaSuccess;
         if (stream && stream->capturing) {
             e = enqueue(stream, graphExec->g.w[i].fn, graphExec->g.w[i].arg,
                         graphExec->g.w[i].size);
@@ -771,7 +792,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
     if (!event) return ret(cudaErrorInvalidResourceHandle);
-    cudaError_t e = dead(event->dev);
+    cudaError_t e = surface(event->dev);
     if (e == cudaSuccess) e = unsafe();
     return ret(e);
 }

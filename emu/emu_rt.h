@@ -12,14 +12,20 @@
  * graph's launch runs the records again. What a real capture forbids
  * (allocating, freeing, synchronising, a blocking copy, work on the legacy
  * stream) fails and invalidates the capture. A sticky error (an illegal
- * address, a launch failure) makes every later call on its device fail
- * with it, as a lost context does.
+ * address, a launch failure) raised by work stops the device at once (no
+ * later work runs) and, from the next synchronisation on (a stream, event
+ * or device synchronise, a blocking copy or memset), makes every call on
+ * its device fail with it, as a lost context does.
  *
  * Never linked into the normal build. Plain C. */
 #ifndef KINFER_EMU_RT_H
 #define KINFER_EMU_RT_H
 
 #include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Enqueues fn(arg) on stream (a cudaStream_t; NULL is the legacy stream):
  * runs it now, or records it while the stream captures. arg (arg_size
@@ -31,7 +37,9 @@ int emu_rt_enqueue(void *stream, void (*fn)(void *arg), const void *arg, size_t 
 
 /* Called by work while it runs (a kernel that read out of bounds, say):
  * records e (a cudaError_t) on the device the work runs on; a sticky one
- * makes that device unusable until emu_rt_reset. */
+ * makes that device unusable until emu_rt_reset (reported from the next
+ * synchronisation on). Outside work: a sticky e is reported at once, any
+ * other becomes the thread's last error (a bad launch configuration). */
 void emu_rt_device_error(int e);
 
 /* Emulates n devices (1 to 16; 1 at start), each with mem_bytes of memory
@@ -46,5 +54,9 @@ void emu_rt_reset(void);
 
 /* The bytes of device memory allocated now on device dev. */
 size_t emu_rt_used(int dev);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
