@@ -86,11 +86,43 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o)
 
 TEST_SRCS := $(wildcard tests/test_*.c)
 TESTS     := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
+# The emulated device (emu/, issue 21) is never linked into kinfer: its
+# objects go only into its own tests and into test programs of their own
+# that run the CUDA backend on it (build/emu/tests/), which make test runs
+# wherever CUDA's headers are (emu/ is written against them). gpu/'s CUDA
+# C files are built again with KINFER_EMU (cuBLASLt is then found in the
+# program), and the kernels (gpu/*.cu, launches rewritten from <<<...>>>
+# to EMU_LAUNCH) by the host's C++ compiler over emu/emu_kernel.h.
+EMU_CXX      ?= g++
+EMU_CXXFLAGS := -std=c++17 $(OPT) -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror) -MMD -MP \
+                -isystem $(CUDA_HOME)/include \
+                $(filter -fsanitize=% -fno-omit-frame-pointer -fno-sanitize-recover=%,$(CFLAGS))
+EMU_LT_OBJS  := $(B)/emu/emu_lt.o
+EMU_RT_OBJS  := $(B)/emu/emu_rt.o
+EMU_KERNEL_OBJS := $(B)/emu/emu_kernel.o
+EMU_GPU_OBJS := $(CUDA_C_SRCS:%.c=$(B)/emu/%.o) $(patsubst %.cu,$(B)/emu/%.emu.o,$(wildcard gpu/*.cu))
+EMU_DEV_OBJS := $(EMU_GPU_OBJS) $(EMU_RT_OBJS) $(EMU_LT_OBJS) $(EMU_KERNEL_OBJS)
+EMU_LIB_OBJS := $(filter-out $(CUDA_C_SRCS:%.c=$(B)/%.o) $(B)/gpu/cuda_stub.o,$(LIB_OBJS))
+EMU_LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread -lstdc++ -ldl -lrt
+# The CUDA backend's tests that run on the emulated device in make test.
+EMU_GPU_TESTS := $(B)/emu/tests/test_cuda_prims
+ifneq ($(wildcard $(CUDA_HOME)/include/cublasLt.h),)
+$(B)/emu/%.o: CFLAGS += -isystem $(CUDA_HOME)/include
+# Kernel threads are ucontext contexts, which the sanitizers do not follow
+# yet: the execution model's tests run in the plain build only.
+ifeq ($(SANITIZE),)
+TESTS     += $(EMU_GPU_TESTS)
+else
+TESTS     := $(filter-out $(B)/tests/test_emu_kernel,$(TESTS))
+endif
+else
+TESTS     := $(filter-out $(B)/tests/test_emu_%,$(TESTS))
+endif
 # The fault suite (minutes): make test-faults.
 FAULT_SRCS := $(wildcard tests/faults_*.c)
 FAULT_TESTS := $(FAULT_SRCS:tests/%.c=$(B)/tests/%)
 
-.PHONY: all deps test test-faults test-gpu demo fuzz clean
+.PHONY: all deps test test-faults test-gpu demo fuzz clean emu
 all: $(B)/kinfer
 
 $(B)/kinfer: $(B)/cmd/main.o $(LIB_OBJS) $(CU_OBJS)
@@ -107,6 +139,53 @@ $(B)/%.cu.o: %.cu
 $(B)/tests/%: tests/%.c $(LIB_OBJS) $(CU_OBJS) tests/testutil.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB_OBJS) $(CU_OBJS) $(LDLIBS) -lcmocka
+
+$(B)/emu/%.o: emu/%.cc
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -c -o $@ $<
+
+$(B)/emu/gpu/%.o: gpu/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -isystem $(CUDA_HOME)/include -DKINFER_EMU -c -o $@ $<
+
+$(B)/emu/%.emu.cu: %.cu
+	@mkdir -p $(dir $@)
+	sed -E 's/([A-Za-z_][A-Za-z_0-9]*)<<<([^>]*)>>>/EMU_LAUNCH(\1, \2)/' $< > $@
+
+$(B)/emu/%.emu.o: $(B)/emu/%.emu.cu emu/emu_kernel.h
+	$(EMU_CXX) $(EMU_CXXFLAGS) -I$(dir $*) -x c++ -include emu/emu_kernel.h -c -o $@ $<
+
+$(B)/tests/test_emu_lt: tests/test_emu_lt.c $(EMU_LT_OBJS) tests/testutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -isystem $(CUDA_HOME)/include $(LDFLAGS) -o $@ $< $(EMU_LT_OBJS) \
+	  $(LDLIBS) -lcmocka
+
+$(B)/tests/test_emu_rt: tests/test_emu_rt.c $(EMU_RT_OBJS) $(EMU_LT_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -isystem $(CUDA_HOME)/include $(LDFLAGS) -o $@ $< $(EMU_RT_OBJS) \
+	  $(EMU_LT_OBJS) -lm -pthread -lcmocka
+
+$(B)/tests/test_emu_kernel: tests/test_emu_kernel.c $(B)/emu/tests/emu_kernels.emu.o \
+                            $(EMU_KERNEL_OBJS) $(EMU_RT_OBJS) tests/testutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -isystem $(CUDA_HOME)/include $(LDFLAGS) -o $@ $< \
+	  $(B)/emu/tests/emu_kernels.emu.o $(EMU_KERNEL_OBJS) $(EMU_RT_OBJS) -lstdc++ -lm -pthread \
+	  -lcmocka
+
+# make emu: kinfer whose CUDA backend runs on the emulated device
+# (worker.backend = "cuda" on a machine without a GPU); never installed.
+emu: $(B)/emu/kinfer
+
+$(B)/emu/kinfer: $(B)/cmd/main.o $(EMU_LIB_OBJS) $(EMU_DEV_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(EMU_LDLIBS)
+
+# A test program of the CUDA backend, on the emulated device: cuBLASLt's
+# symbols are exported (-rdynamic) for gpu/cuda_lt.c's dlopen(NULL).
+$(B)/emu/tests/%: tests/%.c $(EMU_LIB_OBJS) $(EMU_DEV_OBJS) tests/testutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -rdynamic -o $@ $< $(EMU_LIB_OBJS) $(EMU_DEV_OBJS) \
+	  $(EMU_LDLIBS) -lcmocka
 
 # Installs whatever Debian package is missing (needs root, or sudo).
 deps:

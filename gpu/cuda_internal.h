@@ -189,4 +189,13 @@ int cuda_l2norm(void *c, void *x, size_t rows, size_t w);
 int cuda_pool(void *c, void *y, const void *x, const struct bk_seqs *s, enum bk_pool mode,
               size_t w);
 
+/* The emulated build (make emu, emu/) links its cuBLASLt into the
+ * program, where lt_load finds it (dlopen(NULL)); the others load the
+ * library by name. */
+#ifdef KINFER_EMU
+#define LT_SO_NAME(name) ((void)(name), (const char *)0)
+#else
+#define LT_SO_NAME(name) (name)
+#endif
+
 #endif

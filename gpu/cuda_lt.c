@@ -63,7 +63,7 @@ int lt_load(struct lt_api *cl, char *errstr, size_t errstr_size)
 {
     char name[64];
     snprintf(name, sizeof(name), "libcublasLt.so.%d", CUBLAS_VER_MAJOR);
-    if (!(cl->so = dlopen(name, RTLD_NOW | RTLD_LOCAL))) {
+    if (!(cl->so = dlopen(LT_SO_NAME(name), RTLD_NOW | RTLD_LOCAL))) {
         snprintf(errstr, errstr_size, "cannot load %s: %s", name, dlerror());
         return -1;
     }

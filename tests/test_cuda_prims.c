@@ -447,7 +447,7 @@ static void attention_case(struct env *e, int causal, size_t kv_div, int rel)
     float *qkv = randv(e, h.T * ld, -1, 1), *rb = randv(e, heads * (2 * span - 1), -1, 1);
     float *o0 = randv(e, h.T * ldo, -1, 1);
     void *dqkv = dev(e, h.T * ld * e->es), *dout = dev(e, h.T * ldo * e->es);
-    size_t sb = B->attention_scratch(e->be, h.n, h.T, h.longest, heads, dh);
+    size_t sb = B->attention_scratch(e->be, h.n, h.n * h.longest, h.longest, heads, dh);
     void *scratch = dev(e, sb);
     struct bk_weight *rw = rel ? weight(e, BK_W_F32, rb, heads * (2 * span - 1)) : NULL;
     load(e, dqkv, qkv, h.T * ld);
