@@ -134,9 +134,9 @@ static size_t attn_bytes(size_t es, size_t n, size_t Lp, size_t heads, size_t dh
     return 3 * qkv + round_up(n * heads * Lp * Lp * es, 256);
 }
 
-/* The largest attn_bytes over the batches the limits allow: n sequences
- * (up to max_rows) of which the longest can have max_tokens - (n - 1)
- * tokens at most (every other one has one), and max_len. */
+/* The largest attn_bytes over the batches the runtime admits: n
+ * sequences (up to max_rows) padded to the longest, which model_encode
+ * keeps at max_tokens / n tokens at most (and max_len). */
 size_t cuda_attention_scratch(void *bep, size_t max_rows, size_t max_tokens, size_t max_len,
                               size_t heads, size_t dh)
 {
