@@ -205,6 +205,13 @@ static void *cuda_open(const struct model_runtime_conf *c, char *desc, size_t de
         d->total_mem = prop.totalGlobalMem;
         atomic_init(&d->busy_ns, 0);
         atomic_init(&d->batches, 0);
+        if (d->major * 10 + d->minor < 75) {
+            /* CUDA 13 builds nothing older than Turing: its kernels would
+             * not load, so say why here rather than at the first batch. */
+            snprintf(errstr, errstr_size, "device %d (%s) is compute capability %d.%d; kinfer "
+                     "needs 7.5 or newer", d->index, d->name, d->major, d->minor);
+            goto fail;
+        }
         if ((be->prec == MODEL_BF16 || be->prec == MODEL_TF32) && d->major < 8) {
             snprintf(errstr, errstr_size, "gpu.precision %s needs compute capability 8.0 or "
                      "newer; device %d (%s) is %d.%d", model_precision_name(be->prec),
@@ -219,8 +226,7 @@ static void *cuda_open(const struct model_runtime_conf *c, char *desc, size_t de
         if (k > 0 && (size_t)k < desc_size - used) used += (size_t)k;
     }
     int rt = 0, drv = 0;
-    cudaRuntimeGetVersion(&rt);
-    cudaDriverGetVersion(&drv);
+    if (CU(cudaRuntimeGetVersion(&rt)) < 0 || CU(cudaDriverGetVersion(&drv)) < 0) goto fail;
     snprintf(desc + used, desc_size - used,
              "; precision %s, graphs %s, %d executor%s per device, CUDA %d.%d, driver %d.%d",
              model_precision_name(be->prec), be->graphs ? "on" : "off", be->per_device,
