@@ -86,7 +86,7 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o)
 
 TEST_SRCS := $(wildcard tests/test_*.c)
 TESTS     := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
-# The emulated device (emu/, issue 21) is never linked into kinfer: its
+# The emulated device (emu/) is never linked into kinfer: its
 # objects go only into its own tests and into test programs of their own
 # that run the CUDA backend on it (build/emu/tests/), which make test runs
 # wherever CUDA's headers are (emu/ is written against them). gpu/'s CUDA

@@ -241,7 +241,7 @@ static void test_cases(void **state)
     assert_int_equal(atomic_load(&F.fatal), 0);
 }
 
-/* A job the worker accepts must be answerable (issue 26): with the
+/* A job the worker accepts must be answerable: with the
  * producer able to publish 4096 bytes, a JSON job whose result could pass
  * that (rows x 32 values x 16 bytes, plus the envelope) is answered
  * invalid_input naming message.max.bytes before it runs, and one row
@@ -305,7 +305,7 @@ static void test_result_size(void **state)
     intake_destroy(in);
 }
 
-/* Records the consumer jumped over (issue 26, item 5: an offset reset past
+/* Records the consumer jumped over (an offset reset past
  * records the broker deleted unread) are counted per partition with the
  * latest range: offsets 10, 11, then 60 (48 skipped: 12..59), then 61
  * and a re-read 40 (none). Another partition counts apart. Before, the

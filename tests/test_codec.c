@@ -825,7 +825,7 @@ static void test_encode_edges(void **state)
 }
 
 /* JSON floats take the fewest significant digits that read back as the
- * same float32 (issue 26: "%.9g" wrote 0.1f as 0.100000001), never more
+ * same float32 ("%.9g" wrote 0.1f as 0.100000001), never more
  * than CODEC_JSON_FLOAT_MAX bytes, and stay reals ("1.0", not "1"). A table
  * of known cases, then random bit patterns that must read back exactly,
  * with no shorter form (one digit fewer) that would. */
@@ -924,7 +924,7 @@ static void test_result_bound(void **state)
     assert_true(codec_result_max_bytes(&huge) == SIZE_MAX);
 }
 
-/* Numbers JSON allows but C types do not (issue 26, item 3): jansson
+/* Numbers JSON allows but C types do not : jansson
  * refuses the whole document for one, which used to dead-letter the
  * record. Now meta echoes them as written, any other field answers
  * invalid_input naming itself, an unknown field ignores them, and a
@@ -1163,7 +1163,7 @@ static void test_decode_table(void **state)
         {JS_ONLY, "{'id':'a','input':[1],'meta':{'x':1,'x':2}}", "k", CODEC_DEAD, 0, "duplicate", NULL},
         {JS_ONLY, "{'id':'a','input':[NaN]}", "k", CODEC_DEAD, 0, "json:", NULL},
         {JS_ONLY, "{'id':'a','input':[Infinity]}", "k", CODEC_DEAD, 0, "json:", NULL},
-        /* too large for C: answered, not dead-lettered (issue 26; test_json_big_numbers) */
+        /* too large for C: answered, not dead-lettered (test_json_big_numbers) */
         {JS_ONLY, "{'id':'a','input':[1e400]}", "k", CODEC_JOB, PROTO_ERR_INVALID_INPUT, "field input: element 0 is not finite", "a"},
         {JS_ONLY, "{'id':'a','input':[1]} x", "k", CODEC_DEAD, 0, "json:", NULL},
         {JS_ONLY, "{'id':'a','input':[1]}{}", "k", CODEC_DEAD, 0, "json:", NULL},

@@ -316,7 +316,7 @@ static void test_shared_scratch(void **state)
     tokenizer_destroy(NULL);
 }
 
-/* A huge row does not pin its peak (issue 26: a 1M-character row left RSS
+/* A huge row does not pin its peak (a 1M-character row left RSS
  * 20 MB higher): after a row of 500,000 words and one of 200,000
  * combining marks (the canonical-ordering run), a small row leaves the
  * scratch at most a few WP_SCRATCH_KEEP buffers, and encodes as on a fresh

@@ -196,7 +196,7 @@ static void *wp_shrink(void *p, size_t *cap, size_t elem)
     return q ? q : p;
 }
 
-/* Gives back what a call on a huge input grew (issue 26: one 1M-character
+/* Gives back what a call on a huge input grew (one 1M-character
  * row left 20 MB behind): the id arrays, the canonical-ordering run and
  * the normalizer's output. The word buffer and its hashes are bounded by
  * max_word_chars already. */
