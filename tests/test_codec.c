@@ -924,7 +924,7 @@ static void test_result_bound(void **state)
     assert_true(codec_result_max_bytes(&huge) == SIZE_MAX);
 }
 
-/* Numbers JSON allows but C types do not : jansson
+/* Numbers JSON allows but C types do not: jansson
  * refuses the whole document for one, which used to dead-letter the
  * record. Now meta echoes them as written, any other field answers
  * invalid_input naming itself, an unknown field ignores them, and a
