@@ -18,6 +18,7 @@
 
 #include "bpe_impl.h"
 #include "tokenizer_impl.h"
+#include "truncate.h"
 #include "unicode.h"
 
 /* Bytes (or entries) a scratch buffer keeps between calls; more is freed
@@ -512,33 +513,6 @@ int bpe_pre_tokenize(const struct bpe_tok *t, void *scratch, const char *text, s
 
 /* ---- layout --------------------------------------------------------------------------- */
 
-/* The reference's longest_first, as wordpiece.c has it (see there): room
- * for max tokens besides the specials, max_len in all. */
-static void bpe_longest_first(size_t *na, size_t *nb, size_t max, size_t max_len)
-{
-    size_t n1 = *na < max_len ? *na : max_len;
-    size_t n2 = *nb < max_len ? *nb : max_len;
-    int swap = n1 > n2;
-    if (swap) {
-        size_t x = n1;
-        n1 = n2;
-        n2 = x;
-    }
-    if (n1 > max) n2 = n1;
-    else n2 = n1 > max - n1 ? n1 : max - n1;
-    if (n1 + n2 > max) {
-        n1 = max / 2;
-        n2 = n1 + max % 2;
-    }
-    if (swap) {
-        size_t x = n1;
-        n1 = n2;
-        n2 = x;
-    }
-    if (n1 < *na) *na = n1;
-    if (n2 < *nb) *nb = n2;
-}
-
 static void bpe_give_back(struct bpe_scratch *s)
 {
     bpe_trim(&s->a.v, &s->a.cap, sizeof(int32_t));
@@ -581,7 +555,9 @@ static int bpe_encode_in(const struct bpe_tok *t, struct bpe_scratch *s, const c
                        "%s", max_len, nspec, pair ? "pair" : "sequence");
             return TOKENIZER_ERR_ARG;
         }
-        if (pair) bpe_longest_first(&na, &nb, max_len - nspec, max_len);
+        if (pair)
+            trunc_longest_first(&na, &nb, na < max_len ? na : max_len,
+                                nb < max_len ? nb : max_len, max_len - nspec);
         else na = max_len - nspec;
     }
     size_t need = na + nb + nspec;

@@ -23,6 +23,7 @@
 #include <utf8proc.h>
 
 #include "ug_impl.h"
+#include "truncate.h"
 #include "unicode.h"
 
 /* ---- accessors ------------------------------------------------------------- */
@@ -780,37 +781,6 @@ oom:
     return UG_ERR_NOMEM;
 }
 
-/* The reference's longest_first for a pair, with room for max tokens
- * besides the specials: keep the shorter side whole if the longer still
- * gets as many, else split max evenly, the odd token to the side that was
- * longer (ties: the second). Which side is longer is judged on ja and jb,
- * not on the lengths: the reference stops tokenizing each sequence at the
- * first word end where it holds max_len tokens (max_len with the specials),
- * so two long sides compare by where their words end (ug_word_end). */
-static void ug_longest_first(size_t *na, size_t *nb, size_t ja, size_t jb, size_t max)
-{
-    size_t n1 = ja, n2 = jb;
-    int swap = n1 > n2;
-    if (swap) {
-        size_t x = n1;
-        n1 = n2;
-        n2 = x;
-    }
-    if (n1 > max) n2 = n1;
-    else n2 = n1 > max - n1 ? n1 : max - n1;
-    if (n1 + n2 > max) {
-        n1 = max / 2;
-        n2 = n1 + max % 2;
-    }
-    if (swap) {
-        size_t x = n1;
-        n1 = n2;
-        n2 = x;
-    }
-    if (n1 < *na) *na = n1;
-    if (n2 < *nb) *nb = n2;
-}
-
 /* Gives back a lattice that one long word grew. */
 static void ug_trim(struct ug_scratch *s)
 {
@@ -860,7 +830,7 @@ int ug_encode(const struct ug_tokenizer *t, struct ug_scratch *s, const char *te
                       pair ? "pair" : "sequence");
             return UG_ERR_ARG;
         }
-        if (pair) ug_longest_first(&na, &nb, s->a.judged, s->b.judged, max_len - nspec);
+        if (pair) trunc_longest_first(&na, &nb, s->a.judged, s->b.judged, max_len - nspec);
         else na = max_len - nspec;
     }
     size_t need = na + nb + nspec;

@@ -26,6 +26,7 @@
 #include <utf8proc.h>
 
 #include "unicode.h"
+#include "truncate.h"
 #include "wp_impl.h"
 
 /* A growable array of ids (one per sequence in the scratch). */
@@ -551,38 +552,6 @@ static int wp_run(struct wp_enc *e, const char *text, size_t len, struct wp_ivec
     return 0;
 }
 
-/* The reference's longest_first for a pair, with room for max tokens
- * besides the specials (max_len in all): keep the shorter side whole if
- * the longer still gets at least as many, else split max evenly, the odd
- * token going to the side that was longer. Which side is longer is judged
- * after cutting each to max_len, as the reference does (it cuts every
- * sequence to max_len before the pair rule runs), so two sides that both
- * reach max_len count as a tie and the odd token goes to the second. */
-static void wp_longest_first(size_t *na, size_t *nb, size_t max, size_t max_len)
-{
-    size_t n1 = *na < max_len ? *na : max_len;
-    size_t n2 = *nb < max_len ? *nb : max_len;
-    int swap = n1 > n2;
-    if (swap) {
-        size_t x = n1;
-        n1 = n2;
-        n2 = x;
-    }
-    if (n1 > max) n2 = n1;
-    else n2 = n1 > max - n1 ? n1 : max - n1;
-    if (n1 + n2 > max) {
-        n1 = max / 2;
-        n2 = n1 + max % 2;
-    }
-    if (swap) {
-        size_t x = n1;
-        n1 = n2;
-        n2 = x;
-    }
-    if (n1 < *na) *na = n1;
-    if (n2 < *nb) *nb = n2;
-}
-
 /* Encodes text (and pair) and lays out [CLS] A [SEP] (B [SEP]), truncated
  * as asked; see wordpiece.h. */
 static int wp_encode_in(const struct wp_tokenizer *t, struct wp_scratch *s, const char *text,
@@ -615,7 +584,9 @@ static int wp_encode_in(const struct wp_tokenizer *t, struct wp_scratch *s, cons
                       pair ? "pair" : "sequence");
             return WP_ERR_ARG;
         }
-        if (pair) wp_longest_first(&na, &nb, max_len - nspec, max_len);
+        if (pair) /* the reference cuts each side to max_len before the pair rule */
+            trunc_longest_first(&na, &nb, na < max_len ? na : max_len,
+                                nb < max_len ? nb : max_len, max_len - nspec);
         else na = max_len - nspec;
     }
     size_t need = na + nb + nspec;
