@@ -144,7 +144,7 @@ static const struct cfgtab_row options[] = {
     STR_OPT("gpu.precision", 4, 4, "fp32", precisions, NULL, gpu.precision,
             "CUDA backend number format: fp32, tf32, fp16 or bf16 (16-bit: float32 accumulation)"),
     BOOL_OPT("gpu.graphs", 1, gpu.graphs,
-             "true = replay one captured CUDA graph per batch-size bucket; false = eager launches"),
+             "true = a batch shape seen twice is captured as a CUDA graph and replayed; false = eager launches"),
     INT_OPT("gpu.executors_per_device", 1, 16, 2, gpu.executors_per_device,
             "executors per device when batching.executors is 0, each with its own stream"),
     INT_OPT("gpu.workspace_mb", 1, 4096, 32, gpu.workspace_mb,
@@ -792,8 +792,6 @@ void cfg_model_runtime(const struct kcfg *c, struct model_runtime_conf *rc)
         rc->devices[i] = c->gpu.devices[i];
     rc->executors_per_device = c->gpu.executors_per_device;
     rc->workspace_mb = c->gpu.workspace_mb;
-    rc->buckets = c->batching.preferred_sizes;
-    rc->n_buckets = c->batching.n_preferred_sizes;
 }
 
 /* Linear: a worker serves a handful of models, and this runs per job only

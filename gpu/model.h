@@ -142,14 +142,11 @@ struct model_runtime_conf {
     int cpu_threads;      /* OpenBLAS threads per forward pass; 0 = its default */
     /* The CUDA backend's (gpu.* in worker.cfg): */
     enum model_precision precision;
-    int graphs;           /* 1: one captured CUDA graph per batch-size bucket */
+    int graphs;           /* 1: a batch shape seen twice is captured and replayed */
     int devices[MODEL_MAX_DEVICES]; /* device indices to use */
     size_t n_devices;     /* 0 = every usable device */
     int executors_per_device; /* executors when batching.executors is 0 */
     int workspace_mb;     /* cuBLASLt workspace per executor, MiB */
-    const size_t *buckets; /* batch sizes that get a graph (batching.preferred_sizes);
-                              NULL/0 = powers of two up to the workspace's rows */
-    size_t n_buckets;
 };
 
 /* worker.cfg's defaults: backend "auto", one OpenBLAS thread, fp32, graphs

@@ -46,29 +46,6 @@ size_t plan_slot_device(unsigned slot, size_t n_devices)
     return n_devices ? (size_t)slot % n_devices : 0;
 }
 
-size_t plan_buckets(size_t max_rows, const size_t *preferred, size_t n_preferred,
-                    size_t *out, size_t cap)
-{
-    size_t n = 0;
-    if (cap == 0 || max_rows == 0) return 0;
-    if (n_preferred) {
-        for (size_t i = 0; i < n_preferred && n + 1 < cap; i++)
-            if (preferred[i] > 0 && preferred[i] < max_rows && (n == 0 || preferred[i] > out[n - 1]))
-                out[n++] = preferred[i];
-    } else {
-        for (size_t b = 1; b < max_rows && n + 1 < cap; b *= 2) out[n++] = b;
-    }
-    out[n++] = max_rows;
-    return n;
-}
-
-size_t plan_bucket_for(const size_t *buckets, size_t n, size_t rows)
-{
-    for (size_t i = 0; i < n; i++)
-        if (buckets[i] >= rows) return i;
-    return n;
-}
-
 size_t plan_elem_size(enum model_precision p)
 {
     return p == MODEL_FP16 || p == MODEL_BF16 ? 2 : 4;

@@ -1,7 +1,5 @@
 /* plan.h - the host-side decisions of a GPU backend, in plain C so they
- * are tested on any machine: which devices gpu.devices names, which batch
- * sizes get a captured graph (buckets) and which bucket a batch pads up
- * to, which device an executor's workspace lives on, and each weight's
+ * are tested on any machine: which devices gpu.devices names, which device an executor's workspace lives on, and each weight's
  * bytes in the chosen precision (F16/BF16 weights are taken as they are
  * when the precision matches, never round-tripped through float32), and
  * which pass keys keep a captured graph.
@@ -17,7 +15,6 @@
 #include "model.h"
 #include "safetensors.h"
 
-#define PLAN_MAX_BUCKETS 32  /* graph buckets per workspace */
 
 /* The devices to use: want (n_want of them; 0 = every one of the count
  * the machine has), checked for range and repeats, into out in the order
@@ -28,17 +25,6 @@ int plan_devices(const int *want, size_t n_want, int count, int *out, char *why,
 
 /* The device index (into the plan_devices list) of executor slot. */
 size_t plan_slot_device(unsigned slot, size_t n_devices);
-
-/* The bucket sizes for workspaces of max_rows rows, ascending, into out
- * (cap entries): the preferred sizes up to max_rows, or, with none, the
- * powers of two below max_rows; max_rows itself is always the last.
- * Returns how many. */
-size_t plan_buckets(size_t max_rows, const size_t *preferred, size_t n_preferred,
-                    size_t *out, size_t cap);
-
-/* The index of the smallest bucket that holds rows (rows <= the largest
- * bucket); n when none does. */
-size_t plan_bucket_for(const size_t *buckets, size_t n, size_t rows);
 
 /* Bytes per element of weights and activations in precision p: 4 for
  * fp32 and tf32, 2 for fp16 and bf16. */

@@ -1,7 +1,7 @@
 /* test_gpu_plan.c - gpu/plan.c, the host-side decisions of the CUDA
  * backend, which run on any machine: device selection from gpu.devices,
- * executor slots spread over devices, graph buckets and the bucket a batch
- * pads up to, and weight conversion into each precision (bit for bit where
+ * executor slots spread over devices, the graph keys' LRU (test_shapes), and
+ * weight conversion into each precision (bit for bit where
  * the file already holds that format, round to nearest even otherwise,
  * checked against a rounding written here on fresh random values).
  *
@@ -59,47 +59,6 @@ static void test_slots(void **state)
     }
     for (size_t d = 0; d < nd; d++) assert_int_equal(per[d], slots / nd);
     assert_int_equal(plan_slot_device(5, 0), 0);
-}
-
-/* Buckets: powers of two below max_rows then max_rows; or the preferred
- * sizes below max_rows then max_rows. Every row count 1..max_rows pads to
- * the smallest bucket holding it. */
-static void test_buckets(void **state)
-{
-    (void)state;
-    size_t b[PLAN_MAX_BUCKETS];
-    size_t n = plan_buckets(32, NULL, 0, b, PLAN_MAX_BUCKETS);
-    size_t want[] = {1, 2, 4, 8, 16, 32};
-    assert_int_equal(n, 6);
-    assert_memory_equal(b, want, sizeof(want));
-    n = plan_buckets(100, NULL, 0, b, PLAN_MAX_BUCKETS);
-    size_t want2[] = {1, 2, 4, 8, 16, 32, 64, 100};
-    assert_int_equal(n, 8);
-    assert_memory_equal(b, want2, sizeof(want2));
-    const size_t pref[] = {8, 16, 48, 64};
-    n = plan_buckets(48, pref, 4, b, PLAN_MAX_BUCKETS);
-    size_t want3[] = {8, 16, 48};
-    assert_int_equal(n, 3);
-    assert_memory_equal(b, want3, sizeof(want3));
-    n = plan_buckets(1, NULL, 0, b, PLAN_MAX_BUCKETS);
-    assert_int_equal(n, 1);
-    assert_int_equal(b[0], 1);
-    assert_int_equal(plan_buckets(0, NULL, 0, b, PLAN_MAX_BUCKETS), 0);
-    /* A small cap keeps max_rows, the one bucket every batch fits. */
-    n = plan_buckets(1000, NULL, 0, b, 3);
-    assert_int_equal(n, 3);
-    assert_int_equal(b[2], 1000);
-
-    size_t max_rows = 1 + tu_rand64() % 700;
-    n = plan_buckets(max_rows, NULL, 0, b, PLAN_MAX_BUCKETS);
-    for (size_t rows = 1; rows <= max_rows; rows++) {
-        size_t i = plan_bucket_for(b, n, rows);
-        assert_true(i < n);
-        assert_true(b[i] >= rows);
-        if (i > 0) assert_true(b[i - 1] < rows);
-        assert_true(b[i] < 2 * rows || b[i] == max_rows || rows == 1);
-    }
-    assert_int_equal(plan_bucket_for(b, n, max_rows + 1), n);
 }
 
 /* An independent float32 -> bfloat16 rounding: nearest, ties to even, on
@@ -317,8 +276,7 @@ int main(int argc, char **argv)
     (void)argc;
     tu_seed(argv[0]);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_devices),  cmocka_unit_test(test_slots),
-        cmocka_unit_test(test_buckets),  cmocka_unit_test(test_convert),
+        cmocka_unit_test(test_devices),  cmocka_unit_test(test_slots),  cmocka_unit_test(test_convert),
         cmocka_unit_test(test_precision_names), cmocka_unit_test(test_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
