@@ -1,8 +1,9 @@
 /* test_gpu.c - the CUDA backend (gpu/backend_cuda.c and its kernels)
  * against the float64 reference of tests/refmodel.h, on fresh random
  * models and inputs: every op alone and whole models, every batch size
- *  from 1 to MAX_ROWS through one workspace (each shape eager, then
- * captured, then replayed), in every precision; F16/BF16 weight files used as they are;
+ * from 1 to MAX_ROWS through one workspace (each shape eager, then
+ * captured, then replayed), in every precision; F16/BF16 weight files
+ * used as they are;
  * graph replay against eager launches; several executors at once against
  * one; text encoders (tiny BERT folders) against the CPU backend in every
  * precision, pooling and head, mixed lengths against each sequence alone,
