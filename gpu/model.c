@@ -140,6 +140,17 @@ static void model_seterr(char *errstr, size_t errstr_size, const char *fmt, ...)
 
 /* ---- loading ------------------------------------------------------------ */
 
+/* A tokenizer must not produce ids past the embedding table. */
+static int model_vocab_check(const struct model_spec *spec, size_t tok_vocab, size_t vocab,
+                             char *errstr, size_t errstr_size)
+{
+    if (tok_vocab <= vocab) return 0;
+    model_seterr(errstr, errstr_size,
+                 "model %s: the tokenizer has %zu tokens, the model's vocab_size is %zu",
+                 spec->name, tok_vocab, vocab);
+    return -1;
+}
+
 /* A folder's model: the runtime reads the folder (folder.c), the
  * registry picks the architecture by config.json's model_type, the
  * architecture reads and uploads its tensors while the file is mapped;
@@ -164,24 +175,17 @@ static int model_load_folder(struct model *m, const struct model_spec *spec, cha
      * such rather than as a table of the wrong size. */
     const json_t *vs = json_object_get(f.config, "vocab_size");
     if (json_is_integer(vs) && json_integer_value(vs) > 0 &&
-        f.tok_vocab > (size_t)json_integer_value(vs)) {
-        model_seterr(errstr, errstr_size,
-                     "model %s: the tokenizer has %zu tokens, the model's vocab_size is %zu",
-                     spec->name, f.tok_vocab, (size_t)json_integer_value(vs));
+        model_vocab_check(spec, f.tok_vocab, (size_t)json_integer_value(vs), errstr,
+                          errstr_size) < 0)
         goto done;
-    }
     struct arch_load ld = {.rt = {m->rt->ops, m->rt->be}, .spec = spec, .config = f.config,
                            .file = f.file, .head = &f.head, .errstr = errstr,
                            .errstr_size = errstr_size};
     if (!(m->am = m->arch->load(&ld, &m->info))) goto done;
     m->n_params = ld.n_params;
     m->head = f.head;
-    if (f.tok_vocab > m->info.vocab) {
-        model_seterr(errstr, errstr_size,
-                     "model %s: the tokenizer has %zu tokens, the model's vocab_size is %zu",
-                     spec->name, f.tok_vocab, m->info.vocab);
-        goto done;
-    }
+    /* Again by the architecture's own count (its config key may differ). */
+    if (model_vocab_check(spec, f.tok_vocab, m->info.vocab, errstr, errstr_size) < 0) goto done;
     /* The entry's limit, else the least of what the folder states. */
     size_t max_tokens = m->info.pos_limit;
     if (f.tok_max && f.tok_max < max_tokens) max_tokens = f.tok_max;
