@@ -741,7 +741,7 @@ static void test_worker_cfg(void **state)
     assert_int_equal(c->kafka.n_topics, 1);
     assert_string_equal(c->kafka.topics[0], "jobs");
     assert_int_equal(c->kafka.n_properties, 0);
-    assert_int_equal(c->n_models, 2);
+    assert_int_equal(c->n_models, 3);
     const struct model_spec *m = &c->models[0];
     assert_string_equal(m->name, "demo");
     assert_string_equal(m->path, "models/demo.safetensors");
@@ -761,6 +761,9 @@ static void test_worker_cfg(void **state)
     assert_int_equal(t->enc.pooling, -1);
     assert_int_equal(t->enc.normalize, -1);
     assert_int_equal(t->enc.max_tokens, 0);
+    assert_string_equal(c->models[2].name, "roberta-demo");
+    assert_string_equal(c->models[2].path, "models/roberta-demo");
+    assert_int_equal(c->models[2].n_layers, 0);
     cfg_destroy(c);
 }
 
