@@ -122,9 +122,16 @@ static int head_read_activation(const json_t *cfg, int *scores, char *why, size_
         *scores = MODEL_SCORES_NONE;
         return 0;
     }
-    snprintf(why, n, "config.json: %s %s%.200s%s is not supported "
+    /* the name, at most 120 bytes cut at a character's start (jansson's
+     * strings are valid UTF-8, so the cut one is too) */
+    char shown[128];
+    size_t len = name ? strlen(name) : 0;
+    if (len > 120)
+        for (len = 120; ((unsigned char)name[len] & 0xC0) == 0x80; len--) {}
+    snprintf(shown, sizeof(shown), "%.*s", (int)len, name ? name : "");
+    snprintf(why, n, "config.json: %s %s%s%s is not supported "
              "(torch.nn.modules.activation.Sigmoid, torch.nn.modules.linear.Identity)", key,
-             name ? "\"" : "", name ? name : "is not a string", name ? "\"" : "");
+             name ? "\"" : "", name ? shown : "is not a string", name ? "\"" : "");
     return -1;
 }
 
@@ -162,11 +169,15 @@ int head_conf_read(const char *dir, const json_t *cfg, const struct model_encode
     h->sigmoid = pt && !strcmp(pt, "multi_label_classification") ? MODEL_SCORES_SIGMOID
                  : head_config_labels(cfg) == 1                  ? MODEL_SCORES_SIGMOID
                                                                  : MODEL_SCORES_SOFTMAX;
-    if (head_read_activation(cfg, &h->sigmoid, why, why_size) < 0) return -1;
     if (head_read_modules(dir, h, why, why_size) < 0) return -1;
     if (o->head >= 0) h->head = (enum model_head)o->head;
     if (o->pooling >= 0) h->pooling = (enum model_pooling)o->pooling;
     if (o->normalize >= 0) h->normalize = o->normalize;
+    /* the folder's activation only where it is used: a classifier whose
+     * entry does not name one */
+    if (h->head == MODEL_HEAD_CLASSIFIER && o->sigmoid < 0 &&
+        head_read_activation(cfg, &h->sigmoid, why, why_size) < 0)
+        return -1;
     if (o->sigmoid >= 0) h->sigmoid = o->sigmoid;
     if (h->head == MODEL_HEAD_CLASSIFIER) {
         h->pooling = MODEL_POOL_CLS; /* the classifier reads the first token */

@@ -727,6 +727,8 @@ static const struct desc models[] = {
     {.what = "xlm-roberta: cross-encoder, sbert_ce_default_activation_function Sigmoid, BF16",
      .kind = F_ROBERTA, .model_type = "xlm-roberta", .n_labels = 1, .prefix = 1,
      .ce_act = "torch.nn.modules.activation.Sigmoid", .ce_old_key = 1, .dtype = "BF16"},
+    {.what = "roberta: embedder, an activation_fn it has no use for (Tanh): loads",
+     .kind = F_ROBERTA, .ce_act = "torch.nn.modules.activation.Tanh"},
     {.what = "mpnet: mean + normalize, 150 positions (every bucket)", .kind = F_MPNET,
      .max_pos = 150, .st = 1, .st_pool = MODEL_POOL_MEAN, .st_normalize = 1},
     {.what = "mpnet: cls, mpnet. prefix, F16, pad_token_id 0 (ignored: MPNet's is 1)",
@@ -783,6 +785,9 @@ static void test_reference(void **state)
             fail_msg("%s: model_encoder says max_tokens %zu hidden %zu layers %zu heads %zu "
                      "inter %zu vocab %zu types %zu head %d", D->what, e->max_tokens, e->hidden,
                      e->layers, e->heads, e->intermediate, e->vocab, e->type_vocab, e->head);
+        if (h.head == MODEL_HEAD_CLASSIFIER && e->sigmoid != h.sigmoid)
+            fail_msg("%s: scores %d (enum model_scores), expected %d", D->what, e->sigmoid,
+                     h.sigmoid);
         assert_string_equal(model_arch_name(m), fams[D->kind].model_type);
         size_t params = r.n_params + (h.head == MODEL_HEAD_CLASSIFIER ? r.head_params : 0);
         assert_int_equal(model_param_count(m), params);
