@@ -1,6 +1,7 @@
 /* model.c (cmd/) - `kinfer model`: model tools. `kinfer model demo`
  * writes the demo MLP that worker.cfg names (gpu/model.h's
- * model_write_demo), or with --kind bert, roberta, mpnet or distilbert a
+ * model_write_demo), or with --kind bert, roberta, xlm-roberta, mpnet or
+ * distilbert a
  * small random encoder folder of that family (model_write_demo_encoder)
  * for text jobs.
  *
@@ -14,17 +15,19 @@
 #include "commands.h"
 
 static const char usage[] =
-    "usage: kinfer model demo -o PATH [--kind mlp|bert|roberta|mpnet|distilbert] [options]\n"
+    "usage: kinfer model demo -o PATH [--kind mlp|bert|roberta|xlm-roberta|mpnet|distilbert]\n"
+    "       [options]\n"
     "\n"
     "--kind mlp (default) writes a small random MLP as safetensors (tensors\n"
     "0.weight, 0.bias, 2.weight, 2.bias: dense -> relu -> dense), the model\n"
-    "worker.cfg names. --kind bert (roberta, mpnet, distilbert) writes a\n"
-    "small random encoder folder of that family as Hugging Face and\n"
+    "worker.cfg names. --kind bert (roberta, xlm-roberta, mpnet, distilbert)\n"
+    "writes a small random encoder folder of that family as Hugging Face and\n"
     "sentence-transformers lay it out (config.json with the family's keys,\n"
     "model.safetensors with its tensor names, a WordPiece vocab.txt or for\n"
-    "roberta a byte-level BPE tokenizer.json, mean pooling, normalized), or\n"
-    "with --labels N a sequence classifier; point\n"
-    "a model's path at it.\n"
+    "roberta a byte-level BPE tokenizer.json, for xlm-roberta a Unigram one,\n"
+    "mean pooling, normalized), or with --labels N a sequence classifier\n"
+    "(--labels 1: a cross-encoder, sigmoid scores); point a model's path\n"
+    "at it.\n"
     "\n"
     "  -o, --output PATH   file (mlp) or folder (bert) to write\n"
     "  --seed S            random seed (default 1)\n"

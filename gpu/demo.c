@@ -1,6 +1,6 @@
 /* demo.c - the demo models of gpu/model.h: model_write_demo (a 2-layer
  * MLP as a safetensors file) and model_write_demo_encoder (a small BERT,
- * RoBERTa, MPNet or DistilBERT folder as Hugging Face and
+ * RoBERTa, XLM-R, MPNet or DistilBERT folder as Hugging Face and
  * sentence-transformers lay it out, with each family's config keys and
  * tensor names). Both are
  * written with st_write, so the normal load paths read them, and both
@@ -235,6 +235,86 @@ out:
     return rc;
 }
 
+/* XLM-R's tokenizer as Hugging Face saves it: tokenizer.json with a
+ * SentencePiece Unigram model (<s> <pad> </s> <unk> first, <mask> last;
+ * then the word boundary U+2581, letters, digits and punctuation, each
+ * demo word bare and after the boundary, whole words scored above their
+ * letters), NFKC, Metaspace and RobertaProcessing. *vocab gets the number
+ * of ids. */
+static int demo_unigram_tokenizer(const char *dir, size_t *vocab, char *errstr,
+                                  size_t errstr_size)
+{
+    char path[4200];
+    int rc = -1;
+    json_t *root = NULL, *v = json_array(), *seen = json_object();
+    char *text = NULL;
+    if (!v || !seen) goto oom;
+    static const char *const specials[] = {"<s>", "<pad>", "</s>", "<unk>"};
+#define PIECE(str, score)                                                                  \
+    do {                                                                                   \
+        if (!json_object_get(seen, (str)) &&                                               \
+            (json_object_set_new(seen, (str), json_true()) ||                              \
+             json_array_append_new(v, json_pack("[s, f]", (str), (double)(score)))))      \
+            goto oom;                                                                      \
+    } while (0)
+    for (size_t i = 0; i < 4; i++) PIECE(specials[i], 0.0);
+    PIECE("\xe2\x96\x81", -2.0);
+    for (int c = 33; c < 127; c++) {
+        char one[2] = {(char)c, '\0'};
+        PIECE(one, -8.0 - (double)(c % 7) / 8.0);
+    }
+    for (size_t w = 0; w < sizeof(demo_words) / sizeof(demo_words[0]); w++) {
+        const char *word = demo_words[w];
+        if (!strncmp(word, "##", 2) || strlen(word) < 2) continue;
+        char sp[64];
+        snprintf(sp, sizeof(sp), "\xe2\x96\x81%s", word);
+        PIECE(sp, -5.0 - (double)(w % 13) / 16.0);
+        PIECE(word, -6.0 - (double)(w % 11) / 16.0);
+    }
+    PIECE("<mask>", 0.0);
+#undef PIECE
+    size_t n = json_array_size(v);
+    static const char ms[] = "{\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", "
+                             "\"prepend_scheme\": \"always\", \"split\": true}";
+    json_error_t jerr;
+    root = json_loads("{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, "
+                      "\"added_tokens\": [], \"normalizer\": {\"type\": \"NFKC\"}}", 0, &jerr);
+    if (!root) goto oom;
+    json_t *added = json_object_get(root, "added_tokens");
+    for (size_t i = 0; i < 5; i++)
+        if (json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id",
+                                                   (int)(i < 4 ? i : n - 1), "content",
+                                                   i < 4 ? specials[i] : "<mask>", "single_word",
+                                                   0, "lstrip", i == 4, "rstrip", 0,
+                                                   "normalized", 0, "special", 1)))
+            goto oom;
+    if (json_object_set_new(root, "pre_tokenizer", json_loads(ms, 0, &jerr)) ||
+        json_object_set_new(root, "post_processor",
+                            json_pack("{s:s, s:[s, i], s:[s, i], s:b, s:b}", "type",
+                                      "RobertaProcessing", "sep", "</s>", 2, "cls", "<s>", 0,
+                                      "trim_offsets", 1, "add_prefix_space", 1)) ||
+        json_object_set_new(root, "decoder", json_loads(ms, 0, &jerr)) ||
+        json_object_set_new(root, "model",
+                            json_pack("{s:s, s:i, s:O, s:b}", "type", "Unigram", "unk_id", 3,
+                                      "vocab", v, "byte_fallback", 0)))
+        goto oom;
+    if (!(text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_COMPACT))) goto oom;
+    if (path_in(path, sizeof(path), dir, "tokenizer.json") < 0 ||
+        write_text(path, text, errstr, errstr_size) < 0)
+        goto out;
+    *vocab = n;
+    rc = 0;
+    goto out;
+oom:
+    snprintf(errstr, errstr_size, "%s: out of memory writing tokenizer.json", dir);
+out:
+    free(text);
+    json_decref(root);
+    json_decref(v);
+    json_decref(seen);
+    return rc;
+}
+
 /* What a family's folder holds: its config.json keys, architectures,
  * vocabulary specials and tensor names (as Hugging Face saves them; a
  * classifier's encoder tensors under the family's prefix, except BERT's,
@@ -263,6 +343,12 @@ static const struct demo_family demo_families[] = {
       "attention.output.dense", "attention.output.LayerNorm", "intermediate.dense",
       "output.dense", "output.LayerNorm"},
      1, 2, 0, "classifier.dense", "classifier.out_proj", 1},
+    {"xlm-roberta", "xlm-roberta", "XLMRobertaModel", "XLMRobertaForSequenceClassification",
+     "roberta.", "encoder.layer.",
+     {"attention.self.query", "attention.self.key", "attention.self.value",
+      "attention.output.dense", "attention.output.LayerNorm", "intermediate.dense",
+      "output.dense", "output.LayerNorm"},
+     1, 2, 0, "classifier.dense", "classifier.out_proj", 1},
     {"mpnet", "mpnet", "MPNetModel", "MPNetForSequenceClassification", "mpnet.",
      "encoder.layer.",
      {"attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o",
@@ -280,7 +366,7 @@ static const struct demo_family demo_families[] = {
 
 const char *model_demo_encoder_kinds(void)
 {
-    return "bert, roberta, mpnet, distilbert";
+    return "bert, roberta, xlm-roberta, mpnet, distilbert";
 }
 
 /* config.json of family f into buf. */
@@ -413,13 +499,15 @@ int model_write_demo_encoder(const char *dir, const char *kind, size_t layers, s
         snprintf(errstr, errstr_size, "%s: %s", dir, strerror(errno));
         return -1;
     }
-    /* The tokenizer: RoBERTa's a byte-level BPE tokenizer.json, the
-     * others a WordPiece vocab.txt. */
+    /* The tokenizer: RoBERTa's a byte-level BPE tokenizer.json, XLM-R's
+     * a Unigram one, the others a WordPiece vocab.txt. */
     size_t vocab = 0;
-    if ((!strcmp(f->kind, "roberta") ? demo_bpe_tokenizer(dir, &vocab, errstr, errstr_size)
-                                     : demo_wordpiece_vocab(f, dir, &vocab, errstr, errstr_size)) <
-        0)
-        return -1;
+    int trc = !strcmp(f->kind, "roberta")       ? demo_bpe_tokenizer(dir, &vocab, errstr, errstr_size)
+              : !strcmp(f->kind, "xlm-roberta") ? demo_unigram_tokenizer(dir, &vocab, errstr,
+                                                                         errstr_size)
+                                                : demo_wordpiece_vocab(f, dir, &vocab, errstr,
+                                                                       errstr_size);
+    if (trc < 0) return -1;
 
     char buf[2048];
     demo_config(f, buf, sizeof(buf), vocab, layers, hidden, heads, intermediate, n_labels);
