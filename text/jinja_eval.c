@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <math.h>
 
 #include "../base/utf8.h"
 #include "jinja_impl.h"
@@ -233,12 +234,12 @@ static struct jv arith(struct jrender *r, const struct jnode *x, struct jv a, st
             break;
         case JB_POW:
             if (q < 0) break;
-            res = 1;
-            for (long long k = 0; k < q && !over; k++) {
-                over = __builtin_mul_overflow(res, p, &res);
-                if (res == 0 || res == 1) break;
-                if (k > 64 && res == -1) { res = (q % 2) ? -1 : 1; break; }
+            if (p == 0 || p == 1 || p == -1) { /* the only bases a large q cannot overflow */
+                res = q == 0 ? 1 : p == -1 ? (q % 2 ? -1 : 1) : p;
+                break;
             }
+            res = 1; /* |p| >= 2: overflow comes within 63 multiplications */
+            for (long long k = 0; k < q && !over; k++) over = __builtin_mul_overflow(res, p, &res);
             break;
         default:
             break;
@@ -264,7 +265,8 @@ static struct jv arith(struct jrender *r, const struct jnode *x, struct jv a, st
         return jv_float(m);
     }
     default:
-        if (p == 0 && q < 0) jinja_fail(r, x, JINJA_ERR_RENDER, "0 cannot be raised to a negative power");
+        if (p == 0 && q < 0)
+            jinja_fail(r, x, JINJA_ERR_RENDER, "0 cannot be raised to a negative power");
         return jv_float(__builtin_pow(p, q));
     }
 }
@@ -313,7 +315,8 @@ static struct jv call_macro(struct jrender *r, const struct jnode *x, const stru
             given = 1;
         }
         for (size_t j = 0; j < a->nk; j++)
-            if (a->kw[j].key.n == pn->name.n && memcmp(a->kw[j].key.p, pn->name.p, pn->name.n) == 0) {
+            if (a->kw[j].key.n == pn->name.n &&
+                memcmp(a->kw[j].key.p, pn->name.p, pn->name.n) == 0) {
                 v = a->kw[j].v;
                 given = 1;
             }
@@ -355,7 +358,8 @@ static struct jv call_func(struct jrender *r, const struct jnode *x, struct jv f
     }
     case JF_RANGE: {
         long long lo = 0, hi, step = 1;
-        if (a->n < 1 || a->n > 3 || a->nk) jinja_fail(r, x, JINJA_ERR_RENDER, "range() takes 1 to 3 integers");
+        if (a->n < 1 || a->n > 3 || a->nk)
+            jinja_fail(r, x, JINJA_ERR_RENDER, "range() takes 1 to 3 integers");
         for (size_t k = 0; k < a->n; k++)
             if (a->v[k].k != JV_INT) jinja_fail(r, x, JINJA_ERR_RENDER, "range() takes integers");
         if (a->n == 1) {
@@ -367,7 +371,8 @@ static struct jv call_func(struct jrender *r, const struct jnode *x, struct jv f
         }
         if (step == 0) jinja_fail(r, x, JINJA_ERR_RENDER, "range() step is zero");
         long double span = step > 0 ? (long double)hi - lo : (long double)lo - hi;
-        long double cnt = span <= 0 ? 0 : (span + (step > 0 ? step : -step) - 1) / (step > 0 ? step : -step);
+        long double mag = step > 0 ? (long double)step : -(long double)step;
+        long double cnt = span <= 0 ? 0 : floorl((span + mag - 1) / mag);
         if (cnt > (long double)r->lim.max_steps)
             jinja_fail(r, x, JINJA_ERR_LIMIT, "range() is longer than the step limit");
         struct jlist *l = jlist_new(r, (size_t)cnt);

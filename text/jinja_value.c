@@ -232,7 +232,8 @@ static void jsonw_string(struct jrender *r, struct jstr s, int ascii)
             size_t skip = 1, len = utf8_char_len((const unsigned char *)s.p + k, s.n - k, &skip);
             unsigned cp = c;
             if (len == 2) cp = (c & 0x1fu) << 6 | (s.p[k + 1] & 0x3fu);
-            else if (len == 3) cp = (c & 0x0fu) << 12 | (s.p[k + 1] & 0x3fu) << 6 | (s.p[k + 2] & 0x3fu);
+            else if (len == 3)
+                cp = (c & 0x0fu) << 12 | (s.p[k + 1] & 0x3fu) << 6 | (s.p[k + 2] & 0x3fu);
             else if (len == 4)
                 cp = (c & 0x07u) << 18 | (s.p[k + 1] & 0x3fu) << 12 | (s.p[k + 2] & 0x3fu) << 6 |
                      (s.p[k + 3] & 0x3fu);
@@ -267,7 +268,8 @@ static void json_pad(struct jrender *r, const struct json_opts *o, int depth)
 
 static int key_cmp(const void *a, const void *b)
 {
-    const struct jentry *x = *(const struct jentry *const *)a, *y = *(const struct jentry *const *)b;
+    const struct jentry *x = *(const struct jentry *const *)a;
+    const struct jentry *y = *(const struct jentry *const *)b;
     size_t n = x->key.n < y->key.n ? x->key.n : y->key.n;
     int c = n ? memcmp(x->key.p, y->key.p, n) : 0;
     return c ? c : (x->key.n > y->key.n) - (x->key.n < y->key.n);
@@ -507,7 +509,8 @@ struct jv jinja_from_json(struct jrender *r, const json_t *j, int depth)
     }
     case JSON_ARRAY: {
         struct jlist *l = jlist_new(r, json_array_size(j));
-        for (size_t k = 0; k < l->n; k++) l->v[k] = jinja_from_json(r, json_array_get(j, k), depth + 1);
+        for (size_t k = 0; k < l->n; k++)
+            l->v[k] = jinja_from_json(r, json_array_get(j, k), depth + 1);
         struct jv v = { .k = JV_LIST, .u.l = l };
         return v;
     }
