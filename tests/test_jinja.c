@@ -144,6 +144,12 @@ static void test_parse_errors(void **state)
     char err[256];
     assert_null(jinja_parse(deep, strlen(deep), err, sizeof err));
     assert_non_null(strstr(err, "nested too deeply"));
+    /* So is a chain of elifs past it. */
+    char chain[8192] = "{% if a %}";
+    for (int k = 0; k < 300; k++) strcat(chain, "{% elif b %}");
+    strcat(chain, "{% endif %}");
+    assert_null(jinja_parse(chain, strlen(chain), err, sizeof err));
+    assert_non_null(strstr(err, "nested too deeply"));
 }
 
 /* ---- render errors ------------------------------------------------------------------ */
@@ -228,6 +234,13 @@ static void test_limits(void **state)
     assert_int_equal(render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL, &lim,
                             &out, err, sizeof err), JINJA_ERR_LIMIT);
     assert_non_null(strstr(err, "nested deeper than 32"));
+    /* Nor can a list nested a million deep make == recurse that deep. */
+    assert_int_equal(render("{% set ns = namespace(l=[], m=[]) %}{% for i in range(100000) %}"
+                            "{% set ns.l = [ns.l] %}{% set ns.m = [ns.m] %}{% endfor %}"
+                            "{{ ns.l == ns.m }} {{ ns.l == ns.l }}", NULL, &lim, &out, err,
+                            sizeof err), 0);
+    assert_string_equal(out, "false true");
+    free(out);
     /* A namespace that holds itself cannot make tojson loop forever. */
     assert_int_equal(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns | tojson }}", NULL,
                             &lim, &out, err, sizeof err), JINJA_ERR_RENDER);

@@ -105,7 +105,10 @@ static int lx_error(struct lexer *lx, size_t off, const char *msg)
 {
     int line, col;
     lx_pos(lx, off, &line, &col);
-    if (lx->err && lx->errsz) snprintf(lx->err, lx->errsz, "line %d col %d: %s", line, col, msg);
+    if (lx->err && lx->errsz) {
+        snprintf(lx->err, lx->errsz, "line %d col %d: %s", line, col, msg);
+        utf8_repair_str(lx->err, lx->errsz);
+    }
     return -1;
 }
 

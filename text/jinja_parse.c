@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/utf8.h"
 #include "jinja_impl.h"
 
 #define MAX_NEST 200
@@ -51,6 +52,7 @@ __attribute__((format(printf, 3, 4))) _Noreturn static void perr(struct parser *
             vsnprintf(p->err + k, p->errsz - (size_t)k, fmt, ap);
             va_end(ap);
         }
+        utf8_repair_str(p->err, p->errsz); /* a cut may split a character */
     }
     longjmp(p->fail, 1);
 }
@@ -543,6 +545,7 @@ static struct jnode *parse_if(struct parser *p, struct jtok *at)
 {
     static const char *const stop[] = { "elif", "else", "endif", NULL };
     static const char *const stop_end[] = { "endif", NULL };
+    enter(p); /* an elif chain nests */
     struct jnode *x = mk(p, JN_IF, at);
     x->a = parse_expr(p);
     expect_close(p);
@@ -560,6 +563,7 @@ static struct jnode *parse_if(struct parser *p, struct jtok *at)
     } else {
         expect_close(p);
     }
+    p->nest--;
     return x;
 }
 

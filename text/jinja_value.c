@@ -48,7 +48,16 @@ static int numeric(struct jv v, double *d)
     return 1;
 }
 
-int jv_equal(struct jv a, struct jv b)
+/* Values nested deeper than this compare by identity: a template can
+ * build a list of any depth, and the comparison must not exhaust the
+ * stack. */
+#define EQUAL_DEPTH 128
+
+static int equal(struct jv a, struct jv b, int depth);
+
+int jv_equal(struct jv a, struct jv b) { return equal(a, b, 0); }
+
+static int equal(struct jv a, struct jv b, int depth)
 {
     double p, q;
     if ((a.k == JV_INT || a.k == JV_BOOL) && (b.k == JV_INT || b.k == JV_BOOL))
@@ -56,19 +65,21 @@ int jv_equal(struct jv a, struct jv b)
     if (numeric(a, &p) && numeric(b, &q)) return p == q;
     if ((a.k == JV_UNDEF || a.k == JV_NONE) && (b.k == JV_UNDEF || b.k == JV_NONE)) return 1;
     if (a.k != b.k) return 0;
+    if (depth > EQUAL_DEPTH && (a.k == JV_LIST || a.k == JV_DICT || a.k == JV_NS))
+        return a.k == JV_LIST ? a.u.l == b.u.l : a.u.d == b.u.d;
     switch (a.k) {
     case JV_STR: return a.u.s.n == b.u.s.n && (!a.u.s.n || !memcmp(a.u.s.p, b.u.s.p, a.u.s.n));
     case JV_LIST:
         if (a.u.l->n != b.u.l->n) return 0;
         for (size_t k = 0; k < a.u.l->n; k++)
-            if (!jv_equal(a.u.l->v[k], b.u.l->v[k])) return 0;
+            if (!equal(a.u.l->v[k], b.u.l->v[k], depth + 1)) return 0;
         return 1;
     case JV_DICT: case JV_NS:
         if (a.u.d == b.u.d) return 1;
         if (a.u.d->n != b.u.d->n) return 0;
         for (size_t k = 0; k < a.u.d->n; k++) {
             struct jv *o = jdict_get(b.u.d, a.u.d->e[k].key);
-            if (!o || !jv_equal(a.u.d->e[k].v, *o)) return 0;
+            if (!o || !equal(a.u.d->e[k].v, *o, depth + 1)) return 0;
         }
         return 1;
     case JV_MACRO: return a.u.m == b.u.m;
