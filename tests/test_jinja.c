@@ -272,6 +272,11 @@ static void test_python_semantics(void **state)
         { "{{ 'x' if none else 'y' }}{% generation %}g{% endgeneration %}", "yg" },
         { "{% if x is not defined %}u{% endif %}{{ x | default('d') }}{{ loop }}", "ud" },
         { "{{ \"a\" 'b' }}{{ '\\u00e9\\x41' }}", "abéA" },
+        { "{{ ['a', 'code', 'b'] | reject('equalto', 'code') | join(', ') }} "
+          "{{ [0, 1, 2, 3] | select('odd') | list | length }} {{ [0, '', 'x'] | select | length }}",
+          "a, b 2 1" },
+        { "{% for k, v in {'b': 2, 'A': 1, 'c': 0} | dictsort(by='value', reverse=true) %}"
+          "{{ k }}{% endfor %}", "bAc" },
         { "{{ (-1) ** 7 }} {{ (-1) ** 8 }} {{ 0 ** 0 }} {{ 1 ** 999999999999 }} {{ (-3) ** 3 }}",
           "-1 1 1 1 -27" },
     };

@@ -16,9 +16,10 @@
 #include "jinja_impl.h"
 
 static const char *const FILTERS[] = {
-    "abs", "capitalize", "count", "d", "default", "first", "float", "int", "items", "join",
-    "last", "length", "list", "lower", "map", "rejectattr", "replace", "reverse", "safe",
-    "selectattr", "string", "title", "tojson", "trim", "upper", NULL
+    "abs", "capitalize", "count", "d", "default", "dictsort", "first", "float", "int", "items",
+    "join", "last", "length", "list", "lower", "map", "reject", "rejectattr", "replace",
+    "reverse", "safe", "select", "selectattr", "string", "title", "tojson", "trim", "upper",
+    NULL
 };
 static const char *const TESTS[] = {
     "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "even", "false", "float",
@@ -353,31 +354,84 @@ int jinja_apply_test(struct jrender *r, const struct jnode *x, struct jv v, cons
 
 /* ---- filters ---------------------------------------------------------------------- */
 
-static struct jv select_attr(struct jrender *r, const struct jnode *x, struct jv v,
-                             const struct jargs *a, int keep)
+/* select/reject (by_attr 0: select(test, args...)) and selectattr/
+ * rejectattr (by_attr 1: selectattr(attribute, test, args...)); without a
+ * test an item is kept by its truth. */
+static struct jv select_items(struct jrender *r, const struct jnode *x, struct jv v,
+                              const struct jargs *a, int keep, int by_attr)
 {
-    if (v.k != JV_LIST) jinja_fail(r, x, JINJA_ERR_RENDER, "selectattr/rejectattr need a list");
-    struct jstr attr = want_str(r, x, arg(a, 0, NULL), "the attribute");
+    if (v.k != JV_LIST)
+        jinja_fail(r, x, JINJA_ERR_RENDER, "'%.*s' needs a list", (int)x->name.n, x->name.p);
+    struct jstr attr = by_attr ? want_str(r, x, arg(a, 0, NULL), "the attribute")
+                               : (struct jstr){ "", 0 };
+    size_t ti = by_attr ? 1 : 0;
     struct jnode test = *x;
     struct jargs targs = { 0 };
-    if (a->n > 1) {
-        test.name = want_str(r, x, &a->v[1], "the test");
+    if (a->n > ti) {
+        test.name = want_str(r, x, &a->v[ti], "the test");
         if (!jinja_test_known(test.name))
             jinja_fail(r, x, JINJA_ERR_RENDER, "unknown test '%.*s'", (int)test.name.n,
                        test.name.p);
-        targs.n = a->n - 2;
-        targs.v = a->v + 2;
+        targs.n = a->n - ti - 1;
+        targs.v = a->v + ti + 1;
     }
     struct jlist *l = jlist_new(r, v.u.l->n);
     size_t n = 0;
     for (size_t k = 0; k < v.u.l->n; k++) {
         jr_step(r, x);
-        struct jv item = jinja_getitem(r, x, v.u.l->v[k], jv_str(attr));
-        int ok = a->n > 1 ? jinja_apply_test(r, &test, item, &targs) : jv_truthy(item);
+        struct jv item = by_attr ? jinja_getitem(r, x, v.u.l->v[k], jv_str(attr)) : v.u.l->v[k];
+        int ok = a->n > ti ? jinja_apply_test(r, &test, item, &targs) : jv_truthy(item);
         if (ok == keep) l->v[n++] = v.u.l->v[k];
     }
     l->n = n;
     return list_of(l);
+}
+
+/* Case-insensitive unless asked: Jinja's default. */
+static int ci_cmp(struct jstr a, struct jstr b, int cs)
+{
+    size_t n = a.n < b.n ? a.n : b.n;
+    for (size_t k = 0; k < n; k++) {
+        int p = (unsigned char)a.p[k], q = (unsigned char)b.p[k];
+        if (!cs && p >= 'A' && p <= 'Z') p += 32;
+        if (!cs && q >= 'A' && q <= 'Z') q += 32;
+        if (p != q) return p < q ? -1 : 1;
+    }
+    return (a.n > b.n) - (a.n < b.n);
+}
+
+/* dictsort(case_sensitive=false, by='key', reverse=false): [key, value]
+ * pairs in key order (insertion sort: dicts in templates are small, and
+ * every comparison is a step). */
+static struct jv dictsort(struct jrender *r, const struct jnode *x, const struct jdict *d,
+                          const struct jargs *a)
+{
+    const struct jv *csv = arg(a, 0, "case_sensitive"), *byv = arg(a, 1, "by");
+    const struct jv *revv = arg(a, 2, "reverse");
+    int cs = csv && jv_truthy(*csv), rev = revv && jv_truthy(*revv);
+    int by_value = byv && byv->k == JV_STR && jstr_eq(byv->u.s, "value");
+    struct jv pairs = dict_items(r, d, 0);
+    struct jv *e = pairs.u.l->v;
+    for (size_t i = 1; i < d->n; i++)
+        for (size_t j = i; j > 0; j--) {
+            jr_step(r, x);
+            struct jv p = e[j - 1].u.l->v[by_value], q = e[j].u.l->v[by_value];
+            int c;
+            if (p.k == JV_STR && q.k == JV_STR) c = ci_cmp(p.u.s, q.u.s, cs);
+            else if ((p.k == JV_INT || p.k == JV_FLOAT) && (q.k == JV_INT || q.k == JV_FLOAT)) {
+                double u = p.k == JV_INT ? (double)p.u.i : p.u.f;
+                double w = q.k == JV_INT ? (double)q.u.i : q.u.f;
+                c = (u > w) - (u < w);
+            } else {
+                jinja_fail(r, x, JINJA_ERR_RENDER, "dictsort: cannot order %s and %s",
+                           jv_kind_name(p.k), jv_kind_name(q.k));
+            }
+            if (rev ? c >= 0 : c <= 0) break;
+            struct jv t = e[j - 1];
+            e[j - 1] = e[j];
+            e[j] = t;
+        }
+    return pairs;
 }
 
 static struct jv str_chars(struct jrender *r, struct jstr s)
@@ -472,7 +526,11 @@ struct jv jinja_apply_filter(struct jrender *r, const struct jnode *x, struct jv
         }
         jinja_fail(r, x, JINJA_ERR_RENDER, "map: only map(attribute=...) over a list");
     } else if (jstr_eq(f, "selectattr") || jstr_eq(f, "rejectattr")) {
-        return select_attr(r, x, v, a, f.p[0] == 's');
+        return select_items(r, x, v, a, f.p[0] == 's', 1);
+    } else if (jstr_eq(f, "select") || jstr_eq(f, "reject")) {
+        return select_items(r, x, v, a, f.p[0] == 's', 0);
+    } else if (jstr_eq(f, "dictsort")) {
+        if (v.k == JV_DICT || v.k == JV_NS) return dictsort(r, x, v.u.d, a);
     } else if (jstr_eq(f, "int")) {
         if (v.k == JV_INT) return v;
         if (v.k == JV_FLOAT) return jv_int((long long)v.u.f);

@@ -21,8 +21,9 @@
  *
  * Where Python's Jinja (which transformers runs) and the reference differ -
  * strip('x') with characters (the reference ignores them), % of a negative
- * number, the `float` test - the cases here stay on common ground and
- * tests/test_jinja.c checks Python's answer on its own.
+ * number, the `float` test, the select and reject filters - the cases
+ * here stay on common ground and tests/test_jinja.c checks Python's answer
+ * on its own.
  *
  * Deterministic: no clock, no randomness. */
 'use strict';
@@ -239,6 +240,7 @@ const features = {
   break_continue: `{% for m in messages %}{% if loop.index0 == 1 %}{% continue %}{% endif %}{% if loop.index0 == 3 %}{% break %}{% endif %}{{ m.role }};{% endfor %}`,
   selectattr: `{{ messages | selectattr('role', 'equalto', 'user') | list | length }} {{ messages | rejectattr('role', 'equalto', 'user') | map(attribute='content') | join('|') }}`,
   string_filter: `{{ 3 | string }}{{ true | string }}{{ [1, 'a'] | string }}{{ 2.0 }}{{ -0.5 }}`,
+  dictsort: `{% for k, v in {'b': 2, 'A': 1, 'c': 0} | dictsort %}{{ k }}{{ v }}{% endfor %}`,
   dict_loop: `{% for key in tools[0].parameters %}{{ key }},{% endfor %}`,
   errors_raise: `{{ raise_exception('Custom failure: ' ~ messages[0].role) }}`,
 };
