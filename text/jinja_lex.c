@@ -326,7 +326,7 @@ int jinja_lex(struct jarena *a, const char *src, size_t len, struct jtoks *out, 
             } else if (kind != '{') { /* lstrip_blocks */
                 size_t b = j;
                 while (b > 0 && (src[b - 1] == ' ' || src[b - 1] == '\t')) b--;
-                if (b == 0 || src[b - 1] == '\n') te = b > ts ? b : ts;
+                if (b == 0 || src[b - 1] == '\n' || src[b - 1] == '\r') te = b > ts ? b : ts;
             }
         }
         if (te > ts) {

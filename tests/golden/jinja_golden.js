@@ -236,6 +236,7 @@ const features = {
   undefined_prints_empty: `[{{ missing }}][{{ missing.attr }}][{{ none }}][{{ messages[99] }}]`,
   macro: `{% macro turn(role, text='(none)') %}<{{ role }}>{{ text }}</{{ role }}>{% endmacro %}{{ turn('user', 'hi') }}{{ turn('assistant') }}{{ turn(role='x', text='y') }}`,
   whitespace: `A\n  {% if true %}\n  B\n  {% endif %}\n  {# comment #}\n  C {{- ' D ' -}} E\n{%- for i in [1, 2] %}\n  {{ i }}\n{% endfor %}\nF\n`,
+  whitespace_crlf: `a\r\n  {% if true %}\r\n  b\r\n  {%- endif %}\r\n\t{# c #}\r\nd\r  {% set x = 1 %}e`,
   raw_dict_list: `{% set d = {'k': 'v', 'n': 1} %}{{ d.k }}{{ d['n'] }} {{ d | length }} {{ [1, 'two', none] }}`,
   break_continue: `{% for m in messages %}{% if loop.index0 == 1 %}{% continue %}{% endif %}{% if loop.index0 == 3 %}{% break %}{% endif %}{{ m.role }};{% endfor %}`,
   selectattr: `{{ messages | selectattr('role', 'equalto', 'user') | list | length }} {{ messages | rejectattr('role', 'equalto', 'user') | map(attribute='content') | join('|') }}`,
