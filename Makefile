@@ -79,7 +79,7 @@ else
 GPU_SRCS  += gpu/cuda_stub.c
 endif
 
-LIB_SRCS := $(wildcard base/*.c) $(wildcard codecs/*.c) $(wildcard config/*.c) $(wildcard kafka/*.c) $(GPU_SRCS) $(wildcard batching/*.c) $(wildcard text/*.c) \
+LIB_SRCS := $(wildcard base/*.c) $(wildcard codecs/*.c) $(wildcard config/*.c) $(wildcard kafka/*.c) $(GPU_SRCS) $(wildcard batching/*.c) $(wildcard text/*.c) $(wildcard gen/*.c) \
             $(wildcard worker/*.c) $(wildcard telemetry/*.c) $(wildcard tools/*.c) \
             $(filter-out cmd/main.c,$(wildcard cmd/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o)
