@@ -14,11 +14,14 @@ CUDART_A := $(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart_static.a \
 PKGS    := rdkafka hiredis msgpack libconfig jansson openblas libmicrohttpd libutf8proc libpcre2-8
 VERSION := 0.1.0
 
-# Debian 12 packages the build, tests and demo need (make deps installs them).
-DEB_PKGS := gcc make pkg-config librdkafka-dev libhiredis-dev libmsgpack-dev \
-            libconfig-dev libopenblas-dev libjansson-dev libcmocka-dev \
-            redis-server kafkacat libmicrohttpd-dev curl prometheus python3-yaml \
-            libutf8proc-dev python3-torch libpcre2-dev
+# Debian 12 packages the build needs (make deps-build installs them: the
+# container images), and those the tests and demo need besides (make deps
+# installs both lists).
+BUILD_DEB_PKGS := gcc make pkg-config librdkafka-dev libhiredis-dev libmsgpack-dev \
+            libconfig-dev libopenblas-dev libjansson-dev libmicrohttpd-dev \
+            libutf8proc-dev libpcre2-dev
+TEST_DEB_PKGS := libcmocka-dev redis-server kafkacat curl prometheus python3-yaml python3-torch
+DEB_PKGS := $(BUILD_DEB_PKGS) $(TEST_DEB_PKGS)
 
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2
 ifeq ($(WERROR),1)
@@ -187,7 +190,12 @@ $(B)/emu/tests/%: tests/%.c $(EMU_LIB_OBJS) $(EMU_DEV_OBJS) tests/testutil.h
 	$(CC) $(CFLAGS) $(LDFLAGS) -rdynamic -o $@ $< $(EMU_LIB_OBJS) $(EMU_DEV_OBJS) \
 	  $(EMU_LDLIBS) -lcmocka
 
-# Installs whatever Debian package is missing (needs root, or sudo).
+# Installs whatever Debian package is missing (needs root, or sudo);
+# deps-build only what building build/kinfer takes.
+.PHONY: deps-build
+deps-build:
+	@$(MAKE) --no-print-directory deps DEB_PKGS="$(BUILD_DEB_PKGS)"
+
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -218,6 +226,12 @@ test-gpu: deps
 demo: deps
 	$(MAKE) all
 	tests/demo.sh
+
+# The CPU container image, built and run: tests/docker-test.sh (needs a
+# Docker engine; minutes). Not part of make test.
+.PHONY: docker-test
+docker-test:
+	tests/docker-test.sh
 
 # libFuzzer on the job decoder and result encoder, with ASan and UBSan:
 # builds with clang, writes a seed corpus of valid and hostile jobs, runs
