@@ -53,22 +53,22 @@ static long kv_slot(const struct bk_kv *kv, uint32_t seq, uint32_t pos)
     return (long)((size_t)block * kv->block_tokens + pos % kv->block_tokens);
 }
 
-int cpu_kv_store(void *cp, const struct bk_kv *kv, const void *xp, size_t ld, size_t k_col,
-                 size_t v_col, const struct bk_seqs *s)
+int cpu_kv_store(void *cp, const struct bk_kv *kv, const void *kp, size_t ldk, const void *vp,
+                 size_t ldv, const struct bk_seqs *s)
 {
     if (!kv || !kv->k || !kv->v || !kv->tables || !kv->block_tokens || !kv->kv_heads ||
         !kv->dh || !s)
         return kv_refuse(cp, "kv_store: no cache");
     size_t row = kv->kv_heads * kv->dh;
-    const float *x = xp;
+    const float *k = kp, *v = vp;
     float *K = kv->k, *V = kv->v;
     for (size_t t = 0; t < s->tokens; t++) {
         long slot = kv_slot(kv, s->seq[t], s->pos[t]);
         if (slot < 0)
             return kv_refuse(cp, "kv_store: token %zu (sequence %u, position %u) has no block",
                              t, s->seq[t], s->pos[t]);
-        memcpy(K + (size_t)slot * row, x + t * ld + k_col, row * sizeof(float));
-        memcpy(V + (size_t)slot * row, x + t * ld + v_col, row * sizeof(float));
+        memcpy(K + (size_t)slot * row, k + t * ldk, row * sizeof(float));
+        memcpy(V + (size_t)slot * row, v + t * ldv, row * sizeof(float));
     }
     return 0;
 }

@@ -15,8 +15,8 @@ struct cpu_ctx {
 };
 
 int cpu_swiglu(void *c, void *y, const void *x, size_t rows, size_t w);
-int cpu_kv_store(void *c, const struct bk_kv *kv, const void *x, size_t ld, size_t k_col,
-                 size_t v_col, const struct bk_seqs *s);
+int cpu_kv_store(void *c, const struct bk_kv *kv, const void *k, size_t ldk, const void *v,
+                size_t ldv, const struct bk_seqs *s);
 size_t cpu_paged_attention_scratch(void *be, size_t max_tokens, size_t max_ctx, size_t heads);
 int cpu_paged_attention(void *c, const struct bk_paged_attention *a);
 

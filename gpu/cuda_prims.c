@@ -276,14 +276,14 @@ int cuda_swiglu(void *cp, void *y, const void *x, size_t rows, size_t w)
     return cx_refuse(cp, "swiglu: not on this backend yet");
 }
 
-int cuda_kv_store(void *cp, const struct bk_kv *kv, const void *x, size_t ld, size_t k_col,
-                  size_t v_col, const struct bk_seqs *s)
+int cuda_kv_store(void *cp, const struct bk_kv *kv, const void *k, size_t ldk, const void *v,
+                  size_t ldv, const struct bk_seqs *s)
 {
     (void)kv;
-    (void)x;
-    (void)ld;
-    (void)k_col;
-    (void)v_col;
+    (void)k;
+    (void)ldk;
+    (void)v;
+    (void)ldv;
     (void)s;
     return cx_refuse(cp, "paged attention: not on this backend yet");
 }

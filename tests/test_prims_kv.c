@@ -182,7 +182,8 @@ static void paged_case(struct dev *d, int round)
                             .pos = dev_put(d, pos, T * 4)};
         void *dx = dev_put(d, NULL, T * ldx * 4);
         assert_int_equal(d->o->load_f32(d->c, dx, x, T * ldx), 0);
-        if (T) assert_int_equal(d->o->kv_store(d->c, &cache, dx, ldx, ldx - 2 * row, ldx - row, &s), 0);
+        float *dk = (float *)dx + ldx - 2 * row, *dv = (float *)dx + ldx - row;
+        if (T) assert_int_equal(d->o->kv_store(d->c, &cache, dk, ldx, dv, ldx, &s), 0);
         free(seq), free(pos), free(x);
     }
     /* every position's slot holds its key and value */
@@ -244,7 +245,7 @@ static void paged_case(struct dev *d, int round)
     uint32_t bad = (uint32_t)(width * bt);
     struct bk_seqs sb = {.n = 1, .tokens = 1, .seq = dev_put(d, &(uint32_t){0}, 4),
                          .pos = dev_put(d, &bad, 4)};
-    assert_int_equal(d->o->kv_store(d->c, &cache, dq, ldq, 0, 0, &sb), MODEL_EINVAL);
+    assert_int_equal(d->o->kv_store(d->c, &cache, dq, ldq, dq, ldq, &sb), MODEL_EINVAL);
     pa.s = &sb;
     pa.max_ctx = bad + 1;
     assert_int_equal(d->o->paged_attention(d->c, &pa), MODEL_EINVAL);
