@@ -95,4 +95,12 @@ int decoder_step(const struct decoder *d, struct decoder_ws *ws, const struct de
                  const float **logits);
 const char *decoder_ws_error(const struct decoder_ws *ws);
 
+/* Writes a small random Llama folder to dir (created if missing; the
+ * files gpu/demo_llama.c lists), drawn from seed: the same seed, the
+ * same folder. hidden / heads must be even, kv_heads must divide heads.
+ * 0, or -1 with errstr filled. */
+int decoder_write_demo(const char *dir, size_t layers, size_t hidden, size_t heads,
+                       size_t kv_heads, size_t inter, uint64_t seed, char *errstr,
+                       size_t errstr_size);
+
 #endif

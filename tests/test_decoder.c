@@ -31,6 +31,7 @@
 
 #include "../gpu/decoder.h"
 #include "../gpu/safetensors.h"
+#include "../text/tokenizer.h"
 #include "testutil.h"
 
 #define TOL 1e-4
@@ -568,12 +569,73 @@ static void test_refused_folders(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* The demo folder loads as a decoder, its tokenizer reads a ChatML
+ * prompt with the specials as single tokens, and greedy decoding runs;
+ * the same seed writes the same weights. */
+static void test_demo(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/kinfer_test_decoder_XXXXXX", err[512], sub[600];
+    assert_non_null(mkdtemp(dir));
+    snprintf(sub, sizeof(sub), "%s/demo", dir);
+    assert_int_equal(decoder_write_demo(sub, 2, 32, 4, 2, 64, 7, err, sizeof(err)), 0);
+    assert_int_equal(decoder_write_demo(sub, 2, 30, 4, 2, 64, 7, err, sizeof(err)), -1);
+    struct model_runtime *rt = runtime();
+    struct model_spec spec = {0};
+    snprintf(spec.name, sizeof(spec.name), "demo");
+    snprintf(spec.path, sizeof(spec.path), "%s", sub);
+    struct decoder *d = decoder_load(rt, &spec, err, sizeof(err));
+    if (!d) fail_msg("demo: %s", err);
+    struct tokenizer *tok = tokenizer_load(sub, NULL, err, sizeof(err));
+    if (!tok) fail_msg("demo tokenizer: %s", err);
+    assert_int_equal(tokenizer_vocab_size(tok), decoder_info(d)->vocab);
+    assert_int_equal(tokenizer_token_id(tok, "<|im_start|>"), 1);
+    assert_int_equal(tokenizer_token_id(tok, "<|im_end|>"), 2);
+    struct tokenizer_scratch *sc = tokenizer_scratch_new(0);
+    static const char prompt[] = "<|im_start|>user\nthe movie was great<|im_end|>\n"
+                                 "<|im_start|>assistant\n";
+    int32_t ids[MAXT];
+    int n = tokenizer_encode(tok, sc, prompt, strlen(prompt), NULL, 0, 0, 0, ids, NULL, MAXT,
+                             NULL, err, sizeof(err));
+    if (n <= 0) fail_msg("encode: %s", err);
+    assert_int_equal(ids[0], 1);
+    struct decoder_ws *ws = ws_make(d, 1, MAXT, 16, 0);
+    int id = kvcache_seq_new(decoder_ws_cache(ws));
+    uint32_t off[2] = {0, (uint32_t)n};
+    struct decoder_batch b = {.n = 1, .seqs = &id, .ids = ids, .offsets = off};
+    const float *lg;
+    for (int step = 0; step < 8; step++) {
+        assert_int_equal(decoder_step(d, ws, &b, &lg), MODEL_OK);
+        int32_t best = 0;
+        for (size_t v = 1; v < decoder_info(d)->vocab; v++)
+            if (lg[v] > lg[best]) best = (int32_t)v;
+        ids[0] = best;
+        off[1] = 1;
+    }
+    assert_int_equal(kvcache_seq_len(decoder_ws_cache(ws), id), (size_t)n + 7);
+    decoder_ws_destroy(ws);
+    tokenizer_scratch_destroy(sc);
+    tokenizer_destroy(tok);
+    decoder_destroy(d);
+    model_runtime_destroy(rt);
+    /* the same seed, the same bytes */
+    char a[700], b2[700], cmd[1600];
+    snprintf(a, sizeof(a), "%s/model.safetensors", sub);
+    snprintf(b2, sizeof(b2), "%s/again", dir);
+    assert_int_equal(decoder_write_demo(b2, 2, 32, 4, 2, 64, 7, err, sizeof(err)), 0);
+    snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s/model.safetensors'", a, b2);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     tu_seed("test_decoder");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_variants),
         cmocka_unit_test(test_refused_folders),
+        cmocka_unit_test(test_demo),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
