@@ -136,6 +136,34 @@ oom:
     return -1;
 }
 
+/* bos_token_id and eos_token_id of generation_config.json, else of
+ * config.json (either may be absent). */
+static void dec_token_ids(const char *dir, const json_t *config, struct decoder_info *in)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/generation_config.json", dir);
+    json_t *gen = json_load_file(path, 0, NULL);
+    const json_t *src[2] = {json_is_object(gen) ? gen : NULL, config};
+    in->bos_id = -1;
+    in->n_eos = 0;
+    for (int k = 0; k < 2; k++) {
+        const json_t *b = json_object_get(src[k], "bos_token_id");
+        if (in->bos_id < 0 && json_is_integer(b) && json_integer_value(b) >= 0 &&
+            (size_t)json_integer_value(b) < in->vocab)
+            in->bos_id = (int32_t)json_integer_value(b);
+        const json_t *e = json_object_get(src[k], "eos_token_id"), *x;
+        if (in->n_eos || !e) continue;
+        size_t i, n = json_is_array(e) ? json_array_size(e) : 1;
+        for (i = 0; i < n && in->n_eos < DECODER_MAX_EOS; i++) {
+            x = json_is_array(e) ? json_array_get(e, i) : e;
+            if (json_is_integer(x) && json_integer_value(x) >= 0 &&
+                (size_t)json_integer_value(x) < in->vocab)
+                in->eos_ids[in->n_eos++] = (int32_t)json_integer_value(x);
+        }
+    }
+    json_decref(gen);
+}
+
 struct decoder *decoder_load(struct model_runtime *rt, const struct model_spec *spec,
                              char *errstr, size_t errstr_size)
 {
@@ -176,6 +204,7 @@ struct decoder *decoder_load(struct model_runtime *rt, const struct model_spec *
         .head_dim = d->ai.head_dim, .intermediate = d->ai.intermediate,
         .context = d->ai.context, .n_params = ld.n_params,
         .flops_per_token = d->ai.flops_per_token};
+    dec_token_ids(spec->path, config, &d->info);
     for (size_t i = 0; i < n_files; i++) st_close(files[i]);
     free(files);
     json_decref(config);

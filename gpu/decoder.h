@@ -28,13 +28,20 @@
 struct decoder;
 struct decoder_ws;
 
-/* What a loaded decoder is (borrowed from it). */
+#define DECODER_MAX_EOS 8
+
+/* What a loaded decoder is (borrowed from it). The token ids come from
+ * generation_config.json, else config.json (bos_token_id, eos_token_id:
+ * an id or a list); ids outside the vocabulary are left out. */
 struct decoder_info {
     const char *arch;        /* "llama" */
     size_t vocab, hidden, layers, heads, kv_heads, head_dim, intermediate;
     size_t context;          /* positions a sequence may take */
     size_t n_params;
     double flops_per_token;
+    int32_t bos_id;          /* -1: none */
+    int32_t eos_ids[DECODER_MAX_EOS];
+    size_t n_eos;
 };
 
 /* 1 when config.json's model_type names a decoder this build runs. */

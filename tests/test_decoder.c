@@ -491,6 +491,8 @@ static void run_variant(const struct variant *V)
     assert_int_equal(in->head_dim, V->head_dim);
     assert_int_equal(in->kv_heads, V->kv_heads);
     assert_int_equal(in->context, 128);
+    assert_int_equal(in->bos_id, -1); /* the test's config.json names none */
+    assert_int_equal(in->n_eos, 0);
     worst_seen = 0;
     struct seqref S[3];
     seq_init(&S[0], &r, 5, 40);
@@ -599,6 +601,10 @@ static void test_demo(void **state)
     struct tokenizer *tok = tokenizer_load(sub, NULL, err, sizeof(err));
     if (!tok) fail_msg("demo tokenizer: %s", err);
     assert_int_equal(tokenizer_vocab_size(tok), decoder_info(d)->vocab);
+    assert_int_equal(decoder_info(d)->bos_id, 0); /* generation_config.json's */
+    assert_int_equal(decoder_info(d)->n_eos, 2);
+    assert_int_equal(decoder_info(d)->eos_ids[0], 2);
+    assert_int_equal(decoder_info(d)->eos_ids[1], 0);
     assert_int_equal(tokenizer_token_id(tok, "<|im_start|>"), 1);
     assert_int_equal(tokenizer_token_id(tok, "<|im_end|>"), 2);
     struct tokenizer_scratch *sc = tokenizer_scratch_new(0);
