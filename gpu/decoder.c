@@ -310,6 +310,11 @@ const char *decoder_ws_error(const struct decoder_ws *ws)
     return ws->err;
 }
 
+void decoder_ws_inject_fault(struct decoder_ws *ws)
+{
+    ws->d->rt.ops->inject_fault(ws->ctx);
+}
+
 /* ---- the step ------------------------------------------------------------------- */
 
 /* Everything a backend indexes with is checked here; the blocks the

@@ -101,6 +101,10 @@ struct decoder_batch {
 int decoder_step(const struct decoder *d, struct decoder_ws *ws, const struct decoder_batch *b,
                  const float **logits);
 const char *decoder_ws_error(const struct decoder_ws *ws);
+/* Fault injection (debug.device_fault_id): the next decoder_step on ws
+ * fails as a dead device would (MODEL_EFATAL; on a GPU a sticky error
+ * that poisons the process's CUDA context). */
+void decoder_ws_inject_fault(struct decoder_ws *ws);
 
 /* Writes a small random Llama folder to dir (created if missing; the
  * files gpu/demo_llama.c lists), drawn from seed: the same seed, the

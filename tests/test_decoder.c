@@ -470,6 +470,16 @@ static void check_refusals(const struct decoder *d, struct decoder_ws *ws)
     assert_int_equal(decoder_step(d, ws, &b, &lg), MODEL_EINVAL); /* not live */
     assert_int_equal(kvcache_seq_len(kv, id), 3);
     assert_int_equal(kvcache_free_blocks(kv), free_before);
+    /* a dead device: the sequence keeps its length and blocks */
+    b.seqs = &id;
+    off[1] = 20;
+    decoder_ws_inject_fault(ws);
+    assert_int_equal(decoder_step(d, ws, &b, &lg), MODEL_EFATAL);
+    assert_non_null(strstr(decoder_ws_error(ws), "fault"));
+    assert_int_equal(kvcache_seq_len(kv, id), 3);
+    assert_int_equal(kvcache_free_blocks(kv), free_before);
+    assert_int_equal(decoder_step(d, ws, &b, &lg), MODEL_OK);
+    assert_int_equal(kvcache_seq_len(kv, id), 23);
     kvcache_seq_free(kv, id);
 }
 
