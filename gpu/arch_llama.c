@@ -296,7 +296,8 @@ static void *llama_load(struct arch_load *ld, struct arch_dec_info *info)
         !(norm = arch_tensor(ld, llama_prefixes, "norm.weight", H, 0)))
         goto fail;
     int has_head = st_find(ld->file, "lm_head.weight") != NULL;
-    for (size_t i = 0; i < ld->n_shards; i++) has_head |= st_find(ld->shards[i], "lm_head.weight") != NULL;
+    for (size_t i = 0; i < ld->n_shards; i++)
+        has_head |= st_find(ld->shards[i], "lm_head.weight") != NULL;
     if (!cf->tied || has_head) {
         if (!(head = arch_tensor(ld, NULL, "lm_head.weight", cf->vocab, H))) goto fail;
     }

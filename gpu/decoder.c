@@ -396,8 +396,10 @@ int decoder_step(const struct decoder *d, struct decoder_ws *ws, const struct de
     }
     memcpy(h + off_at, b->offsets, (n + 1) * sizeof(uint32_t));
     size_t longest = 0;
-    for (size_t i = 0; i < n; i++)
-        if (b->offsets[i + 1] - b->offsets[i] > longest) longest = b->offsets[i + 1] - b->offsets[i];
+    for (size_t i = 0; i < n; i++) {
+        size_t k = b->offsets[i + 1] - b->offsets[i];
+        if (k > longest) longest = k;
+    }
     rc = o->pass_begin(ws->ctx);
     for (size_t k = 0; k < 3 && rc == 0; k++)
         rc = o->upload(ws->ctx, dv + k * cap, h + k * cap, T * sizeof(uint32_t));

@@ -276,7 +276,8 @@ static double *ref_forward(const struct ref *r, const int32_t *ids, size_t Ln)
     const struct variant *V = r->V;
     size_t H = V->hidden, dh = V->head_dim, Q = V->heads * dh, K = V->kv_heads * dh, I = V->inter;
     size_t grp = V->heads / V->kv_heads;
-    double *x = calloc(Ln * H, 8), *h = calloc(H, 8), *q = calloc(Ln * Q, 8), *k = calloc(Ln * K, 8);
+    double *x = calloc(Ln * H, 8), *h = calloc(H, 8), *q = calloc(Ln * Q, 8);
+    double *k = calloc(Ln * K, 8);
     double *v = calloc(Ln * K, 8), *ctx = calloc(Q, 8), *tmp = calloc(H > I ? H : I, 8);
     double *gg = calloc(I, 8), *uu = calloc(I, 8), *sc = calloc(Ln, 8);
     double *out = calloc(Ln * V->vocab, 8);
@@ -290,8 +291,10 @@ static double *ref_forward(const struct ref *r, const int32_t *ids, size_t Ln)
             lin(k + t * K, L->k, L->kb, h, K, H);
             lin(v + t * K, L->v, L->vb, h, K, H);
             if (V->qk_norm) {
-                for (size_t a = 0; a < V->heads; a++) rms(q + t * Q + a * dh, q + t * Q + a * dh, L->qn, dh);
-                for (size_t a = 0; a < V->kv_heads; a++) rms(k + t * K + a * dh, k + t * K + a * dh, L->kn, dh);
+                for (size_t a = 0; a < V->heads; a++)
+                    rms(q + t * Q + a * dh, q + t * Q + a * dh, L->qn, dh);
+                for (size_t a = 0; a < V->kv_heads; a++)
+                    rms(k + t * K + a * dh, k + t * K + a * dh, L->kn, dh);
             }
             rope(q + t * Q, V->heads, dh, t, r->inv_freq);
             rope(k + t * K, V->kv_heads, dh, t, r->inv_freq);
@@ -302,7 +305,8 @@ static double *ref_forward(const struct ref *r, const int32_t *ids, size_t Ln)
                 double mx = -INFINITY, sum = 0;
                 for (size_t j = 0; j <= t; j++) {
                     double d = 0;
-                    for (size_t e = 0; e < dh; e++) d += q[t * Q + a * dh + e] * k[j * K + g * dh + e];
+                    for (size_t e = 0; e < dh; e++)
+                        d += q[t * Q + a * dh + e] * k[j * K + g * dh + e];
                     sc[j] = d / sqrt((double)dh);
                     if (sc[j] > mx) mx = sc[j];
                 }
@@ -668,7 +672,8 @@ static void test_torch(void **state)
         }
         fail_msg("python3-torch missing: make deps (KINFER_TEST_NO_TORCH=1 skips this check)");
     }
-    if (access(TORCH_PY, R_OK) != 0) fail_msg("%s not found: run from the repository root", TORCH_PY);
+    if (access(TORCH_PY, R_OK) != 0)
+        fail_msg("%s not found: run from the repository root", TORCH_PY);
     enum { NV = sizeof(variants) / sizeof(variants[0]) };
     char root[] = "/tmp/kinfer_test_decoder_XXXXXX", dir[NV][600], req[NV][600], err[512];
     assert_non_null(mkdtemp(root));
