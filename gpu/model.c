@@ -708,6 +708,11 @@ void model_runtime_destroy(struct model_runtime *rt)
     free(rt);
 }
 
+struct arch_rt model_runtime_arch(const struct model_runtime *rt)
+{
+    return (struct arch_rt){rt->ops, rt->be};
+}
+
 const char *model_runtime_backend(const struct model_runtime *rt)
 {
     return rt->ops->name;
