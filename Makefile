@@ -112,12 +112,15 @@ EMU_GPU_TESTS := $(B)/emu/tests/test_cuda_prims
 EMU_SCRIPTS  := tests/emu_e2e.sh tests/emu_bugs.sh
 ifneq ($(wildcard $(CUDA_HOME)/include/cublasLt.h),)
 $(B)/emu/%.o: CFLAGS += -isystem $(CUDA_HOME)/include
-# Kernel threads are ucontext contexts, which the sanitizers do not follow
-# yet: the execution model's tests run in the plain build only.
+# Kernel threads are ucontext contexts: AddressSanitizer is told of each
+# switch (emu/emu_kernel.cc) and runs the emulated tests too; the other
+# sanitizers do not follow them, and run without the execution model's.
 ifeq ($(SANITIZE),)
 TESTS     += $(EMU_GPU_TESTS)
 TEST_SCRIPTS += $(EMU_SCRIPTS)
 TEST_BUILDS  += $(B)/emu/kinfer
+else ifeq ($(SANITIZE),address)
+TESTS     += $(EMU_GPU_TESTS)
 else
 TESTS     := $(filter-out $(B)/tests/test_emu_kernel,$(TESTS))
 endif
