@@ -109,11 +109,20 @@ EMU_LIB_OBJS := $(filter-out $(CUDA_C_SRCS:%.c=$(B)/%.o) $(B)/gpu/cuda_stub.o,$(
 EMU_LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread -lstdc++ -ldl -lrt
 # The CUDA backend's tests that run on the emulated device in make test.
 EMU_GPU_TESTS := $(B)/emu/tests/test_cuda_prims
+# Scripts make test runs after the programs: the worker end to end on the
+# emulated device (tests/emu_e2e.sh: test_text_jobs and kinfer smoke
+# against $(B)/emu/kinfer) and the bugs it must catch (tests/emu_bugs.sh).
+EMU_SCRIPTS  := tests/emu_e2e.sh tests/emu_bugs.sh
 ifneq ($(wildcard $(CUDA_HOME)/include/cublasLt.h),)
 $(B)/emu/%.o: CFLAGS += -isystem $(CUDA_HOME)/include
-# Kernel threads are ucontext contexts, which the sanitizers do not follow
-# yet: the execution model's tests run in the plain build only.
+# Kernel threads are ucontext contexts: AddressSanitizer is told of each
+# switch (emu/emu_kernel.cc) and runs the emulated tests too; the other
+# sanitizers do not follow them, and run without the execution model's.
 ifeq ($(SANITIZE),)
+TESTS     += $(EMU_GPU_TESTS)
+TEST_SCRIPTS += $(EMU_SCRIPTS)
+TEST_BUILDS  += $(B)/emu/kinfer
+else ifeq ($(SANITIZE),address)
 TESTS     += $(EMU_GPU_TESTS)
 else
 TESTS     := $(filter-out $(B)/tests/test_emu_kernel,$(TESTS))
@@ -209,8 +218,8 @@ deps:
 # tests/layers.sh checks the tree's shape: the folders include one way
 # (no cycle) and no source file outgrows 900 lines.
 test: deps
-	$(MAKE) $(B)/kinfer $(TESTS)
-	KINFER_BIN=$(B)/kinfer tests/run.sh tests/layers.sh $(TESTS)
+	$(MAKE) $(B)/kinfer $(TESTS) $(TEST_BUILDS)
+	KINFER_BIN=$(B)/kinfer tests/run.sh tests/layers.sh $(TESTS) $(TEST_SCRIPTS)
 
 test-faults: deps
 	$(MAKE) $(B)/kinfer $(FAULT_TESTS)

@@ -744,6 +744,21 @@ int model_runtime_device_stats(const struct model_runtime *rt, size_t dev,
     return rt->ops->device_stats(rt->be, dev, out);
 }
 
+void model_runtime_device_name(const struct model_runtime *rt, char *buf, size_t n)
+{
+    if (!n) return;
+    buf[0] = '\0';
+    size_t used = 0, devs = rt->ops->devices(rt->be);
+    for (size_t d = 0; d < devs && used < n; d++) {
+        struct model_device_stats ds;
+        if (model_runtime_device_stats(rt, d, &ds) < 0) continue;
+        int k = snprintf(buf + used, n - used, "%s%s", used ? ", " : "", ds.name);
+        if (k < 0) break;
+        used += (size_t)k < n - used ? (size_t)k : n - used - 1;
+    }
+    if (!used) snprintf(buf, n, "%s", rt->ops->name);
+}
+
 int model_cuda_built(void)
 {
     return backend_cuda.compiled_in;

@@ -208,6 +208,12 @@ struct model_device_stats {
 int model_runtime_device_stats(const struct model_runtime *rt, size_t dev,
                                struct model_device_stats *out);
 
+/* Which device runs the models, in words, into buf: "cpu", or the CUDA
+ * devices' names ("NVIDIA H100 80GB HBM3"; the emulated device's name
+ * begins "emulated"), several joined by ", ". For the startup log,
+ * /readyz, the heartbeat and kinfer_backend_info. */
+void model_runtime_device_name(const struct model_runtime *rt, char *buf, size_t n);
+
 /* What this build knows of CUDA, for `kinfer --version` and the build
  * info metric: whether the CUDA backend is compiled in, and a line saying
  * so and how many devices are usable now ("cuda: built in; 0 usable

@@ -774,7 +774,8 @@ static void test_http_endpoints(void **state)
     free(body);
     for (int k = 0; k < STATS_N_COND; k++) stats_set_cond(st, (enum stats_cond)k, 1);
     assert_int_equal(http(port, "GET", "/readyz", &body, NULL, 0), 200);
-    assert_string_equal(body, "{\"ready\":true,\"reasons\":[],\"backend\":\"cpu\"}\n");
+    assert_string_equal(body,
+                        "{\"ready\":true,\"reasons\":[],\"backend\":\"cpu\",\"device\":\"cpu\"}\n");
     free(body);
 
     const struct {
@@ -1059,6 +1060,7 @@ static void test_worker_metrics(void **state)
     assert_true(json_is_true(json_object_get(me, "ready")));
     assert_true(json_is_true(json_object_get(me, "healthy")));
     assert_string_equal(json_string_value(json_object_get(me, "backend")), "cpu");
+    assert_string_equal(json_string_value(json_object_get(me, "device")), "cpu");
     assert_int_equal(json_array_size(json_object_get(me, "partitions")), PARTS);
     json_decref(doc);
     char cmd[600], *out = NULL;

@@ -69,6 +69,16 @@ static const char *test_backend(void)
     return b && *b ? b : "cpu";
 }
 
+/* Seconds to wait for a worker's answers: $KINFER_TEST_WAIT_S, 60 by
+ * default (the emulated device, tests/emu_e2e.sh, is far slower than a
+ * CPU or a GPU and is given more). */
+static double wait_s(void)
+{
+    const char *s = getenv("KINFER_TEST_WAIT_S");
+    double v = s && *s ? atof(s) : 0;
+    return v > 0 ? v : 60;
+}
+
 static char brokers[512];
 static int redis_port;
 static char emb_dir[300], cls_dir[300], mlp_path[300];
@@ -632,7 +642,7 @@ static void check_answer(const struct tcase *c, const struct answer *a, const ch
 static void run_cases(const char *name, const char *topic, struct tcase **cases, size_t n,
                       struct answer *ans)
 {
-    assert_int_equal(wait_answers(name, cases, n, ans, 60), n);
+    assert_int_equal(wait_answers(name, cases, n, ans, wait_s()), n);
     char reply[96];
     snprintf(reply, sizeof(reply), "%s.results", name);
     check_replies(reply, cases, n, ans);
@@ -1340,7 +1350,7 @@ static void test_invalid_jobs(void **state)
     produce_all("big.jobs", cases + n_bad, 2);
     const char *cfg = write_config("bad", "\"bad.jobs\", \"big.jobs\"", NULL, NULL);
     pid_t w = start_worker(cfg, "bad");
-    assert_int_equal(wait_answers("bad", cases, n, ans, 60), n);
+    assert_int_equal(wait_answers("bad", cases, n, ans, wait_s()), n);
     char reply[] = "bad.results";
     check_replies(reply, cases, n, ans);
     for (size_t i = 0; i < n; i++)
