@@ -105,11 +105,13 @@ EMU_DEV_OBJS := $(EMU_GPU_OBJS) $(EMU_RT_OBJS) $(EMU_LT_OBJS) $(EMU_KERNEL_OBJS)
 EMU_LIB_OBJS := $(filter-out $(CUDA_C_SRCS:%.c=$(B)/%.o) $(B)/gpu/cuda_stub.o,$(LIB_OBJS))
 EMU_LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread -lstdc++ -ldl -lrt
 # The CUDA backend's tests that run on the emulated device in make test.
-EMU_GPU_TESTS := $(B)/emu/tests/test_cuda_prims
+EMU_GPU_TESTS := $(B)/emu/tests/test_cuda_prims $(B)/emu/tests/test_gpu \
+                 $(B)/emu/tests/test_arch_encoders
 ifneq ($(wildcard $(CUDA_HOME)/include/cublasLt.h),)
 $(B)/emu/%.o: CFLAGS += -isystem $(CUDA_HOME)/include
-# Kernel threads are ucontext contexts, which the sanitizers do not follow
-# yet: the execution model's tests run in the plain build only.
+# Kernel threads run on stacks of their own, switched by hand, which the
+# sanitizers do not follow: the execution model's tests run in the plain
+# build only.
 ifeq ($(SANITIZE),)
 TESTS     += $(EMU_GPU_TESTS)
 else
@@ -182,9 +184,11 @@ $(B)/emu/kinfer: $(B)/cmd/main.o $(EMU_LIB_OBJS) $(EMU_DEV_OBJS)
 
 # A test program of the CUDA backend, on the emulated device: cuBLASLt's
 # symbols are exported (-rdynamic) for gpu/cuda_lt.c's dlopen(NULL).
+# KINFER_EMU tells a test it runs there (test_arch_encoders then runs
+# only its CUDA test).
 $(B)/emu/tests/%: tests/%.c $(EMU_LIB_OBJS) $(EMU_DEV_OBJS) tests/testutil.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -rdynamic -o $@ $< $(EMU_LIB_OBJS) $(EMU_DEV_OBJS) \
+	$(CC) $(CFLAGS) -DKINFER_EMU $(LDFLAGS) -rdynamic -o $@ $< $(EMU_LIB_OBJS) $(EMU_DEV_OBJS) \
 	  $(EMU_LDLIBS) -lcmocka
 
 # Installs whatever Debian package is missing (needs root, or sudo).
