@@ -27,7 +27,11 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#if !defined(__x86_64__)
+// The hand-written switch returns on another stack than it was called
+// on, which a shadow stack (CET) would refuse: such builds use ucontext.
+#if defined(__x86_64__) && !(defined(__CET__) && (__CET__ & 2))
+#define EMU_FAST_SWITCH 1
+#else
 #include <ucontext.h>
 #endif
 
@@ -45,7 +49,7 @@ namespace {
 
 constexpr size_t kStack = 64 << 10;
 
-#if defined(__x86_64__)
+#ifdef EMU_FAST_SWITCH
 // A context is the stack pointer it was left at; the registers lie on
 // that stack, pushed by ctx_switch.
 struct ctx {
