@@ -185,7 +185,7 @@ $(B)/emu/kinfer: $(B)/cmd/main.o $(EMU_LIB_OBJS) $(EMU_DEV_OBJS)
 # A test program of the CUDA backend, on the emulated device: cuBLASLt's
 # symbols are exported (-rdynamic) for gpu/cuda_lt.c's dlopen(NULL).
 # KINFER_EMU tells a test it runs there (test_arch_encoders then runs
-# only its CUDA test).
+# only its CUDA test, test_gpu fewer random encoder batches).
 $(B)/emu/tests/%: tests/%.c $(EMU_LIB_OBJS) $(EMU_DEV_OBJS) tests/testutil.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DKINFER_EMU $(LDFLAGS) -rdynamic -o $@ $< $(EMU_LIB_OBJS) $(EMU_DEV_OBJS) \
