@@ -108,22 +108,25 @@ EMU_DEV_OBJS := $(EMU_GPU_OBJS) $(EMU_RT_OBJS) $(EMU_LT_OBJS) $(EMU_KERNEL_OBJS)
 EMU_LIB_OBJS := $(filter-out $(CUDA_C_SRCS:%.c=$(B)/%.o) $(B)/gpu/cuda_stub.o,$(LIB_OBJS))
 EMU_LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread -lstdc++ -ldl -lrt
 # The CUDA backend's tests that run on the emulated device in make test.
-EMU_GPU_TESTS := $(B)/emu/tests/test_cuda_prims
+EMU_GPU_TESTS := $(B)/emu/tests/test_cuda_prims $(B)/emu/tests/test_gpu \
+                 $(B)/emu/tests/test_arch_encoders
 # Scripts make test runs after the programs: the worker end to end on the
 # emulated device (tests/emu_e2e.sh: test_text_jobs and kinfer smoke
 # against $(B)/emu/kinfer) and the bugs it must catch (tests/emu_bugs.sh).
 EMU_SCRIPTS  := tests/emu_e2e.sh tests/emu_bugs.sh
 ifneq ($(wildcard $(CUDA_HOME)/include/cublasLt.h),)
 $(B)/emu/%.o: CFLAGS += -isystem $(CUDA_HOME)/include
-# Kernel threads are ucontext contexts: AddressSanitizer is told of each
-# switch (emu/emu_kernel.cc) and runs the emulated tests too; the other
-# sanitizers do not follow them, and run without the execution model's.
+# Kernel threads run on stacks of their own, switched by hand:
+# AddressSanitizer is told of each switch (emu/emu_kernel.cc) and runs the
+# primitives' emulated test too (the whole list would take it minutes);
+# the other sanitizers do not follow the switches, and run without the
+# execution model's tests.
 ifeq ($(SANITIZE),)
 TESTS     += $(EMU_GPU_TESTS)
 TEST_SCRIPTS += $(EMU_SCRIPTS)
 TEST_BUILDS  += $(B)/emu/kinfer
 else ifeq ($(SANITIZE),address)
-TESTS     += $(EMU_GPU_TESTS)
+TESTS     += $(B)/emu/tests/test_cuda_prims
 else
 TESTS     := $(filter-out $(B)/tests/test_emu_kernel,$(TESTS))
 endif
@@ -194,9 +197,11 @@ $(B)/emu/kinfer: $(B)/cmd/main.o $(EMU_LIB_OBJS) $(EMU_DEV_OBJS)
 
 # A test program of the CUDA backend, on the emulated device: cuBLASLt's
 # symbols are exported (-rdynamic) for gpu/cuda_lt.c's dlopen(NULL).
+# KINFER_EMU tells a test it runs there (test_arch_encoders then runs
+# only its CUDA test, test_gpu fewer random encoder batches).
 $(B)/emu/tests/%: tests/%.c $(EMU_LIB_OBJS) $(EMU_DEV_OBJS) tests/testutil.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -rdynamic -o $@ $< $(EMU_LIB_OBJS) $(EMU_DEV_OBJS) \
+	$(CC) $(CFLAGS) -DKINFER_EMU $(LDFLAGS) -rdynamic -o $@ $< $(EMU_LIB_OBJS) $(EMU_DEV_OBJS) \
 	  $(EMU_LDLIBS) -lcmocka
 
 # Installs whatever Debian package is missing (needs root, or sudo);

@@ -8,7 +8,8 @@
  * checks its configuration as the device does and enqueues the grid on
  * the stream (so it is captured into graphs like any work). The grid's
  * blocks run one after another in a shuffled order; a block's threads
- * are cooperative contexts (ucontext) on the running host thread, run in
+ * are cooperative contexts (stacks of their own, switched by hand on
+ * x86-64, by ucontext elsewhere) on the running host thread, run in
  * a shuffled order (seeded, reproducible) between the points where they
  * wait for each other: __syncthreads() and the warp shuffles, whose mask
  * is honoured (every lane it names must reach the same shuffle, or the

@@ -194,29 +194,65 @@ static void store(uint32_t t, void *p, int64_t i, float v)
 
 /* ---- the computation ------------------------------------------------------ */
 
+/* The inputs of one GEMM widened to float32 (and rounded to TF32 when
+ * asked), each row of op(A) and column of op(B) contiguous: a[i*k + l] =
+ * op(A)[i][l], b[j*k + l] = op(B)[l][j]. */
+static void widen(uint32_t t, const void *p, int64_t ld, int trans, uint64_t rows, uint64_t k,
+                  int tf32, float *out)
+{
+    for (uint64_t r = 0; r < rows; r++)
+        for (uint64_t l = 0; l < k; l++) {
+            int64_t at = trans ? (int64_t)(l + r * ld) : (int64_t)(r + l * ld);
+            float x = load(t, p, at);
+            out[r * k + l] = tf32 ? to_tf32(x) : x;
+        }
+}
+
+/* The float32 sum of x[l] * y[l]: eight running sums (the order a
+ * device's blocked kernel would also change), added pairwise at the end. */
+static float dot(const float *x, const float *y, uint64_t k)
+{
+    float s[8] = {0};
+    uint64_t l = 0;
+    for (; l + 8 <= k; l += 8)
+        for (int u = 0; u < 8; u++) s[u] += x[l + u] * y[l + u];
+    for (int u = 0; l < k; l++, u++) s[u] += x[l] * y[l];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
 static void gemm_run(void *arg)
 {
     const struct emu_gemm *g = arg;
+    size_t es = type_size(g->type);
+    uint64_t m = g->m, n = g->n, k = g->k;
+    float *a = malloc((size_t)((m + n) * k + 1) * sizeof(float));
     for (int32_t b = 0; b < g->batch; b++) {
-        const char *A = (const char *)g->a, *B = (const char *)g->b;
-        size_t es = type_size(g->type);
-        A += (size_t)(b * g->sa) * es;
-        B += (size_t)(b * g->sb) * es;
+        const char *A = (const char *)g->a + (size_t)(b * g->sa) * es;
+        const char *B = (const char *)g->b + (size_t)(b * g->sb) * es;
         const char *C = g->c ? (const char *)g->c + (size_t)(b * g->sc) * es : NULL;
         char *D = (char *)g->d + (size_t)(b * g->sd) * es;
         const char *bias = g->bias ? (const char *)g->bias + (size_t)(b * g->sbias) * es : NULL;
+        if (a) {
+            widen(g->type, A, g->lda, g->ta, m, k, g->tf32, a);
+            widen(g->type, B, g->ldb, !g->tb, n, k, g->tf32, a + m * k);
+        }
         for (uint64_t j = 0; j < g->n; j++)
             for (uint64_t i = 0; i < g->m; i++) {
                 float acc = 0.0f;
-                for (uint64_t l = 0; l < g->k; l++) {
-                    int64_t ia = g->ta ? (int64_t)(l + i * g->lda) : (int64_t)(i + l * g->lda);
-                    int64_t ib = g->tb ? (int64_t)(j + l * g->ldb) : (int64_t)(l + j * g->ldb);
-                    float x = load(g->type, A, ia), y = load(g->type, B, ib);
-                    if (g->tf32) {
-                        x = to_tf32(x);
-                        y = to_tf32(y);
+                if (a) {
+                    acc = dot(a + i * k, a + (m + j) * k, k);
+                } else {
+                    /* No memory for the widened copies: element by element. */
+                    for (uint64_t l = 0; l < g->k; l++) {
+                        int64_t ia = g->ta ? (int64_t)(l + i * g->lda) : (int64_t)(i + l * g->lda);
+                        int64_t ib = g->tb ? (int64_t)(j + l * g->ldb) : (int64_t)(l + j * g->ldb);
+                        float x = load(g->type, A, ia), y = load(g->type, B, ib);
+                        if (g->tf32) {
+                            x = to_tf32(x);
+                            y = to_tf32(y);
+                        }
+                        acc = fmaf(x, y, acc);
                     }
-                    acc = fmaf(x, y, acc);
                 }
                 float v = g->alpha * acc;
                 if (g->beta != 0.0f) v += g->beta * load(g->type, C, (int64_t)(i + j * g->ldc));
@@ -227,6 +263,7 @@ static void gemm_run(void *arg)
                 store(g->type, D, (int64_t)(i + j * g->ldd), v);
             }
     }
+    free(a);
 }
 
 /* ---- handles and descriptors ---------------------------------------------- */

@@ -736,6 +736,7 @@ int main(int argc, char **argv)
         return 77;
     }
     have_device = 1;
+    fprintf(stderr, "test_cuda_prims: %s\n", what); /* the device (or "emulated") */
     tu_seed(argv[0]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm),      cmocka_unit_test(test_norms),
