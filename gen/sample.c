@@ -208,6 +208,11 @@ size_t gen_filter(const float *logits, size_t n, const struct gen_sampling *sp,
     if (sp->top_k > 0 && sp->top_k < m) {
         select_top(s->idx, m, sp->top_k, v);
         m = sp->top_k;
+        /* The walk's order must not hang on the selection's pivots: logits
+         * that differ in their last bits (another batch, another order of
+         * sums) would shuffle the kept tokens and move every boundary of
+         * the draw. Most likely first, as top-p walks them. */
+        sort_top(s->idx, m, v);
     }
 
     /* Probabilities of what is left (its largest logit is the argmax). */

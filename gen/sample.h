@@ -15,7 +15,11 @@
  * Randomness: a job's draws come only from its own stream (xoshiro256**
  * seeded from the job's seed through splitmix64), one uniform draw per
  * sampled token, so the tokens a job gets never depend on what else runs
- * in its batch, nor on the order sequences are sampled in.
+ * in its batch, nor on the order sequences are sampled in. The draw walks
+ * the kept tokens most likely first after top-k or top-p, else in id
+ * order: an order that logits differing only in their last bits (summed
+ * in another order in another batch) leave alone, so such logits move
+ * the draw's boundaries by as little, not the tokens between them.
  *
  * Threads: a sampler's scratch belongs to one thread; streams belong to
  * their jobs. Nothing here allocates except gen_scratch_new. */
