@@ -103,8 +103,8 @@ struct gen_engine *gen_engine_new(const struct decoder *d, const struct tokenize
                                   size_t errstr_size)
 {
     const struct decoder_info *in = decoder_info(d);
-    if (!cb || !cb->on_done) {
-        snprintf(errstr, errstr_size, "generation engine: on_done is required");
+    if (!cb || !cb->on_done || !tok) {
+        snprintf(errstr, errstr_size, "generation engine: a tokenizer and on_done are required");
         return NULL;
     }
     if (conf->max_waiting < 1 || conf->max_waiting > (1u << 20) || conf->max_seqs < 1 ||
@@ -417,46 +417,39 @@ static size_t schedule(struct gen_engine *e)
     memcpy(e->order, e->running, n * sizeof(*e->order));
     qsort(e->order, n, sizeof(*e->order), run_cmp);
     for (size_t i = 0; i < n; i++) e->order[i]->take = 0;
+    /* decoding sequences first, one token each (max_batch_tokens >=
+     * max_seqs: the budget always holds them) */
     for (size_t i = 0; i < n; i++) {
         struct gen_seq *s = e->order[i];
-        if (!s || s->cid < 0 || budget == 0) continue; /* gone this step */
-        size_t need = s->n_ids - s->computed, k = need < budget ? need : budget;
-        for (;;) {
-            size_t avail = kvcache_free_blocks(e->kv) - reserved;
-            size_t got = fit(e, s, k, avail);
-            if (got > 0 || need > 1) {
-                k = got;
-                break;
-            }
-            /* a decoding sequence needs a block: the worst other running
-             * sequence not yet given tokens gives its blocks back */
+        if (s->cid < 0 || s->n_ids - s->computed != 1) continue;
+        while (fit(e, s, 1, kvcache_free_blocks(e->kv) - reserved) == 0) {
+            /* it needs a block: the worst other running sequence not yet
+             * given a token gives its blocks back, else this one does */
             size_t v = n;
             while (v > i + 1 && e->order[v - 1]->cid < 0) v--;
             if (v > i + 1) {
                 preempt(e, e->order[v - 1]);
-                continue;
-            }
-            k = 0;
-            if (e->n_running == 1) {
-                finish(e, s, GEN_OK, GEN_FINISH_LENGTH, NULL);
-                e->order[i] = NULL;
-            } else if (nb == 0) {
-                /* nothing better holds tokens this step: let the blocks of
-                 * those that cannot move now go, from the worst */
-                size_t w = 0;
-                for (size_t j = 0; j < i; j++)
-                    if (e->order[j] && e->order[j]->cid >= 0) w = j + 1;
-                if (w) {
-                    preempt(e, e->order[w - 1]);
-                    k = need;
-                    continue;
-                }
-                preempt(e, s);
+            } else if (e->n_running == 1) {
+                finish(e, s, GEN_OK, GEN_FINISH_LENGTH, NULL); /* the cache is too small */
+                return nb;
             } else {
                 preempt(e, s);
+                break;
             }
-            break;
         }
+        if (s->cid < 0) continue;
+        s->take = 1;
+        reserved += kvcache_blocks_needed(e->kv, s->cid, 1);
+        budget--;
+        nb++;
+    }
+    /* then the prompts being read, a chunk each while the budget and the
+     * free blocks last */
+    for (size_t i = 0; i < n && budget > 0; i++) {
+        struct gen_seq *s = e->order[i];
+        if (s->cid < 0 || s->n_ids - s->computed < 2) continue;
+        size_t need = s->n_ids - s->computed;
+        size_t k = fit(e, s, need < budget ? need : budget, kvcache_free_blocks(e->kv) - reserved);
         if (k == 0) continue;
         s->take = k;
         reserved += kvcache_blocks_needed(e->kv, s->cid, k);

@@ -406,6 +406,18 @@ static void test_preemption(void **state)
     assert_true(pre > 0);
     assert_int_equal(seen, pre);
     assert_true(checked * 2 >= total_tokens(alone, N));
+    /* long prompts read 8 tokens a step (6 sequences) into 120 slots: prompts stall
+     * half read and give their blocks back */
+    for (size_t i = 0; i < N; i++) job_init(&jobs[i], 25, 45, 30 + tu_rand64() % 20);
+    c = conf_of(6, 8, 30, 4); /* 120 slots */
+    run_alone(&c, jobs, N, alone);
+    run_together(&c, jobs, N, together, &pre);
+    checked = 0;
+    for (size_t i = 0; i < N; i++) checked += agree(&jobs[i], &alone[i], &together[i]);
+    printf("test_preemption: long prompts: %llu preemptions; %zu of %zu tokens checked\n",
+           (unsigned long long)pre, checked, total_tokens(alone, N));
+    assert_true(pre > 0);
+    assert_true(checked * 2 >= total_tokens(alone, N));
 }
 
 /* (3) seeds: the same seed the same tokens, alone or in any batch;
@@ -440,7 +452,8 @@ static void test_seeds(void **state)
         assert_true(identical(&together[i], &twice[i])); /* the same run again */
     }
     checked += agree(&jobs[0], &together[0], &together[1]); /* twins in one batch */
-    printf("test_seeds: %zu of %zu tokens checked\n", checked, 2 * total_tokens(alone, N) + together[0].n);
+    printf("test_seeds: %zu of %zu tokens checked\n", checked,
+           2 * total_tokens(alone, N) + together[0].n);
     assert_true(checked * 2 >= 2 * total_tokens(alone, N) + together[0].n);
     assert_true(together[0].n != together[2].n ||
                 memcmp(together[0].tokens, together[2].tokens, together[0].n * 4) != 0);
@@ -625,6 +638,21 @@ static void test_refused(void **state)
     assert_int_equal(gen_engine_submit(e, &j.r, why, sizeof(why)), GEN_EINVAL);
     j.r.n_stop = 0;
     assert_int_equal(gen_engine_waiting(e), 0);
+    /* a prompt that fits the cache but cannot grow past it: length */
+    c.kv_bytes /= 4;
+    c.max_ctx = 0;
+    gen_engine_destroy(e);
+    e = engine(&c);
+    j.r.n_prompt = 30;
+    j.r.max_tokens = 10;
+    submit(e, &j, &o);
+    drain(e);
+    assert_int_equal(o.finish, GEN_FINISH_LENGTH);
+    assert_int_equal(o.n, 3); /* 32 slots hold the prompt and two; the third is sampled */
+    c.kv_bytes *= 4;
+    c.max_ctx = 48;
+    gen_engine_destroy(e);
+    e = engine(&c);
     /* the longest that fits runs, up to the context */
     j.r.n_prompt = 47;
     j.r.max_tokens = 10;
