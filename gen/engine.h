@@ -38,7 +38,7 @@
  * the pieces joined are the final text.
  *
  * Threads: an engine and everything it calls back run on the one executor
- * thread that made it. Ownership: the engine borrows the decoder and the
+ * thread that made it; a callback must not call into the engine. Ownership: the engine borrows the decoder and the
  * tokenizer (which must outlive it) and copies everything a request
  * points at; a result and a piece point into the engine, valid during the
  * callback only. Memory: the waiting queue holds at most max_waiting

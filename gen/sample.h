@@ -16,10 +16,9 @@
  * seeded from the job's seed through splitmix64), one uniform draw per
  * sampled token, so the tokens a job gets never depend on what else runs
  * in its batch, nor on the order sequences are sampled in. The draw walks
- * the kept tokens most likely first after top-k or top-p, else in id
- * order: an order that logits differing only in their last bits (summed
- * in another order in another batch) leave alone, so such logits move
- * the draw's boundaries by as little, not the tokens between them.
+ * the kept tokens in id order, so logits that differ only in their last
+ * bits (summed in another order in another batch) move each token's share
+ * of [0, 1) by as little, and never swap two near ties' shares.
  *
  * Threads: a sampler's scratch belongs to one thread; streams belong to
  * their jobs. Nothing here allocates except gen_scratch_new. */
