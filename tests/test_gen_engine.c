@@ -30,7 +30,8 @@
  * agrees across batch compositions, and different seeds differ; (4) finish reasons eos, stop (text cut before
  * the stop string, the stream never shows it), length (max_tokens and
  * context, and a lone sequence the whole cache cannot grow), deadline
- * and deadline_exceeded, and gen_engine_abort; (5) prompts that can never
+ * and deadline_exceeded; a failed step leaves the jobs to step again,
+ * gen_engine_abort reports them; (5) prompts that can never
  * fit are refused at submit; (6) the waiting queue is bounded; (7) a
  * long prompt read in chunks gives what one read gives. Streams: the
  * pieces joined are always the final text. */
@@ -600,6 +601,19 @@ static void test_finish_reasons(void **state)
     assert_int_equal(o.text_len, 0);
     assert_int_equal(o2.status, GEN_OK);
     assert_int_equal(o2.n, 2);
+    /* a failed step changes nothing: stepping again gives the same job */
+    j2.r.max_tokens = 5;
+    submit(e, &j2, &o2);
+    assert_true(gen_engine_step(e) > 0);
+    decoder_ws_inject_fault(gen_engine_ws(e));
+    assert_true(gen_engine_step(e) < 0);
+    assert_true(strlen(gen_engine_error(e)) > 0);
+    assert_int_equal(gen_engine_running(e), 1);
+    assert_int_equal(o2.done, 0);
+    drain(e);
+    assert_int_equal(o2.status, GEN_OK);
+    assert_int_equal(o2.n, 5);
+    assert_memory_equal(o2.tokens, ref.tokens, 5 * sizeof(int32_t));
     /* abort reports everything left */
     submit(e, &j2, &o2);
     gen_engine_abort(e, "the device failed");
