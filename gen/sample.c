@@ -176,6 +176,12 @@ static int by_before(const void *a, const void *b)
     return before(tl_v, x, y) ? -1 : before(tl_v, y, x) ? 1 : 0;
 }
 
+static int by_id(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 static void sort_top(uint32_t *idx, size_t n, const double *v)
 {
     tl_v = v;
@@ -242,6 +248,13 @@ size_t gen_filter(const float *logits, size_t n, const struct gen_sampling *sp,
             if (v[s->idx[i]] >= floor) s->idx[keep++] = s->idx[i];
         m = keep;
     }
+    if ((sp->top_k > 0 || sp->top_p < 1.0f) && m > 1)
+        /* The draw walks the kept tokens in id order, not in the order
+         * the selections left them: logits that differ in their last bits
+         * (another batch, sums in another order) then move each token's
+         * share of [0, 1) by as little, where a reordering of two near
+         * ties would hand one's whole share to the other. */
+        qsort(s->idx, m, sizeof(*s->idx), by_id);
     double mass = 0.0;
     for (size_t i = 0; i < m; i++) mass += v[s->idx[i]];
     for (size_t i = 0; i < m; i++) v[s->idx[i]] /= mass;

@@ -15,7 +15,10 @@
  * Randomness: a job's draws come only from its own stream (xoshiro256**
  * seeded from the job's seed through splitmix64), one uniform draw per
  * sampled token, so the tokens a job gets never depend on what else runs
- * in its batch, nor on the order sequences are sampled in.
+ * in its batch, nor on the order sequences are sampled in. The draw walks
+ * the kept tokens in id order, so logits that differ only in their last
+ * bits (summed in another order in another batch) move each token's share
+ * of [0, 1) by as little, and never swap two near ties' shares.
  *
  * Threads: a sampler's scratch belongs to one thread; streams belong to
  * their jobs. Nothing here allocates except gen_scratch_new. */
