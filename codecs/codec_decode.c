@@ -22,9 +22,11 @@
  * - A record that parses but whose top level is not a map is not a job and
  *   is dead-lettered even when its key is a valid id: it "cannot be decoded"
  *   (docs/protocol.md). Likewise anything that does not parse (truncated, too
- *   deep, trailing bytes, duplicate keys). Only an oversize payload is
- *   answered with invalid_input when the key is a usable id, because that
- *   record may be a well-formed job that is merely too big.
+ *   deep, trailing bytes, duplicate keys). An oversize payload is answered
+ *   with invalid_input when the key is a usable id, because that record
+ *   may be a well-formed job that is merely too big; a dead-lettered
+ *   record with such a key is answered as well, by the intake (it has the
+ *   record's bytes for the dead letter).
  * - Duplicate keys: JSON rejects them anywhere (JSON_REJECT_DUPLICATES);
  *   MessagePack rejects a duplicated known top-level field (comparing every
  *   key pair of a large hostile map would be quadratic).

@@ -73,6 +73,8 @@ struct acase {
     enum proto_err err;         /* answered: the code */
     const char *msg;            /* answered or dead: a substring of the message */
     const char *id;             /* the job's id, when it has one */
+    const char *answer;         /* dead: a substring of the error result also
+                                   published under the key (NULL: none) */
 };
 
 static const struct acase cases[] = {
@@ -135,6 +137,15 @@ static const struct acase cases[] = {
     {"a bad field", "{\"id\": \"m\", \"text\": 7}", NULL, NULL, INTAKE_ANSWERED,
      .err = PROTO_ERR_INVALID_INPUT, .msg = "text", .id = "m"},
     {"not a job", "\x01\x02 garbage", NULL, NULL, INTAKE_DEAD, .msg = ""},
+    /* A record that is no job but whose key is a usable id: dead-lettered,
+     * and its sender answered under the key. */
+    {"truncated JSON with a key", "{\"id\":\"bad-json\",\"text\":\"hello", "bad-json", NULL,
+     INTAKE_DEAD, .msg = "json", .id = "bad-json",
+     .answer = "{\"id\":\"bad-json\","},
+    {"garbage with a key", "\x01\x02 garbage", "k-9", NULL, INTAKE_DEAD, .msg = "not a job",
+     .id = "k-9", .answer = "invalid_input"},
+    {"garbage with a key that is no id", "\x01\x02 garbage", "no id!", NULL, INTAKE_DEAD,
+     .msg = "not a job"},
     {"JSON without an id or key", "{\"text\": [\"x\"]}", NULL, NULL, INTAKE_DEAD, .msg = "id"},
     {"a pair to RoBERTa (one token type, pairs all type 0)",
      "{\"id\": \"n\", \"model\": \"rob\", \"text\": [\"the movie\"], \"text_pair\": "
@@ -231,6 +242,16 @@ static void test_cases(void **state)
             assert_memory_equal(j->raw_value, c->value, j->raw_value_len);
             if (!strstr(j->errmsg, c->msg))
                 fail_msg("%s: dead letter says \"%s\", want \"%s\"", c->what, j->errmsg, c->msg);
+            if (!c->answer) {
+                assert_null(j->body);
+            } else {
+                if (!j->body) fail_msg("%s: no error result beside the dead letter", c->what);
+                char *body = strndup((const char *)j->body, j->body_len);
+                assert_non_null(body);
+                if (!strstr(body, c->answer) || !strstr(body, "invalid_input"))
+                    fail_msg("%s: error result %s, want \"%s\"", c->what, body, c->answer);
+                free(body);
+            }
         }
         printf("  %-42s %s\n", c->what,
                got == INTAKE_QUEUED ? "queued" : j->errmsg[0] ? j->errmsg : "(answered)");

@@ -114,8 +114,21 @@ static void dead_letter(struct intake *in, struct job *j, const struct intake_re
         if (j->raw_value) memcpy(j->raw_value, m->value, vlen);
         j->raw_value_len = j->raw_value ? vlen : 0;
     }
+    /* A key that is a usable id names the job: whoever sent it is told,
+     * with an invalid_input result under that id, as an oversize record's
+     * sender is (docs/protocol.md, "Records that are not jobs"). */
+    if (m->key && proto_id_valid((const char *)m->key, m->key_len)) {
+        memcpy(j->req.id, m->key, m->key_len);
+        j->req.id[m->key_len] = '\0';
+        j->req.enc = m->value_len && ((const char *)m->value)[0] == '{' ? PROTO_ENC_JSON
+                                                                        : PROTO_ENC_MSGPACK;
+        if (job_encode(j, clock_wall_ms()) < 0) {
+            LOG_E("out_of_memory", "where=encode id=%s", j->req.id);
+            atomic_store(in->c.fatal, 1);
+        }
+    }
     /* Held bytes count against the in-flight bound like rows of input. */
-    j->weight = 1 + (klen + vlen) / in->row_bytes;
+    j->weight = 1 + (klen + vlen + j->body_len) / in->row_bytes;
     in->inflight_rows += j->weight;
     LOG_W("dead_letter", "topic=%s partition=%" PRId32 " offset=%" PRId64 " error=\"%s\"",
           j->topic, j->partition, j->offset, why);
