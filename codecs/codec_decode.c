@@ -681,6 +681,9 @@ static size_t count_bignums(const json_t *v)
 
 /* JSON: parse (duplicates rejected, trailing bytes rejected by jansson),
  * cap the depth, pick the fields, decode them, free the tree. A document
+ * refused for ill-formed UTF-8 is parsed again with it marked, and the
+ * markers turned back (json_utf8.c): kept only when exactly those are
+ * found, else the record is dead-lettered for jansson's first error. A document
  * refused only for numbers C cannot hold is parsed again with them
  * rewritten (codec_decode.h, CODEC_BIGNUM_TAG); that is kept only when
  * it holds exactly the rewritten numbers (no forged tag), else the record
@@ -692,15 +695,38 @@ static enum codec_rc decode_json(struct dctx *c, const unsigned char *v, size_t 
      * the tokenizer drops it; every other string field is checked. */
     const size_t flags = JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL;
     json_t *root = json_loadb((const char *)v, len, flags, &e);
+    /* Ill-formed UTF-8: parsed again with it marked (json_utf8.c); e
+     * stays the first error, the one a dead letter names. */
+    char *marked = NULL;
+    size_t marks = 0, keys = 0;
+    json_error_t e2 = e;
+    if (!root && json_error_code(&e) == json_error_invalid_utf8) {
+        size_t mlen = 0;
+        marked = codec_js_mark_utf8(v, len, &marks, &keys, &mlen);
+        if (marked && (marks || keys)) {
+            v = (const unsigned char *)marked;
+            len = mlen;
+            root = json_loadb(marked, mlen, flags, &e2);
+        }
+    }
     size_t bignums = 0;
-    if (!root && json_error_code(&e) == json_error_numeric_overflow) {
+    if (!root && json_error_code(&e2) == json_error_numeric_overflow) {
         size_t rlen = 0;
         char *rw = rewrite_bignums(v, len, &bignums, &rlen);
-        json_error_t e2;
-        if (rw && bignums) root = json_loadb(rw, rlen, flags, &e2);
+        json_error_t e3;
+        if (rw && bignums) root = json_loadb(rw, rlen, flags, &e3);
         free(rw);
         if (root && (!json_depth_ok(root, 1, c->lim->max_depth) ||
                      count_bignums(root) != bignums)) {
+            json_decref(root);
+            root = NULL;
+        }
+    }
+    free(marked);
+    if (root && marks) {
+        size_t found = 0;
+        if (!json_depth_ok(root, 1, c->lim->max_depth) ||
+            codec_js_unmark_utf8(root, &found) < 0 || found != marks) {
             json_decref(root);
             root = NULL;
         }

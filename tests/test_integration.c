@@ -458,8 +458,8 @@ static void produce_bad_meta(rd_kafka_t *p, const char *topic, const char *id, c
  * future, so the jobs run and are answered ok, not deadline_exceeded.
  * Ill-formed UTF-8 in a job's model and meta comes back repaired (U+FFFD),
  * so every str of the result is well-formed and a strict client can read
- * the error code; a JSON record with ill-formed UTF-8 is dead-lettered
- * with an x-error header that is well-formed too. */
+ * the error code; a broken JSON record with ill-formed UTF-8 is
+ * dead-lettered with an x-error header that is well-formed too. */
 static void test_hostile_fields_answered(void **state)
 {
     (void)state;
@@ -503,7 +503,8 @@ static void test_hostile_fields_answered(void **state)
     }
     snprintf(ids[nc], sizeof(ids[nc]), "bad-utf8-meta");
     produce_bad_meta(p, "hostile.jobs", ids[nc], in);
-    const char bad_json[] = "{\"id\":\"dead-utf8\",\"model\":\"\xc3(\",\"input\":[1]}";
+    /* no JSON document (cut short) with ill-formed UTF-8 in it */
+    const char bad_json[] = "{\"id\":\"dead-utf8\",\"model\":\"\xc3(\",\"input\":[1]";
     assert_int_equal(h_produce(p, "hostile.jobs", NULL, 0, bad_json, strlen(bad_json), NULL), 0);
     assert_int_equal(rd_kafka_flush(p, 10000), 0);
     rd_kafka_destroy(p);
