@@ -136,6 +136,10 @@ static const struct acase cases[] = {
      .msg = "deadline passed before the job was queued", .id = "l"},
     {"a bad field", "{\"id\": \"m\", \"text\": 7}", NULL, NULL, INTAKE_ANSWERED,
      .err = PROTO_ERR_INVALID_INPUT, .msg = "text", .id = "m"},
+    {"empty text", "{\"id\": \"m2\", \"text\": []}", NULL, NULL, INTAKE_ANSWERED,
+     .err = PROTO_ERR_INVALID_INPUT, .msg = "text", .id = "m2"},
+    {"a bad priority", "{\"id\": \"m3\", \"text\": \"x\", \"priority\": 42}", NULL, NULL,
+     INTAKE_ANSWERED, .err = PROTO_ERR_INVALID_INPUT, .msg = "priority", .id = "m3"},
     {"not a job", "\x01\x02 garbage", NULL, NULL, INTAKE_DEAD, .msg = ""},
     /* A record that is no job but whose key is a usable id: dead-lettered,
      * and its sender answered under the key. */
@@ -143,7 +147,7 @@ static const struct acase cases[] = {
      INTAKE_DEAD, .msg = "json", .id = "bad-json",
      .answer = "{\"id\":\"bad-json\","},
     {"garbage with a key", "\x01\x02 garbage", "k-9", NULL, INTAKE_DEAD, .msg = "not a job",
-     .id = "k-9", .answer = "invalid_input"},
+     .id = "k-9", .answer = "\xa5model\xa3" "emb"},
     {"garbage with a key that is no id", "\x01\x02 garbage", "no id!", NULL, INTAKE_DEAD,
      .msg = "not a job"},
     {"JSON without an id or key", "{\"text\": [\"x\"]}", NULL, NULL, INTAKE_DEAD, .msg = "id"},
@@ -236,6 +240,15 @@ static void test_cases(void **state)
             if (j->err != c->err || !strstr(j->errmsg, c->msg))
                 fail_msg("%s: error %d \"%s\", want %d with \"%s\"", c->what, j->err, j->errmsg,
                          c->err, c->msg);
+            /* a job that names no model is answered under the default's
+             * name, as an ok result would be */
+            if (!strstr(c->value, "\"model\"")) {
+                char *body = strndup((const char *)j->body, j->body_len);
+                assert_non_null(body);
+                if (!strstr(body, "\"model\":\"emb\""))
+                    fail_msg("%s: result %s does not name the default model", c->what, body);
+                free(body);
+            }
         } else {
             assert_int_equal(j->kind, JOB_DEAD);
             assert_int_equal(j->raw_value_len, strlen(c->value));

@@ -77,10 +77,21 @@ void intake_collect(struct intake *in)
     release(in, offsets_collect(in->c.offsets, in->consumer), 1);
 }
 
+/* The model a job that names none is answered under: the one it would
+ * have run on (the override, else the default), as an ok result names
+ * it; NULL (the job's own name) when it names one. */
+static const char *answered_model(const struct intake *in, const struct job *j)
+{
+    if (j->model_name || j->req.model[0]) return j->model_name;
+    int idx = in->c.model_override >= 0 ? in->c.model_override : in->c.default_model;
+    return idx >= 0 && (size_t)idx < in->c.n_models ? model_name(in->c.models[idx]) : NULL;
+}
+
 /* Finishes a job that will not run: encodes its error result and hands it
  * to the sink. */
 static void answer_now(struct intake *in, struct job *j)
 {
+    j->model_name = answered_model(in, j);
     if (!j->weight) j->weight = 1;
     in->inflight_rows += j->weight;
     if (job_encode(j, clock_wall_ms()) < 0) {
@@ -122,6 +133,7 @@ static void dead_letter(struct intake *in, struct job *j, const struct intake_re
         j->req.id[m->key_len] = '\0';
         j->req.enc = m->value_len && ((const char *)m->value)[0] == '{' ? PROTO_ENC_JSON
                                                                         : PROTO_ENC_MSGPACK;
+        j->model_name = answered_model(in, j);
         if (job_encode(j, clock_wall_ms()) < 0) {
             LOG_E("out_of_memory", "where=encode id=%s", j->req.id);
             atomic_store(in->c.fatal, 1);
