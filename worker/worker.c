@@ -250,6 +250,7 @@ static void tick(struct worker *w, struct ticks *t)
     if (now >= t->watchdog) {
         watchdog_check(w);
         publish_devices(w, &t->devices, now);
+        log_flush_suppressed(0); /* counts of a burst that is over */
         t->watchdog = now + 1000000;
     }
     if (now >= t->log) {
