@@ -98,7 +98,7 @@ static const struct bad_case bad_cases[] = {
      "gpu.devices[0]: -1 is out of range 0..1023"},
     {"gpu_devices_not_array", M "gpu = {\n  devices = 0;\n};\n", NULL, 3,
      "gpu.devices: expected an array of device indices"},
-    {"gpu_devices_set", M, "gpu.devices=0", 0, "gpu.devices is an array of device indices"},
+    {"gpu_devices_set", M, "gpu.devices=0,2000", 0, "--set gpu.devices=0,2000: gpu.devices[1]: 2000 is out of range 0..1023"},
     {"gpu_executors_zero", M "gpu = {\n  executors_per_device = 0;\n};\n", NULL, 3,
      "0 is out of range 1..16"},
     {"worker_backend_unknown", M "worker = {\n  backend = \"tpu\";\n};\n", NULL, 3,
@@ -335,8 +335,12 @@ static const struct bad_case bad_cases[] = {
     {"set_section", M, "kafka=1", 0, "--set kafka=1: unknown setting"},
     {"set_no_equals", M, "batching.max_wait_ms", 0, "--set batching.max_wait_ms: expected section.key=value"},
     {"set_no_name", M, "=5", 0, "expected section.key=value"},
-    {"set_aggregate", M, "kafka.topics=a", 0, "--set kafka.topics=a: kafka.topics is a list of strings; set it in the file"},
-    {"set_models", M, "models=x", 0, "set it in the file"},
+    {"set_list_empty_item", M, "kafka.topics=a,,b", 0,
+     "--set kafka.topics=a,,b: kafka.topics[1]: must not be empty"},
+    {"set_list_twice", M, "kafka.topics=a, a", 0, "--set kafka.topics=a, a: kafka.topics: 'a' is listed twice"},
+    {"set_list_not_ints", M, "batching.preferred_sizes=8,x", 0,
+     "--set batching.preferred_sizes=8,x: expected an array of integers [ 8, 16, 32 ]"},
+    {"set_models", M, "models=x", 0, "--set models=x: expected a list of groups"},
     {"set_bad_choice", M, "log.level=loud", 0, "--set log.level=loud: 'loud' is not one of"},
     {"set_empty_string", M, "kafka.brokers=", 0, "--set kafka.brokers=: must not be empty"},
     {"set_bad_listen", M, "metrics.listen=9464", 0, "--set metrics.listen=9464: '9464' is not host:port"},
@@ -610,6 +614,9 @@ static void test_set_overrides(void **state)
         "batching.max_batch_rows=+48",
         "gpu.graphs=false",
         "gpu.precision=fp16",
+        "kafka.topics=in.a, in.b,in.\"c",
+        "batching.preferred_sizes=[ 4, 8 ]",
+        "batching.topic_priorities=( ( \"in.a\", 2 ) )",
     };
     struct kcfg *c = load_good(
         "redis = { password = \"secret\"; };\n"
@@ -634,6 +641,14 @@ static void test_set_overrides(void **state)
     assert_string_equal(c->kafka.properties[1].key, "compression.type");
     assert_string_equal(c->kafka.properties[1].value, "lz4");
     assert_string_equal(c->kafka.properties[2].value, "all");
+    /* lists by --set: a,b for strings, the file's syntax for any */
+    assert_int_equal(c->kafka.n_topics, 3);
+    assert_string_equal(c->kafka.topics[0], "in.a");
+    assert_string_equal(c->kafka.topics[1], "in.b");
+    assert_string_equal(c->kafka.topics[2], "in.\"c");
+    assert_int_equal(c->batching.n_preferred_sizes, 2);
+    assert_int_equal(c->batching.preferred_sizes[1], 8);
+    assert_int_equal(cfg_topic_priority(c, "in.a"), 2);
     cfg_destroy(c);
 }
 
