@@ -77,7 +77,7 @@ $K smoke -c worker.cfg "${set_args[@]}" --model text-demo --jobs "$TEXT_JOBS" --
   --json-every 5 --timeout 120 || status=$?
 
 echo "== a few of its metrics (http://127.0.0.1:$mport/metrics)"
-curl -s "http://127.0.0.1:$mport/metrics" | grep -E '^kinfer_(jobs_total|batches_total|queue_depth_rows|rows_per_second|tokens_total|padding_ratio) ' | sed 's/^/   /' || true
+curl -s "http://127.0.0.1:$mport/metrics" | grep -E '^kinfer_(jobs_total|batches_total|queue_depth_rows|rows_per_second|tokens_total|padding_ratio)[{ ]' | sed 's/^/   /' || true
 echo "   /readyz: $(readyz)"
 
 echo "== stopping the worker (SIGTERM: drain, flush, commit)"
