@@ -761,6 +761,9 @@ static void test_http_endpoints(void **state)
     c.metrics.listen = taken;
     assert_null(metrics_start(&c, st, err, sizeof(err)));
     assert_non_null(strstr(err, "cannot listen"));
+    /* what the system said, not a remark of libmicrohttpd's about its options */
+    if (!strstr(err, strerror(EADDRINUSE)) || strstr(err, "MHD_OPTION"))
+        fail_msg("the refusal says: %s", err);
     /* Empty: a server that serves nothing. */
     c.metrics.listen = (char *)"";
     struct metrics *none = metrics_start(&c, st, err, sizeof(err));
