@@ -713,6 +713,66 @@ static void test_relative_paths(void **state)
     rmdir(dir);
 }
 
+/* The README's configuration table names every table row in its
+ * section's line (`| `section` | ... `key` (default) ...`). */
+static void test_readme_table(void **state)
+{
+    (void)state;
+    FILE *f = fopen("README.md", "r");
+    if (!f) fail_msg("README.md (run from the repo root) cannot be opened");
+    static char text[1 << 20];
+    size_t len = fread(text, 1, sizeof(text) - 1, f);
+    text[len] = '\0';
+    fclose(f);
+    size_t n;
+    const struct cfgtab_row *o = cfg_options(&n);
+    for (size_t i = 0; i < n; i++) {
+        const char *dot = strchr(o[i].name, '.');
+        if (!dot) continue; /* default_model has a row of its own */
+        char head[64], key[96];
+        snprintf(head, sizeof(head), "\n| `%.*s` |", (int)(dot - o[i].name), o[i].name);
+        snprintf(key, sizeof(key), "`%s`", dot + 1);
+        const char *row = strstr(text, head);
+        if (!row) fail_msg("README's settings table has no row for section %s", head + 2);
+        const char *end = strchr(row + 1, '\n');
+        size_t rlen = end ? (size_t)(end - row) : strlen(row);
+        char *line = strndup(row, rlen);
+        assert_non_null(line);
+        if (!strstr(line, key)) fail_msg("README's settings table lacks %s", o[i].name);
+        free(line);
+    }
+    /* and `make deps`'s list is the Makefile's DEB_PKGS */
+    FILE *mk = fopen("Makefile", "r");
+    assert_non_null(mk);
+    static char make[1 << 16];
+    size_t mlen = fread(make, 1, sizeof(make) - 1, mk);
+    make[mlen] = '\0';
+    fclose(mk);
+    const char *pk = strstr(make, "\nDEB_PKGS := ");
+    assert_non_null(pk);
+    const char *deps = strstr(text, "`make deps` installs");
+    assert_non_null(deps);
+    const char *deps_end = strstr(deps, ")`");
+    assert_non_null(deps_end);
+    char *sentence = strndup(deps, (size_t)(deps_end - deps + 1));
+    for (char *q = sentence; *q; q++)
+        if (*q == '\n' || *q == '`' || *q == '(' || *q == ')') *q = ' ';
+    pk += strlen("\nDEB_PKGS := ");
+    for (;;) {
+        while (*pk == ' ' || *pk == '\\' || *pk == '\n') {
+            if (*pk == '\n' && pk[-1] != '\\') break;
+            pk++;
+        }
+        if (*pk == '\n' || !*pk) break;
+        size_t w = strcspn(pk, " \\\n");
+        char word[80];
+        snprintf(word, sizeof(word), " %.*s ", (int)w, pk);
+        if (!strstr(sentence, word)) fail_msg("README's `make deps` list lacks%s", word);
+        pk += w;
+    }
+    free(sentence);
+}
+
 /* A small bounded buffer still yields a terminated, truncated message. */
 static void test_small_errstr(void **state)
 {
@@ -849,6 +909,7 @@ int main(void)
         cmocka_unit_test(test_relative_paths),
         cmocka_unit_test(test_small_errstr),
         cmocka_unit_test(test_worker_cfg),
+        cmocka_unit_test(test_readme_table),
         cmocka_unit_test(test_layer_keys_follow_op_table),
         cmocka_unit_test(test_destroy_null),
     };
