@@ -515,6 +515,18 @@ static enum codec_rc decode_msgpack(struct dctx *c, const unsigned char *v, size
 {
     char why[160];
     int is_map = (v[0] >= 0x80 && v[0] <= 0x8f) || v[0] == 0xde || v[0] == 0xdf;
+    /* A record that is JSON but no object ([1,2,3], or an object after
+     * whitespace) is told so, rather than how MessagePack read its bytes. */
+    json_t *js = is_map ? NULL : json_loadb((const char *)v, len, JSON_DECODE_ANY, NULL);
+    if (js) {
+        const char *type = json_is_object(js) ? "object" : codec_js_type(js);
+        int obj = json_is_object(js);
+        json_decref(js);
+        if (obj)
+            return dead(c, "not a job: the record is a JSON object after whitespace; a JSON job "
+                           "starts with '{'");
+        return dead(c, "not a job: the record is a JSON %s; a job is a JSON object", type);
+    }
     if (mpscan_check(v, len, c->lim->max_depth, why, sizeof(why)) < 0) {
         /* For something that is not even a map (plain text, say), lead
          * with that: how its bytes failed to parse is secondary. */
