@@ -1033,6 +1033,24 @@ static void test_worker_metrics(void **state)
     assert_int_equal(run_capture(cmd, &out), 0);
     assert_non_null(strstr(out, "group g-run: 1 live worker\n"));
     assert_non_null(strstr(out, " BACKEND "));
+    /* the age column says what it is: the heartbeat's age, not uptime */
+    assert_non_null(strstr(out, " HEARTBEAT_AGE_S"));
+    assert_null(strstr(out, " AGE_S"));
+    free(out);
+    /* --json: the same name, and numbers as written, rounded (no
+     * 0.10299999999999999) */
+    snprintf(cmd, sizeof(cmd), "%s status -c '%s' --json 2>>'%s/cli.log'", KINFER, cfg, h_dir());
+    assert_int_equal(run_capture(cmd, &out), 0);
+    assert_non_null(strstr(out, "\"heartbeat_age_s\":"));
+    assert_null(strstr(out, "\"age_s\":"));
+    for (const char *q = out; *q; q++) {
+        if (*q != '.') continue;
+        size_t digits = strspn(q + 1, "0123456789");
+        if (digits > 9) fail_msg("kinfer status --json prints a number of %zu decimals: %s", digits, out);
+    }
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s status -c '%s' 2>>'%s/cli.log'", KINFER, cfg, h_dir());
+    assert_int_equal(run_capture(cmd, &out), 0);
     assert_non_null(strstr(out, "\nrun-w "));
     assert_non_null(strstr(out, " cpu "));
     free(out);
