@@ -14,11 +14,14 @@ CUDART_A := $(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart_static.a \
 PKGS    := rdkafka hiredis msgpack libconfig jansson openblas libmicrohttpd libutf8proc libpcre2-8
 VERSION := 0.1.0
 
-# Debian 12 packages the build, tests and demo need (make deps installs them).
-DEB_PKGS := gcc make pkg-config librdkafka-dev libhiredis-dev libmsgpack-dev \
-            libconfig-dev libopenblas-dev libjansson-dev libcmocka-dev \
-            redis-server kafkacat libmicrohttpd-dev curl prometheus python3-yaml \
-            libutf8proc-dev python3-torch libpcre2-dev
+# Debian 12 packages the build needs (make deps-build installs them: the
+# container images), and those the tests and demo need besides (make deps
+# installs both lists).
+BUILD_DEB_PKGS := gcc make pkg-config librdkafka-dev libhiredis-dev libmsgpack-dev \
+            libconfig-dev libopenblas-dev libjansson-dev libmicrohttpd-dev \
+            libutf8proc-dev libpcre2-dev
+TEST_DEB_PKGS := libcmocka-dev redis-server kafkacat curl prometheus python3-yaml python3-torch
+DEB_PKGS := $(BUILD_DEB_PKGS) $(TEST_DEB_PKGS)
 
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2
 ifeq ($(WERROR),1)
@@ -79,7 +82,7 @@ else
 GPU_SRCS  += gpu/cuda_stub.c
 endif
 
-LIB_SRCS := $(wildcard base/*.c) $(wildcard codecs/*.c) $(wildcard config/*.c) $(wildcard kafka/*.c) $(GPU_SRCS) $(wildcard batching/*.c) $(wildcard text/*.c) \
+LIB_SRCS := $(wildcard base/*.c) $(wildcard codecs/*.c) $(wildcard config/*.c) $(wildcard kafka/*.c) $(GPU_SRCS) $(wildcard batching/*.c) $(wildcard text/*.c) $(wildcard gen/*.c) \
             $(wildcard worker/*.c) $(wildcard telemetry/*.c) $(wildcard tools/*.c) \
             $(filter-out cmd/main.c,$(wildcard cmd/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(B)/%.o)
@@ -106,11 +109,20 @@ EMU_LIB_OBJS := $(filter-out $(CUDA_C_SRCS:%.c=$(B)/%.o) $(B)/gpu/cuda_stub.o,$(
 EMU_LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread -lstdc++ -ldl -lrt
 # The CUDA backend's tests that run on the emulated device in make test.
 EMU_GPU_TESTS := $(B)/emu/tests/test_cuda_prims
+# Scripts make test runs after the programs: the worker end to end on the
+# emulated device (tests/emu_e2e.sh: test_text_jobs and kinfer smoke
+# against $(B)/emu/kinfer) and the bugs it must catch (tests/emu_bugs.sh).
+EMU_SCRIPTS  := tests/emu_e2e.sh tests/emu_bugs.sh
 ifneq ($(wildcard $(CUDA_HOME)/include/cublasLt.h),)
 $(B)/emu/%.o: CFLAGS += -isystem $(CUDA_HOME)/include
-# Kernel threads are ucontext contexts, which the sanitizers do not follow
-# yet: the execution model's tests run in the plain build only.
+# Kernel threads are ucontext contexts: AddressSanitizer is told of each
+# switch (emu/emu_kernel.cc) and runs the emulated tests too; the other
+# sanitizers do not follow them, and run without the execution model's.
 ifeq ($(SANITIZE),)
+TESTS     += $(EMU_GPU_TESTS)
+TEST_SCRIPTS += $(EMU_SCRIPTS)
+TEST_BUILDS  += $(B)/emu/kinfer
+else ifeq ($(SANITIZE),address)
 TESTS     += $(EMU_GPU_TESTS)
 else
 TESTS     := $(filter-out $(B)/tests/test_emu_kernel,$(TESTS))
@@ -187,7 +199,12 @@ $(B)/emu/tests/%: tests/%.c $(EMU_LIB_OBJS) $(EMU_DEV_OBJS) tests/testutil.h
 	$(CC) $(CFLAGS) $(LDFLAGS) -rdynamic -o $@ $< $(EMU_LIB_OBJS) $(EMU_DEV_OBJS) \
 	  $(EMU_LDLIBS) -lcmocka
 
-# Installs whatever Debian package is missing (needs root, or sudo).
+# Installs whatever Debian package is missing (needs root, or sudo);
+# deps-build only what building build/kinfer takes.
+.PHONY: deps-build
+deps-build:
+	@$(MAKE) --no-print-directory deps DEB_PKGS="$(BUILD_DEB_PKGS)"
+
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -201,8 +218,8 @@ deps:
 # tests/layers.sh checks the tree's shape: the folders include one way
 # (no cycle) and no source file outgrows 900 lines.
 test: deps
-	$(MAKE) $(B)/kinfer $(TESTS)
-	KINFER_BIN=$(B)/kinfer tests/run.sh tests/layers.sh $(TESTS)
+	$(MAKE) $(B)/kinfer $(TESTS) $(TEST_BUILDS)
+	KINFER_BIN=$(B)/kinfer tests/run.sh tests/layers.sh $(TESTS) $(TEST_SCRIPTS)
 
 test-faults: deps
 	$(MAKE) $(B)/kinfer $(FAULT_TESTS)
@@ -218,6 +235,12 @@ test-gpu: deps
 demo: deps
 	$(MAKE) all
 	tests/demo.sh
+
+# The CPU container image, built and run: tests/docker-test.sh (needs a
+# Docker engine; minutes). Not part of make test.
+.PHONY: docker-test
+docker-test:
+	tests/docker-test.sh
 
 # libFuzzer on the job decoder and result encoder, with ASan and UBSan:
 # builds with clang, writes a seed corpus of valid and hostile jobs, runs

@@ -1,30 +1,37 @@
 /* model.c (cmd/) - `kinfer model`: model tools. `kinfer model demo`
  * writes the demo MLP that worker.cfg names (gpu/model.h's
- * model_write_demo), or with --kind bert, roberta, mpnet or distilbert a
+ * model_write_demo), or with --kind bert, roberta, xlm-roberta, mpnet or
+ * distilbert a
  * small random encoder folder of that family (model_write_demo_encoder)
- * for text jobs.
+ * for text jobs, or with --kind llama a small random decoder folder
+ * (gpu/decoder.h's decoder_write_demo) for generation jobs.
  *
  * Threads: the main thread. */
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "../gpu/decoder.h"
 #include "../gpu/model.h"
 #include "cli.h"
 #include "commands.h"
 
 static const char usage[] =
-    "usage: kinfer model demo -o PATH [--kind mlp|bert|roberta|mpnet|distilbert] [options]\n"
+    "usage: kinfer model demo -o PATH\n"
+    "       [--kind mlp|bert|roberta|xlm-roberta|mpnet|distilbert|llama] [options]\n"
     "\n"
     "--kind mlp (default) writes a small random MLP as safetensors (tensors\n"
     "0.weight, 0.bias, 2.weight, 2.bias: dense -> relu -> dense), the model\n"
-    "worker.cfg names. --kind bert (roberta, mpnet, distilbert) writes a\n"
-    "small random encoder folder of that family as Hugging Face and\n"
+    "worker.cfg names. --kind bert (roberta, xlm-roberta, mpnet, distilbert)\n"
+    "writes a small random encoder folder of that family as Hugging Face and\n"
     "sentence-transformers lay it out (config.json with the family's keys,\n"
     "model.safetensors with its tensor names, a WordPiece vocab.txt or for\n"
-    "roberta a byte-level BPE tokenizer.json, mean pooling, normalized), or\n"
-    "with --labels N a sequence classifier; point\n"
-    "a model's path at it.\n"
+    "roberta a byte-level BPE tokenizer.json, for xlm-roberta a Unigram one,\n"
+    "mean pooling, normalized), or with --labels N a sequence classifier\n"
+    "(--labels 1: a cross-encoder, sigmoid scores). --kind llama writes a\n"
+    "small random Llama decoder folder (config.json, generation_config.json,\n"
+    "model.safetensors, a byte-level BPE tokenizer.json, tokenizer_config.json\n"
+    "with a ChatML chat_template). Point a model's path at it.\n"
     "\n"
     "  -o, --output PATH   file (mlp) or folder (bert) to write\n"
     "  --seed S            random seed (default 1)\n"
@@ -37,6 +44,8 @@ static const char usage[] =
     "  --hidden N          hidden size (default 64)\n"
     "  --heads N           attention heads (default 4)\n"
     "  --intermediate N    feed-forward size (default 4 x hidden)\n"
+    "llama: --layers, --hidden, --heads, --intermediate as encoders, and\n"
+    "  --kv-heads N        key/value heads (default heads / 2 when even)\n"
     "  --labels N          a classifier with N labels (default 0: embeddings)\n";
 
 int cmd_model(int argc, char **argv)
@@ -55,10 +64,11 @@ int cmd_model(int argc, char **argv)
         {"seed", required_argument, 0, 'S'},   {"help", no_argument, 0, 'h'},
         {"kind", required_argument, 0, 'k'},   {"layers", required_argument, 0, 'L'},
         {"heads", required_argument, 0, 'A'},  {"intermediate", required_argument, 0, 'I'},
-        {"labels", required_argument, 0, 'C'}, {0, 0, 0, 0}};
+        {"labels", required_argument, 0, 'C'}, {"kv-heads", required_argument, 0, 'K'},
+        {0, 0, 0, 0}};
     const char *path = NULL, *kind = "mlp";
     long in = 64, hidden = -1, out = 16, seed = 1;
-    long layers = 2, heads = 4, inter = 0, labels = 0;
+    long layers = 2, heads = 4, inter = 0, labels = 0, kv_heads = 0;
     int ch;
     argc--, argv++;
     optind = 1;
@@ -74,6 +84,7 @@ int cmd_model(int argc, char **argv)
         case 'A': if (cli_parse_long("model", "--heads", optarg, 1, 256, &heads) < 0) return 1; break;
         case 'I': if (cli_parse_long("model", "--intermediate", optarg, 1, 16384, &inter) < 0) return 1; break;
         case 'C': if (cli_parse_long("model", "--labels", optarg, 0, 64, &labels) < 0) return 1; break;
+        case 'K': if (cli_parse_long("model", "--kv-heads", optarg, 1, 256, &kv_heads) < 0) return 1; break;
         case 'h': fputs(usage, stdout); return 0;
         default: fputs(usage, stderr); return 1;
         }
@@ -83,6 +94,20 @@ int cmd_model(int argc, char **argv)
         return 1;
     }
     char err[512];
+    if (strcmp(kind, "llama") == 0) {
+        if (hidden < 0) hidden = 64;
+        if (!inter) inter = 3 * hidden;
+        if (!kv_heads) kv_heads = heads % 2 ? heads : heads / 2;
+        if (decoder_write_demo(path, (size_t)layers, (size_t)hidden, (size_t)heads,
+                               (size_t)kv_heads, (size_t)inter, (uint64_t)seed, err,
+                               sizeof(err)) < 0) {
+            fprintf(stderr, "kinfer model demo: %s\n", err);
+            return 1;
+        }
+        printf("wrote %s/: llama decoder, %ld layers, hidden %ld, %ld heads (%ld key/value), "
+               "intermediate %ld\n", path, layers, hidden, heads, kv_heads, inter);
+        return 0;
+    }
     if (strcmp(kind, "mlp") != 0) {
         if (hidden < 0) hidden = 64;
         if (!inter) inter = 4 * hidden;

@@ -157,7 +157,8 @@ static int read_encoder(struct loader *ld, const config_setting_t *s, const char
         return cfg_fail_at(ld, s, "%s.encoder: expected a group { pooling = \"mean\"; ... }, got %s",
                        where, cfg_type_words(config_setting_type(s)));
     static const char *const heads[] = {"embedding", "classifier", NULL};
-    static const char *const acts[] = {"softmax", "sigmoid", NULL};
+    /* in enum model_scores order */
+    static const char *const acts[] = {"softmax", "sigmoid", "none", NULL};
     int n = config_setting_length(s);
     for (int i = 0; i < n; i++) {
         const config_setting_t *v = config_setting_get_elem(s, (unsigned)i);
@@ -193,10 +194,11 @@ static int read_encoder(struct loader *ld, const config_setting_t *s, const char
             for (int c = 0; names[c]; c++)
                 if (!strcmp(val, names[c])) found = c;
             if (found < 0)
-                return cfg_fail_at(ld, v, "%s.encoder.%s: '%s' is not one of %s, %s", where, k, val,
-                               names[0], names[1]);
+                return cfg_fail_at(ld, v, "%s.encoder.%s: '%s' is not one of %s, %s%s%s", where, k,
+                               val, names[0], names[1], names[2] ? ", " : "",
+                               names[2] ? names[2] : "");
             if (!strcmp(k, "head")) e->head = found; /* enum model_head order */
-            else e->sigmoid = found;                 /* softmax 0, sigmoid 1 */
+            else e->sigmoid = found;                 /* enum model_scores order */
         } else {
             return cfg_fail_at(ld, v, "unknown setting '%s.encoder.%s' (pooling, normalize, head, "
                            "activation, lowercase, max_tokens)", where, k);

@@ -23,6 +23,21 @@
 
 #include "emu_rt.h"
 
+// AddressSanitizer is told of every switch between the scheduler's stack
+// and a thread's, so that it checks each on its own stack (no-ops in a
+// build without it).
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define ASAN_LEAVE(fake, bottom, size) __sanitizer_start_switch_fiber(fake, bottom, size)
+#define ASAN_ARRIVE(fake, bottom, size) __sanitizer_finish_switch_fiber(fake, bottom, size)
+#define ASAN_FRESH(stack, size) ASAN_UNPOISON_MEMORY_REGION(stack, size)
+#else
+#define ASAN_LEAVE(fake, bottom, size) ((void)(fake), (void)(bottom), (void)(size))
+#define ASAN_ARRIVE(fake, bottom, size) ((void)(fake), (void)(bottom), (void)(size))
+#define ASAN_FRESH(stack, size) ((void)(stack), (void)(size))
+#endif
+
 thread_local uint3 emu_threadIdx, emu_blockIdx;
 thread_local dim3 emu_blockDim, emu_gridDim;
 
@@ -59,6 +74,8 @@ struct stacks {
 };
 
 thread_local block_run *B;
+thread_local const void *sched_bottom; // the scheduler's stack, for ASAN_LEAVE
+thread_local size_t sched_size;
 thread_local stacks S;
 thread_local uint64_t rng = 0x9e3779b97f4a7c15ull;
 
@@ -80,15 +97,20 @@ void shuffle(std::vector<T> &v)
 
 void entry()
 {
+    ASAN_ARRIVE(nullptr, &sched_bottom, &sched_size);
     B->fn(B->arg);
     B->f[B->cur].st = DONE; // returns to the scheduler (uc_link)
+    ASAN_LEAVE(nullptr, sched_bottom, sched_size);
 }
 
 void yield(state s)
 {
     fiber &me = B->f[B->cur];
     me.st = s;
+    void *fake = nullptr;
+    ASAN_LEAVE(&fake, sched_bottom, sched_size);
     swapcontext(&me.ctx, &B->sched);
+    ASAN_ARRIVE(fake, &sched_bottom, &sched_size);
 }
 
 // A kernel thread's SIGSEGV or SIGBUS is the device's illegal address:
@@ -102,6 +124,7 @@ void on_fault(int sig, siginfo_t *si, void *uc)
     if (B && B->cur >= 0) {
         B->fault = true;
         B->f[(size_t)B->cur].st = DONE;
+        ASAN_LEAVE(nullptr, sched_bottom, sched_size);
         setcontext(&B->sched);
     }
     // Not a kernel's: the handler that was there before ours.
@@ -184,6 +207,7 @@ int release(block_run &b)
 __attribute__((noinline)) void fiber_init(fiber &f, char *stack, ucontext_t *link)
 {
     getcontext(&f.ctx);
+    ASAN_FRESH(stack, kStack); // what a thread that never returned left poisoned
     f.ctx.uc_stack.ss_sp = stack;
     f.ctx.uc_stack.ss_size = kStack;
     f.ctx.uc_link = link;
@@ -234,7 +258,10 @@ cudaError_t run_block(dim3 bd, void (*fn)(void *), void *arg)
         for (int i : order) {
             b.cur = i;
             emu_threadIdx = b.f[(size_t)i].tid;
+            void *fake = nullptr;
+            ASAN_LEAVE(&fake, S.s[(size_t)i], kStack);
             swapcontext(&b.sched, &b.f[(size_t)i].ctx);
+            ASAN_ARRIVE(fake, nullptr, nullptr);
             if (b.fault) break;
         }
         b.cur = -1;

@@ -28,6 +28,19 @@ const struct arch *arch_for_model_type(const char *model_type)
     return NULL;
 }
 
+/* The decoder architectures of this build. */
+static const struct arch_decoder *const arch_decoders[] = {
+    &arch_llama,
+};
+
+const struct arch_decoder *arch_decoder_for_model_type(const char *model_type)
+{
+    for (size_t i = 0; model_type && i < sizeof(arch_decoders) / sizeof(arch_decoders[0]); i++)
+        for (const char *const *t = arch_decoders[i]->model_types; t && *t; t++)
+            if (!strcmp(*t, model_type)) return arch_decoders[i];
+    return NULL;
+}
+
 const struct arch *arch_layer_list(void)
 {
     for (size_t i = 0; i < arch_registry_len; i++)
@@ -86,6 +99,7 @@ const struct st_tensor *arch_tensor(struct arch_load *ld, const char *const *pre
                                     const char *name, size_t d0, size_t d1)
 {
     const struct st_tensor *t = arch_find(ld->file, prefixes, name);
+    for (size_t i = 0; !t && i < ld->n_shards; i++) t = arch_find(ld->shards[i], prefixes, name);
     if (!t) {
         if (prefixes && prefixes[0])
             arch_fail(ld, "tensor %s not found in model.safetensors (nor %s%s)", name,

@@ -37,6 +37,10 @@ struct arch_load {
     const struct model_spec *spec;
     const json_t *config;           /* config.json (a folder), else NULL */
     const struct st_file *file;     /* the weights, mapped while load runs */
+    /* More files of a sharded checkpoint (model.safetensors.index.json),
+     * searched after file; n_shards 0 for one file. */
+    const struct st_file *const *shards;
+    size_t n_shards;
     const struct head_conf *head;   /* the head the runtime decided (folders) */
     char *errstr;
     size_t errstr_size;
@@ -102,6 +106,56 @@ const struct arch *arch_layer_list(void);
 /* "bert, mpnet, ..." into buf: the model types this build reads. */
 void arch_model_types(char *buf, size_t n);
 
+/* ---- decoders (text generation; gpu/decoder.c is their runtime) -------- */
+
+/* What a loaded decoder is. */
+struct arch_dec_info {
+    size_t vocab, hidden, layers, heads, kv_heads, head_dim, intermediate;
+    size_t context;            /* positions a sequence may take (max_position_embeddings) */
+    double flops_per_token;    /* the GEMMs' 2 x multiply-adds per token */
+};
+
+/* What a decoder workspace must hold: sequences and new tokens per step,
+ * the longest sequence, and whether every new token's logits are wanted
+ * (else the last of each sequence's). */
+struct arch_dec_sizes {
+    size_t max_seqs, max_tokens, max_ctx;
+    int all_logits;
+};
+
+/* One step on the device: s packs the new tokens (s->seq[t] is the batch
+ * row, which is also the row of kv.tables; s->pos[t] the absolute
+ * position); kv describes layer 0's cache, layer l's being layer_floats
+ * floats further in both k and v. */
+struct arch_dec_batch {
+    const struct bk_seqs *s;
+    struct bk_kv kv;
+    size_t layer_floats;
+    size_t max_ctx;
+    int all_logits;
+};
+
+struct arch_decoder {
+    const char *name;                     /* "llama" */
+    const char *const *model_types;       /* NULL-terminated */
+    void *(*load)(struct arch_load *ld, struct arch_dec_info *info);
+    void (*unload)(const struct arch_rt *rt, void *am);
+    void *(*ws_new)(const struct arch_rt *rt, const void *am, void *c,
+                    const struct arch_dec_sizes *sz, char *errstr, size_t errstr_size);
+    void (*ws_free)(void *aws);
+    /* Stores the new tokens' keys and values in the cache and points *out
+     * at their float logits (activations): s->n rows (each sequence's
+     * last token), or s->tokens rows with all_logits; vocab wide. */
+    int (*step)(const struct arch_rt *rt, const void *am, void *aws, void *c,
+                const struct arch_dec_batch *b, const void **out);
+};
+
+/* The decoder architecture that takes model_type (NULL if none). */
+const struct arch_decoder *arch_decoder_for_model_type(const char *model_type);
+
+/* The runtime's backend, for the decoder runtime (gpu/decoder.c). */
+struct arch_rt model_runtime_arch(const struct model_runtime *rt);
+
 /* ---- helpers for architecture files ----------------------------------- */
 
 /* "model NAME: " + the message into ld->errstr; returns -1 (or NULL
@@ -143,5 +197,6 @@ extern const struct arch arch_bert;
 extern const struct arch arch_roberta;
 extern const struct arch arch_mpnet;
 extern const struct arch arch_distilbert;
+extern const struct arch_decoder arch_llama;
 
 #endif

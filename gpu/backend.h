@@ -133,6 +133,44 @@ struct bk_attention {
     void *scratch;
 };
 
+/* The paged key/value cache of one layer (device memory). Cached keys and
+ * values are float32 on every backend, whatever the activation type: k
+ * and v are each [blocks, block_tokens, kv_heads, dh], so position slot
+ * s of block b, head g starts at element ((b block_tokens + s) kv_heads
+ * + g) dh. Sequence i's block table is row i of tables (table_w uint32
+ * block ids, device memory): its position p lives in block tables[i
+ * table_w + p / block_tokens], slot p % block_tokens. The runtime
+ * (gpu/kvcache.c) hands each block to one sequence at a time. */
+struct bk_kv {
+    void *k, *v;
+    size_t blocks, block_tokens, kv_heads, dh;
+    const uint32_t *tables;
+    size_t table_w;
+};
+
+/* Attention of new tokens over the cache: query head h of token t at
+ * q + t ldq + h dh (activations); token t belongs to sequence s->seq[t]
+ * (its table row) at absolute position s->pos[t], and attends to its
+ * sequence's cached positions 0 .. pos[t] (kv_store must have stored this
+ * step's tokens first): causal by position, so a prefill chunk of k
+ * tokens and a single decode token are the same call. Head h reads
+ * cache head h / (heads / kv->kv_heads). softmax(scale q k^T) v goes to
+ * out, row t, columns h dh .. (h+1) dh - 1 (activations, leading
+ * dimension ldo). Only s->tokens, s->seq and s->pos are read. No pos[t]
+ * may reach max_ctx; scratch is paged_attention_scratch(max_tokens,
+ * max_ctx, heads) bytes of context memory. */
+struct bk_paged_attention {
+    const void *q;
+    size_t ldq, heads;
+    float scale;
+    const struct bk_kv *kv;
+    const struct bk_seqs *s;
+    size_t max_ctx;
+    void *out;
+    size_t ldo;
+    void *scratch;
+};
+
 /* What graph_begin asks of the caller. */
 enum bk_graph { BK_GRAPH_RUN = 0, BK_GRAPH_REPLAYED };
 
@@ -252,6 +290,26 @@ struct backend_ops {
      * [tokens, w] (only its own tokens count). */
     int (*pool)(void *c, void *y, const void *x, const struct bk_seqs *s, enum bk_pool mode,
                 size_t w);
+
+    /* ---- decoding (gpu/decoder.c) ------------------------------------ */
+
+    /* y = silu(gate) * up over rows: x row r is [gate (w) | up (w)] (one
+     * GEMM of the stacked projections), y row r has w values; y must not
+     * overlap x. */
+    int (*swiglu)(void *c, void *y, const void *x, size_t rows, size_t w);
+    /* Stores token t's key and value heads (activations at k + t ldk and
+     * v + t ldv, kv->kv_heads x kv->dh each, after rope) in the slot of
+     * its position s->pos[t] in sequence s->seq[t]'s blocks, converted to
+     * float32 (bk_kv). Only s->tokens, s->seq and s->pos are read. A
+     * token whose position falls outside its table or whose block id is
+     * not below kv->blocks is refused (MODEL_EINVAL) where the backend can
+     * check it cheaply; the runtime never passes one. */
+    int (*kv_store)(void *c, const struct bk_kv *kv, const void *k, size_t ldk, const void *v,
+                    size_t ldv, const struct bk_seqs *s);
+    /* Bytes of scratch paged_attention needs for up to max_tokens new
+     * tokens of sequences no longer than max_ctx, with heads query heads. */
+    size_t (*paged_attention_scratch)(void *be, size_t max_tokens, size_t max_ctx, size_t heads);
+    int (*paged_attention)(void *c, const struct bk_paged_attention *a);
 };
 
 /* The backends of this build. backend_cuda is the stub of cuda_stub.c

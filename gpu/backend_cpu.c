@@ -15,6 +15,7 @@
  * Ownership: a weight owns its float32 array; a context owns every buffer
  * ctx_alloc returned and its attention scratch is the caller's. */
 #include "backend.h"
+#include "backend_cpu_kv.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -29,12 +30,6 @@ struct bk_weight {
     size_t n;
 };
 
-struct cpu_ctx {
-    void **bufs;     /* every ctx_alloc, freed with the context */
-    size_t n_bufs, cap_bufs;
-    int fault;       /* armed by inject_fault: the next pass fails */
-    char err[256];
-};
 
 /* The CPU is always there: one device. */
 static int cpu_probe(char *what, size_t what_size)
@@ -616,4 +611,8 @@ const struct backend_ops backend_cpu = {
     .softmax = cpu_softmax,
     .l2norm = cpu_l2norm,
     .pool = cpu_pool,
+    .swiglu = cpu_swiglu,
+    .kv_store = cpu_kv_store,
+    .paged_attention_scratch = cpu_paged_attention_scratch,
+    .paged_attention = cpu_paged_attention,
 };

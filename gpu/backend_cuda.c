@@ -719,4 +719,8 @@ const struct backend_ops backend_cuda = {
     .softmax = cuda_softmax,
     .l2norm = cuda_l2norm,
     .pool = cuda_pool,
+    .swiglu = cuda_swiglu,
+    .kv_store = cuda_kv_store,
+    .paged_attention_scratch = cuda_paged_attention_scratch,
+    .paged_attention = cuda_paged_attention,
 };

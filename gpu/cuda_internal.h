@@ -188,6 +188,11 @@ int cuda_softmax(void *c, void *x, size_t rows, size_t w);
 int cuda_l2norm(void *c, void *x, size_t rows, size_t w);
 int cuda_pool(void *c, void *y, const void *x, const struct bk_seqs *s, enum bk_pool mode,
               size_t w);
+int cuda_swiglu(void *c, void *y, const void *x, size_t rows, size_t w);
+int cuda_kv_store(void *c, const struct bk_kv *kv, const void *k, size_t ldk, const void *v,
+                 size_t ldv, const struct bk_seqs *s);
+size_t cuda_paged_attention_scratch(void *be, size_t max_tokens, size_t max_ctx, size_t heads);
+int cuda_paged_attention(void *c, const struct bk_paged_attention *a);
 
 /* The emulated build (make emu, emu/) links its cuBLASLt into the
  * program, where lt_load finds it (dlopen(NULL)); the others load the

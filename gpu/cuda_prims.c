@@ -262,3 +262,43 @@ int cuda_pool(void *cp, void *y, const void *x, const struct bk_seqs *s, enum bk
         [BK_POOL_MAX] = KC_POOL_MAX, [BK_POOL_LAST] = KC_POOL_LAST};
     return CX(c, kc_pool(c->stream, c->be->kt, x, s->offsets, s->n, w, kp[mode], y, 0));
 }
+
+/* ---- decoding: not on this backend yet ------------------------------------ */
+
+/* The generation path runs on the CPU backend for now; these refuse, so
+ * a decoder on CUDA fails its first step with a clear message. */
+int cuda_swiglu(void *cp, void *y, const void *x, size_t rows, size_t w)
+{
+    (void)y;
+    (void)x;
+    (void)rows;
+    (void)w;
+    return cx_refuse(cp, "swiglu: not on this backend yet");
+}
+
+int cuda_kv_store(void *cp, const struct bk_kv *kv, const void *k, size_t ldk, const void *v,
+                  size_t ldv, const struct bk_seqs *s)
+{
+    (void)kv;
+    (void)k;
+    (void)ldk;
+    (void)v;
+    (void)ldv;
+    (void)s;
+    return cx_refuse(cp, "paged attention: not on this backend yet");
+}
+
+size_t cuda_paged_attention_scratch(void *be, size_t max_tokens, size_t max_ctx, size_t heads)
+{
+    (void)be;
+    (void)max_tokens;
+    (void)max_ctx;
+    (void)heads;
+    return 1;
+}
+
+int cuda_paged_attention(void *cp, const struct bk_paged_attention *a)
+{
+    (void)a;
+    return cx_refuse(cp, "paged attention: not on this backend yet");
+}

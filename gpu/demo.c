@@ -1,6 +1,6 @@
 /* demo.c - the demo models of gpu/model.h: model_write_demo (a 2-layer
  * MLP as a safetensors file) and model_write_demo_encoder (a small BERT,
- * RoBERTa, MPNet or DistilBERT folder as Hugging Face and
+ * RoBERTa, XLM-R, MPNet or DistilBERT folder as Hugging Face and
  * sentence-transformers lay it out, with each family's config keys and
  * tensor names). Both are
  * written with st_write, so the normal load paths read them, and both
@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "demo.h"
 #include "safetensors.h"
 
 /* ---- the generator --------------------------------------------------------- */
@@ -34,7 +35,7 @@ static uint64_t demo_next(uint64_t *s)
 }
 
 /* Uniform in [-bound, bound). */
-static float demo_uniform(uint64_t *s, float bound)
+float demo_uniform(uint64_t *s, float bound)
 {
     double u = (double)(demo_next(s) >> 11) * (1.0 / 9007199254740992.0);
     return (float)((2.0 * u - 1.0) * bound);
@@ -85,7 +86,7 @@ fail:
 /* ---- the encoder folders ------------------------------------------------------ */
 
 /* dir/name into buf; 0, or -1 when it does not fit. */
-static int path_in(char *buf, size_t cap, const char *dir, const char *name)
+int demo_path_in(char *buf, size_t cap, const char *dir, const char *name)
 {
     int n = snprintf(buf, cap, "%s/%s", dir, name);
     return n < 0 || (size_t)n >= cap ? -1 : 0;
@@ -108,7 +109,7 @@ static const char *const demo_words[] = {
     "##tion", "##ment", "##al", "##ic", "##y", "##e", "##a", "##o", "##i", "##n", "##t", "##r",
 };
 
-static int write_text(const char *path, const char *text, char *errstr, size_t errstr_size)
+int demo_write_text(const char *path, const char *text, char *errstr, size_t errstr_size)
 {
     FILE *f = fopen(path, "w");
     if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
@@ -141,12 +142,8 @@ static size_t demo_byte_char(int b, char out[3])
     return 2;
 }
 
-/* RoBERTa's tokenizer as Hugging Face saves it: tokenizer.json with a
- * byte-level BPE model (<s> <pad> </s> <unk> <mask> first, the 256 byte
- * characters, then each demo word, bare and after a space (Ġ), built by a
- * chain of merges, one character at a time), the ByteLevel pre-tokenizer
- * and decoder, RobertaProcessing. *vocab gets the number of ids. */
-static int demo_bpe_tokenizer(const char *dir, size_t *vocab, char *errstr, size_t errstr_size)
+int demo_bpe_write(const char *dir, const char *const *specials, size_t n_specials,
+                   json_t *post, size_t *vocab, char *errstr, size_t errstr_size)
 {
     char path[4200];
     int rc = -1;
@@ -154,8 +151,7 @@ static int demo_bpe_tokenizer(const char *dir, size_t *vocab, char *errstr, size
     char *text = NULL;
     if (!v || !merges) goto oom;
     size_t n = 0;
-    static const char *const specials[] = {"<s>", "<pad>", "</s>", "<unk>", "<mask>"};
-    for (size_t i = 0; i < 5; i++)
+    for (size_t i = 0; i < n_specials; i++)
         if (json_object_set_new(v, specials[i], json_integer((json_int_t)n++))) goto oom;
     for (int b = 0; b < 256; b++) {
         char c[3];
@@ -200,17 +196,15 @@ static int demo_bpe_tokenizer(const char *dir, size_t *vocab, char *errstr, size
                       "\"added_tokens\": [], \"normalizer\": null}", 0, &jerr);
     json_t *added = json_object_get(root, "added_tokens");
     if (!root) goto oom;
-    for (int i = 0; i < 5; i++)
-        if (json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", i,
-                                                   "content", specials[i], "single_word", 0,
-                                                   "lstrip", i == 4, "rstrip", 0, "normalized",
-                                                   0, "special", 1)))
+    for (size_t i = 0; i < n_specials; i++)
+        if (json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id",
+                                                   (int)i, "content", specials[i],
+                                                   "single_word", 0, "lstrip",
+                                                   !strcmp(specials[i], "<mask>"), "rstrip", 0,
+                                                   "normalized", 0, "special", 1)))
             goto oom;
     if (json_object_set_new(root, "pre_tokenizer", json_loads(bl, 0, &jerr)) ||
-        json_object_set_new(root, "post_processor",
-                            json_pack("{s:s, s:[s, i], s:[s, i], s:b, s:b}", "type",
-                                      "RobertaProcessing", "sep", "</s>", 2, "cls", "<s>", 0,
-                                      "trim_offsets", 1, "add_prefix_space", 0)) ||
+        json_object_set(root, "post_processor", post ? post : json_null()) ||
         json_object_set_new(root, "decoder", json_loads(bl, 0, &jerr)) ||
         json_object_set_new(root, "model",
                             json_pack("{s:s, s:n, s:n, s:s, s:s, s:b, s:b, s:O, s:O}", "type",
@@ -219,8 +213,8 @@ static int demo_bpe_tokenizer(const char *dir, size_t *vocab, char *errstr, size
                                       "byte_fallback", 0, "vocab", v, "merges", merges)))
         goto oom;
     if (!root || !(text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_COMPACT))) goto oom;
-    if (path_in(path, sizeof(path), dir, "tokenizer.json") < 0 ||
-        write_text(path, text, errstr, errstr_size) < 0)
+    if (demo_path_in(path, sizeof(path), dir, "tokenizer.json") < 0 ||
+        demo_write_text(path, text, errstr, errstr_size) < 0)
         goto out;
     *vocab = n;
     rc = 0;
@@ -231,7 +225,88 @@ out:
     free(text);
     json_decref(root);
     json_decref(v);
+    json_decref(post);
     json_decref(merges);
+    return rc;
+}
+
+/* XLM-R's tokenizer as Hugging Face saves it: tokenizer.json with a
+ * SentencePiece Unigram model (<s> <pad> </s> <unk> first, <mask> last;
+ * then the word boundary U+2581, letters, digits and punctuation, each
+ * demo word bare and after the boundary, whole words scored above their
+ * letters), NFKC, Metaspace and RobertaProcessing. *vocab gets the number
+ * of ids. */
+static int demo_unigram_tokenizer(const char *dir, size_t *vocab, char *errstr,
+                                  size_t errstr_size)
+{
+    char path[4200];
+    int rc = -1;
+    json_t *root = NULL, *v = json_array(), *seen = json_object();
+    char *text = NULL;
+    if (!v || !seen) goto oom;
+    static const char *const specials[] = {"<s>", "<pad>", "</s>", "<unk>"};
+#define PIECE(str, score)                                                                  \
+    do {                                                                                   \
+        if (!json_object_get(seen, (str)) &&                                               \
+            (json_object_set_new(seen, (str), json_true()) ||                              \
+             json_array_append_new(v, json_pack("[s, f]", (str), (double)(score)))))      \
+            goto oom;                                                                      \
+    } while (0)
+    for (size_t i = 0; i < 4; i++) PIECE(specials[i], 0.0);
+    PIECE("\xe2\x96\x81", -2.0);
+    for (int c = 33; c < 127; c++) {
+        char one[2] = {(char)c, '\0'};
+        PIECE(one, -8.0 - (double)(c % 7) / 8.0);
+    }
+    for (size_t w = 0; w < sizeof(demo_words) / sizeof(demo_words[0]); w++) {
+        const char *word = demo_words[w];
+        if (!strncmp(word, "##", 2) || strlen(word) < 2) continue;
+        char sp[64];
+        snprintf(sp, sizeof(sp), "\xe2\x96\x81%s", word);
+        PIECE(sp, -5.0 - (double)(w % 13) / 16.0);
+        PIECE(word, -6.0 - (double)(w % 11) / 16.0);
+    }
+    PIECE("<mask>", 0.0);
+#undef PIECE
+    size_t n = json_array_size(v);
+    static const char ms[] = "{\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", "
+                             "\"prepend_scheme\": \"always\", \"split\": true}";
+    json_error_t jerr;
+    root = json_loads("{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, "
+                      "\"added_tokens\": [], \"normalizer\": {\"type\": \"NFKC\"}}", 0, &jerr);
+    if (!root) goto oom;
+    json_t *added = json_object_get(root, "added_tokens");
+    for (size_t i = 0; i < 5; i++)
+        if (json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id",
+                                                   (int)(i < 4 ? i : n - 1), "content",
+                                                   i < 4 ? specials[i] : "<mask>", "single_word",
+                                                   0, "lstrip", i == 4, "rstrip", 0,
+                                                   "normalized", 0, "special", 1)))
+            goto oom;
+    if (json_object_set_new(root, "pre_tokenizer", json_loads(ms, 0, &jerr)) ||
+        json_object_set_new(root, "post_processor",
+                            json_pack("{s:s, s:[s, i], s:[s, i], s:b, s:b}", "type",
+                                      "RobertaProcessing", "sep", "</s>", 2, "cls", "<s>", 0,
+                                      "trim_offsets", 1, "add_prefix_space", 1)) ||
+        json_object_set_new(root, "decoder", json_loads(ms, 0, &jerr)) ||
+        json_object_set_new(root, "model",
+                            json_pack("{s:s, s:i, s:O, s:b}", "type", "Unigram", "unk_id", 3,
+                                      "vocab", v, "byte_fallback", 0)))
+        goto oom;
+    if (!(text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_COMPACT))) goto oom;
+    if (demo_path_in(path, sizeof(path), dir, "tokenizer.json") < 0 ||
+        demo_write_text(path, text, errstr, errstr_size) < 0)
+        goto out;
+    *vocab = n;
+    rc = 0;
+    goto out;
+oom:
+    snprintf(errstr, errstr_size, "%s: out of memory writing tokenizer.json", dir);
+out:
+    free(text);
+    json_decref(root);
+    json_decref(v);
+    json_decref(seen);
     return rc;
 }
 
@@ -263,6 +338,12 @@ static const struct demo_family demo_families[] = {
       "attention.output.dense", "attention.output.LayerNorm", "intermediate.dense",
       "output.dense", "output.LayerNorm"},
      1, 2, 0, "classifier.dense", "classifier.out_proj", 1},
+    {"xlm-roberta", "xlm-roberta", "XLMRobertaModel", "XLMRobertaForSequenceClassification",
+     "roberta.", "encoder.layer.",
+     {"attention.self.query", "attention.self.key", "attention.self.value",
+      "attention.output.dense", "attention.output.LayerNorm", "intermediate.dense",
+      "output.dense", "output.LayerNorm"},
+     1, 2, 0, "classifier.dense", "classifier.out_proj", 1},
     {"mpnet", "mpnet", "MPNetModel", "MPNetForSequenceClassification", "mpnet.",
      "encoder.layer.",
      {"attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o",
@@ -280,7 +361,7 @@ static const struct demo_family demo_families[] = {
 
 const char *model_demo_encoder_kinds(void)
 {
-    return "bert, roberta, mpnet, distilbert";
+    return "bert, roberta, xlm-roberta, mpnet, distilbert";
 }
 
 /* config.json of family f into buf. */
@@ -372,8 +453,8 @@ static int demo_wordpiece_vocab(const struct demo_family *f, const char *dir, si
         else if (!dup && !strncmp(demo_words[i], "##", 2) && strlen(demo_words[i]) > 3) ADD(demo_words[i]);
     }
 #undef ADD
-    int rc = path_in(path, sizeof(path), dir, "vocab.txt") < 0 ||
-                     write_text(path, v, errstr, errstr_size) < 0
+    int rc = demo_path_in(path, sizeof(path), dir, "vocab.txt") < 0 ||
+                     demo_write_text(path, v, errstr, errstr_size) < 0
                  ? -1
                  : 0;
     if (rc && !path[0]) snprintf(errstr, errstr_size, "%s: path too long", dir);
@@ -413,13 +494,21 @@ int model_write_demo_encoder(const char *dir, const char *kind, size_t layers, s
         snprintf(errstr, errstr_size, "%s: %s", dir, strerror(errno));
         return -1;
     }
-    /* The tokenizer: RoBERTa's a byte-level BPE tokenizer.json, the
-     * others a WordPiece vocab.txt. */
+    /* The tokenizer: RoBERTa's a byte-level BPE tokenizer.json, XLM-R's
+     * a Unigram one, the others a WordPiece vocab.txt. */
     size_t vocab = 0;
-    if ((!strcmp(f->kind, "roberta") ? demo_bpe_tokenizer(dir, &vocab, errstr, errstr_size)
-                                     : demo_wordpiece_vocab(f, dir, &vocab, errstr, errstr_size)) <
-        0)
-        return -1;
+    static const char *const roberta_specials[] = {"<s>", "<pad>", "</s>", "<unk>", "<mask>"};
+    int trc = !strcmp(f->kind, "roberta")
+                  ? demo_bpe_write(dir, roberta_specials, 5,
+                                   json_pack("{s:s, s:[s, i], s:[s, i], s:b, s:b}", "type",
+                                             "RobertaProcessing", "sep", "</s>", 2, "cls", "<s>",
+                                             0, "trim_offsets", 1, "add_prefix_space", 0),
+                                   &vocab, errstr, errstr_size)
+              : !strcmp(f->kind, "xlm-roberta") ? demo_unigram_tokenizer(dir, &vocab, errstr,
+                                                                         errstr_size)
+                                                : demo_wordpiece_vocab(f, dir, &vocab, errstr,
+                                                                       errstr_size);
+    if (trc < 0) return -1;
 
     char buf[2048];
     demo_config(f, buf, sizeof(buf), vocab, layers, hidden, heads, intermediate, n_labels);
@@ -429,15 +518,15 @@ int model_write_demo_encoder(const char *dir, const char *kind, size_t layers, s
               "\"cls_token\": \"<s>\", \"sep_token\": \"</s>\", \"eos_token\": \"</s>\", "
               "\"unk_token\": \"<unk>\", \"pad_token\": \"<pad>\", \"mask_token\": \"<mask>\"}\n"
             : "{\"do_lower_case\": true, \"model_max_length\": 128}\n";
-    if (path_in(path, sizeof(path), dir, "config.json") < 0 ||
-        write_text(path, buf, errstr, errstr_size) < 0 ||
-        path_in(path, sizeof(path), dir, "tokenizer_config.json") < 0 ||
-        write_text(path, tok_cfg, errstr, errstr_size) < 0)
+    if (demo_path_in(path, sizeof(path), dir, "config.json") < 0 ||
+        demo_write_text(path, buf, errstr, errstr_size) < 0 ||
+        demo_path_in(path, sizeof(path), dir, "tokenizer_config.json") < 0 ||
+        demo_write_text(path, tok_cfg, errstr, errstr_size) < 0)
         goto fail;
     if (!n_labels) {
         char sub[4200];
-        if (path_in(path, sizeof(path), dir, "modules.json") < 0 ||
-            write_text(path,
+        if (demo_path_in(path, sizeof(path), dir, "modules.json") < 0 ||
+            demo_write_text(path,
                        "[{\"idx\": 0, \"name\": \"0\", \"path\": \"\", \"type\": "
                        "\"sentence_transformers.models.Transformer\"},\n"
                        " {\"idx\": 1, \"name\": \"1\", \"path\": \"1_Pooling\", \"type\": "
@@ -446,16 +535,16 @@ int model_write_demo_encoder(const char *dir, const char *kind, size_t layers, s
                        "\"sentence_transformers.models.Normalize\"}]\n",
                        errstr, errstr_size) < 0)
             goto fail;
-        if (path_in(sub, sizeof(sub), dir, "1_Pooling") < 0 || (mkdir(sub, 0755) && errno != EEXIST) ||
-            path_in(path, sizeof(path), sub, "config.json") < 0) {
+        if (demo_path_in(sub, sizeof(sub), dir, "1_Pooling") < 0 || (mkdir(sub, 0755) && errno != EEXIST) ||
+            demo_path_in(path, sizeof(path), sub, "config.json") < 0) {
             snprintf(errstr, errstr_size, "%s/1_Pooling: %s", dir, strerror(errno));
             goto fail;
         }
         snprintf(buf, sizeof(buf), "{\"word_embedding_dimension\": %zu, \"pooling_mode_cls_token\": "
                  "false, \"pooling_mode_mean_tokens\": true, \"pooling_mode_max_tokens\": false}\n",
                  hidden);
-        if (write_text(path, buf, errstr, errstr_size) < 0) goto fail;
-        if (path_in(sub, sizeof(sub), dir, "2_Normalize") < 0 || (mkdir(sub, 0755) && errno != EEXIST)) {
+        if (demo_write_text(path, buf, errstr, errstr_size) < 0) goto fail;
+        if (demo_path_in(sub, sizeof(sub), dir, "2_Normalize") < 0 || (mkdir(sub, 0755) && errno != EEXIST)) {
             snprintf(errstr, errstr_size, "%s/2_Normalize: %s", dir, strerror(errno));
             goto fail;
         }
@@ -521,7 +610,7 @@ int model_write_demo_encoder(const char *dir, const char *kind, size_t layers, s
         TENSOR("", nm, n_labels, 0, 2);
     }
 #undef TENSOR
-    if (path_in(path, sizeof(path), dir, "model.safetensors") < 0) goto oom2;
+    if (demo_path_in(path, sizeof(path), dir, "model.safetensors") < 0) goto oom2;
     rc = st_write(path, t, nt, errstr, errstr_size);
     goto done;
 oom2:

@@ -96,8 +96,61 @@ static int head_read_modules(const char *dir, struct head_conf *h, char *why, si
     return rc;
 }
 
+/* A cross-encoder's activation as sentence-transformers saves it in
+ * config.json: sentence_transformers.activation_fn, or the older
+ * sbert_ce_default_activation_function; a torch module's qualified name.
+ * *scores is set (enum model_scores) when the folder names one; 0, or -1
+ * with why filled for a module the runtime does not run. */
+static int head_read_activation(const json_t *cfg, int *scores, char *why, size_t n)
+{
+    const char *key = "sentence_transformers.activation_fn";
+    const json_t *v = json_object_get(json_object_get(cfg, "sentence_transformers"),
+                                      "activation_fn");
+    if (!v || json_is_null(v)) {
+        key = "sbert_ce_default_activation_function";
+        v = json_object_get(cfg, key);
+    }
+    if (!v || json_is_null(v)) return 0;
+    const char *name = json_string_value(v);
+    if (name && (!strcmp(name, "torch.nn.modules.activation.Sigmoid") ||
+                 !strcmp(name, "torch.nn.Sigmoid"))) {
+        *scores = MODEL_SCORES_SIGMOID;
+        return 0;
+    }
+    if (name && (!strcmp(name, "torch.nn.modules.linear.Identity") ||
+                 !strcmp(name, "torch.nn.Identity"))) {
+        *scores = MODEL_SCORES_NONE;
+        return 0;
+    }
+    /* the name, at most 120 bytes cut at a character's start (jansson's
+     * strings are valid UTF-8, so the cut one is too) */
+    char shown[128];
+    size_t len = name ? strlen(name) : 0;
+    if (len > 120)
+        for (len = 120; ((unsigned char)name[len] & 0xC0) == 0x80; len--) {}
+    snprintf(shown, sizeof(shown), "%.*s", (int)len, name ? name : "");
+    snprintf(why, n, "config.json: %s %s%s%s is not supported "
+             "(torch.nn.modules.activation.Sigmoid, torch.nn.modules.linear.Identity)", key,
+             name ? "\"" : "", name ? shown : "is not a string", name ? "\"" : "");
+    return -1;
+}
+
+/* The labels config.json gives a classifier, as Hugging Face counts them:
+ * id2label's, else num_labels, else 2. */
+static size_t head_config_labels(const json_t *cfg)
+{
+    const json_t *map = json_object_get(cfg, "id2label");
+    if (json_is_object(map) && json_object_size(map)) return json_object_size(map);
+    const json_t *n = json_object_get(cfg, "num_labels");
+    if (json_is_integer(n) && json_integer_value(n) > 0) return (size_t)json_integer_value(n);
+    return 2;
+}
+
 /* A classifier is named by its architecture ("...ForSequenceClassification");
- * its activation by problem_type. */
+ * its scores by the folder's cross-encoder activation, else problem_type
+ * (multi_label_classification: sigmoid), else the label count (one label,
+ * a cross-encoder's relevance: sigmoid, as sentence-transformers'
+ * CrossEncoder defaults; more: softmax). */
 int head_conf_read(const char *dir, const json_t *cfg, const struct model_encoder_spec *o,
                    struct head_conf *h, char *why, size_t why_size)
 {
@@ -113,11 +166,18 @@ int head_conf_read(const char *dir, const json_t *cfg, const struct model_encode
             h->head = MODEL_HEAD_CLASSIFIER;
     }
     const char *pt = json_string_value(json_object_get(cfg, "problem_type"));
-    h->sigmoid = pt && !strcmp(pt, "multi_label_classification");
+    h->sigmoid = pt && !strcmp(pt, "multi_label_classification") ? MODEL_SCORES_SIGMOID
+                 : head_config_labels(cfg) == 1                  ? MODEL_SCORES_SIGMOID
+                                                                 : MODEL_SCORES_SOFTMAX;
     if (head_read_modules(dir, h, why, why_size) < 0) return -1;
     if (o->head >= 0) h->head = (enum model_head)o->head;
     if (o->pooling >= 0) h->pooling = (enum model_pooling)o->pooling;
     if (o->normalize >= 0) h->normalize = o->normalize;
+    /* the folder's activation only where it is used: a classifier whose
+     * entry does not name one */
+    if (h->head == MODEL_HEAD_CLASSIFIER && o->sigmoid < 0 &&
+        head_read_activation(cfg, &h->sigmoid, why, why_size) < 0)
+        return -1;
     if (o->sigmoid >= 0) h->sigmoid = o->sigmoid;
     if (h->head == MODEL_HEAD_CLASSIFIER) {
         h->pooling = MODEL_POOL_CLS; /* the classifier reads the first token */
@@ -268,8 +328,10 @@ int head_run(const struct arch_rt *rt, void *c, const struct head_conf *h,
     struct bk_gemm g = {.m = s->n, .n = n_labels, .k = hidden, .a = in, .w = w->out_w,
                         .bias = w->out_b, .c = ws->logits};
     TRY(o->gemm(c, &g));
-    if (h->sigmoid) TRY(o->act(c, ws->logits, s->n * n_labels, BK_ACT_SIGMOID));
-    else TRY(o->softmax(c, ws->logits, s->n, n_labels));
+    if (h->sigmoid == MODEL_SCORES_SIGMOID)
+        TRY(o->act(c, ws->logits, s->n * n_labels, BK_ACT_SIGMOID));
+    else if (h->sigmoid == MODEL_SCORES_SOFTMAX)
+        TRY(o->softmax(c, ws->logits, s->n, n_labels));
     *out = ws->logits;
     return 0;
 }

@@ -3,9 +3,10 @@
  * mean, max, last; or keeps every token) and may L2-normalize them; a
  * classifier head reads the first token through an optional dense layer
  * with its activation (tanh for BERT's pooler and RoBERTa's head, ReLU
- * for DistilBERT's), then the labels' layer, then softmax or sigmoid. Which head,
- * pooling and activation a model has is read here from its folder
- * (config.json's architectures and problem_type, sentence-transformers'
+ * for DistilBERT's), then the labels' layer, then softmax, sigmoid or
+ * nothing. Which head, pooling and activation a model has is read here
+ * from its folder (config.json's architectures, problem_type, label
+ * count and sentence-transformers' cross-encoder activation; its
  * modules.json) with the model entry's overrides; an architecture only
  * says where its classifier's tensors are (head_classifier_read) and calls
  * head_run at the end of its forward pass.
@@ -29,7 +30,8 @@ struct head_conf {
     enum model_head head;
     enum model_pooling pooling;   /* embeddings; a classifier reads the first token */
     int normalize;
-    int sigmoid;                  /* classifier: sigmoid (multi-label or one label), else softmax */
+    int sigmoid;                  /* classifier: enum model_scores (softmax, sigmoid for
+                                     multi-label or one label, none: the logits) */
 };
 
 /* Reads the head of the folder dir with config.json cfg: a

@@ -708,6 +708,11 @@ void model_runtime_destroy(struct model_runtime *rt)
     free(rt);
 }
 
+struct arch_rt model_runtime_arch(const struct model_runtime *rt)
+{
+    return (struct arch_rt){rt->ops, rt->be};
+}
+
 const char *model_runtime_backend(const struct model_runtime *rt)
 {
     return rt->ops->name;
@@ -737,6 +742,21 @@ int model_runtime_device_stats(const struct model_runtime *rt, size_t dev,
                                struct model_device_stats *out)
 {
     return rt->ops->device_stats(rt->be, dev, out);
+}
+
+void model_runtime_device_name(const struct model_runtime *rt, char *buf, size_t n)
+{
+    if (!n) return;
+    buf[0] = '\0';
+    size_t used = 0, devs = rt->ops->devices(rt->be);
+    for (size_t d = 0; d < devs && used < n; d++) {
+        struct model_device_stats ds;
+        if (model_runtime_device_stats(rt, d, &ds) < 0) continue;
+        int k = snprintf(buf + used, n - used, "%s%s", used ? ", " : "", ds.name);
+        if (k < 0) break;
+        used += (size_t)k < n - used ? (size_t)k : n - used - 1;
+    }
+    if (!used) snprintf(buf, n, "%s", rt->ops->name);
 }
 
 int model_cuda_built(void)

@@ -86,8 +86,18 @@ enum model_pooling {
 /* What an encoder's output is. */
 enum model_head {
     MODEL_HEAD_EMBEDDING = 0, /* pooled hidden states (optionally L2-normalized) */
-    MODEL_HEAD_CLASSIFIER,    /* BertForSequenceClassification: pooler + classifier,
-                                 softmax or sigmoid scores over the labels */
+    MODEL_HEAD_CLASSIFIER,    /* *ForSequenceClassification: pooler + classifier,
+                                 scores over the labels (enum model_scores) */
+};
+
+/* What a classifier's scores are (the `sigmoid` fields below hold one):
+ * a softmax over the labels, each label's sigmoid (a multi-label model,
+ * or a one-label cross-encoder), or the raw logits (a cross-encoder whose
+ * folder says Identity). */
+enum model_scores {
+    MODEL_SCORES_SOFTMAX = 0,
+    MODEL_SCORES_SIGMOID = 1,
+    MODEL_SCORES_NONE = 2,
 };
 
 /* A model entry's overrides of what a Hugging Face folder says; each
@@ -96,7 +106,7 @@ struct model_encoder_spec {
     int pooling;    /* enum model_pooling, or -1 */
     int normalize;  /* 1/0: L2-normalize the embeddings, or -1 */
     int head;       /* enum model_head, or -1 */
-    int sigmoid;    /* classifier scores: 1 sigmoid, 0 softmax, or -1 */
+    int sigmoid;    /* classifier scores: enum model_scores, or -1 */
     int lowercase;  /* tokenizer: 1/0, or -1 */
     size_t max_tokens; /* tokens per row, specials included; 0 = the folder's */
 };
@@ -198,6 +208,12 @@ struct model_device_stats {
 int model_runtime_device_stats(const struct model_runtime *rt, size_t dev,
                                struct model_device_stats *out);
 
+/* Which device runs the models, in words, into buf: "cpu", or the CUDA
+ * devices' names ("NVIDIA H100 80GB HBM3"; the emulated device's name
+ * begins "emulated"), several joined by ", ". For the startup log,
+ * /readyz, the heartbeat and kinfer_backend_info. */
+void model_runtime_device_name(const struct model_runtime *rt, char *buf, size_t n);
+
 /* What this build knows of CUDA, for `kinfer --version` and the build
  * info metric: whether the CUDA backend is compiled in, and a line saying
  * so and how many devices are usable now ("cuda: built in; 0 usable
@@ -256,7 +272,7 @@ struct model_encoder_info {
     enum model_pooling pooling;
     int normalize;
     enum model_head head;
-    int sigmoid;                /* classifier: sigmoid (multi-label) or softmax */
+    int sigmoid;                /* classifier: enum model_scores */
     size_t n_labels;
     const char *const *labels;  /* n_labels names (id2label, else "LABEL_i") */
     int padded;                 /* 1: the backend pads every sequence of a batch to
@@ -363,17 +379,17 @@ int model_write_demo_bert(const char *dir, size_t layers, size_t hidden, size_t 
                           size_t intermediate, size_t n_labels, uint64_t seed, char *errstr,
                           size_t errstr_size);
 
-/* The same for the encoder family kind ("bert", "roberta", "mpnet",
- * "distilbert": model_demo_encoder_kinds lists them), with the family's
+/* The same for the encoder family kind ("bert", "roberta", "xlm-roberta",
+ * "mpnet", "distilbert": model_demo_encoder_kinds lists them), with the family's
  * config.json keys, architectures and tensor names (a classifier's
  * encoder tensors under its prefix, "roberta." ..., as Hugging Face saves
  * them; BERT's bare). RoBERTa's tokenizer is byte-level BPE, as the real
  * ones are (tokenizer.json: the 256 byte characters and the demo words
- * with their merges, RobertaProcessing); the others' is WordPiece
- * (vocab.txt). RoBERTa's and MPNet's put <s> <pad> </s> <unk> <mask>
+ * with their merges, RobertaProcessing), XLM-R's SentencePiece Unigram
+ * (tokenizer.json: the demo words scored above their letters, NFKC,
+ * Metaspace, RobertaProcessing); the others' is WordPiece (vocab.txt). RoBERTa's and MPNet's put <s> <pad> </s> <unk> <mask>
  * first (the padding id 1 their positions count from) and name them in
- * tokenizer_config.json. (XLM-R's and CamemBERT's real Unigram tokenizers
- * are read too; the demo does not write one.) */
+ * tokenizer_config.json. */
 int model_write_demo_encoder(const char *dir, const char *kind, size_t layers, size_t hidden,
                              size_t heads, size_t intermediate, size_t n_labels, uint64_t seed,
                              char *errstr, size_t errstr_size);

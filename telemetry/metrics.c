@@ -222,9 +222,12 @@ int metrics_render(const struct stats_snapshot *s, char **out, size_t *len)
     sb_label(&b, rd_kafka_version_str());
     sb_printf(&b, "\",cuda=\"%s\"} 1\n", model_cuda_built() ? "built" : "none");
     family(&b, "kinfer_backend_info", "gauge",
-           "Always 1; what runs the models: backend (cpu, cuda), precision and devices.");
+           "Always 1; what runs the models: backend (cpu, cuda), device (cpu, or the CUDA "
+           "devices' names; \"emulated ...\" on the emulated device), precision and devices.");
     sb_printf(&b, "kinfer_backend_info{backend=\"");
     sb_label(&b, s->backend);
+    sb_printf(&b, "\",device=\"");
+    sb_label(&b, s->device);
     sb_printf(&b, "\",precision=\"");
     sb_label(&b, s->precision);
     sb_printf(&b, "\",devices=\"%zu\"} 1\n", s->n_devices);
@@ -381,6 +384,8 @@ int metrics_render_ready(const struct stats_snapshot *s, char **out, size_t *len
     }
     sb_printf(&b, "],\"backend\":");
     sb_json_str(&b, s->backend);
+    sb_printf(&b, ",\"device\":");
+    sb_json_str(&b, s->device);
     sb_printf(&b, "}\n");
     return sb_finish(&b, out, len) < 0 ? -1 : ready;
 }

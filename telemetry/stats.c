@@ -80,7 +80,7 @@ struct stats {
     double start_time_s; /* written once by stats_new */
 
     pthread_mutex_t mu; /* guards everything below */
-    char backend[16], precision[16];
+    char backend[16], precision[16], device[128];
     struct stats_device devices[MODEL_MAX_DEVICES];
     size_t n_devices;
     struct stats_part *parts;
@@ -116,6 +116,7 @@ struct stats *stats_new(void)
     atomic_init(&st->brokers_up_producer, -1);
     atomic_init(&st->watchdog_ms, 60000);
     snprintf(st->backend, sizeof(st->backend), "cpu");
+    snprintf(st->device, sizeof(st->device), "cpu");
     snprintf(st->precision, sizeof(st->precision), "fp32");
     st->start_time_s = (double)clock_wall_us() / 1e6;
     return st;
@@ -416,6 +417,13 @@ void stats_set_draining(struct stats *st)
     atomic_store(&st->draining, 1);
 }
 
+void stats_set_device_name(struct stats *st, const char *name)
+{
+    pthread_mutex_lock(&st->mu);
+    snprintf(st->device, sizeof(st->device), "%s", name ? name : "");
+    pthread_mutex_unlock(&st->mu);
+}
+
 void stats_set_precision(struct stats *st, const char *precision)
 {
     pthread_mutex_lock(&st->mu);
@@ -702,6 +710,7 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
     pthread_mutex_lock(&st->mu);
     snprintf(out->backend, sizeof(out->backend), "%s", st->backend);
     snprintf(out->precision, sizeof(out->precision), "%s", st->precision);
+    snprintf(out->device, sizeof(out->device), "%s", st->device);
     memcpy(out->devices, st->devices, sizeof(out->devices));
     out->n_devices = st->n_devices;
     update_rates(st, now_us);

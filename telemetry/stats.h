@@ -178,9 +178,10 @@ struct stats_snapshot {
     double start_time_s; /* Unix time the stats were made */
     char backend[16];    /* "cpu", "cuda" */
     char precision[16];  /* "fp32", ... */
+    char device[128];    /* "cpu", or the CUDA devices' names ("emulated ..." on the emulation) */
 };
 
-/* Returns a new, zeroed stats struct (backend "cpu", watchdog 60 s), or
+/* Returns a new, zeroed stats struct (backend and device "cpu", watchdog 60 s), or
  * NULL when out of memory. */
 struct stats *stats_new(void);
 /* Frees st; accepts NULL. No thread may use st any more. */
@@ -191,6 +192,9 @@ void stats_destroy(struct stats *st);
 /* Names the backend for kinfer_build_info, kinfer_backend_info, /readyz
  * and the heartbeat; borrows name (copied). */
 void stats_set_backend(struct stats *st, const char *name);
+/* Which device runs the models, in words (model_runtime_device_name), for
+ * kinfer_backend_info, /readyz and the heartbeat; borrows name (copied). */
+void stats_set_device_name(struct stats *st, const char *name);
 /* The runtime's precision and device count, for kinfer_backend_info. */
 void stats_set_precision(struct stats *st, const char *precision);
 /* Sets the watchdog bound: a registered loop silent longer trips it. */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make demo: the worker end to end on its embedded defaults. Starts kinfer's
-# dev broker and a local redis-server on free ports, writes the demo model,
+# dev broker and a local redis-server on free ports, writes the demo models
+# (an MLP, a BERT folder, a RoBERTa folder with its BPE tokenizer),
 # runs the worker on worker.cfg (pointed at them with --set), sends a few
 # hundred jobs with `kinfer smoke`, which waits for every result in Redis and
 # prints the summary, then stops everything it started.
@@ -31,6 +32,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 echo "== demo models"
 $K model demo -o models/demo.safetensors --in 64 --hidden 128 --out 16
 $K model demo --kind bert -o models/text-demo
+$K model demo --kind roberta -o models/roberta-demo
 
 echo "== kinfer broker (librdkafka mock cluster, its own process)"
 $K broker --partitions 4 --topics jobs,results,jobs.dlq >"$work/broker.out" 2>"$work/broker.log" &
@@ -80,6 +82,11 @@ $K smoke -c worker.cfg "${set_args[@]}" --jobs "$JOBS" --rate "$RATE" --json-eve
 TEXT_JOBS=${TEXT_JOBS:-100}
 echo "== kinfer smoke --model text-demo: $TEXT_JOBS text jobs of 2 rows each, every result checked against the encoder"
 $K smoke -c worker.cfg "${set_args[@]}" --model text-demo --jobs "$TEXT_JOBS" --rows 2 --rate 100 \
+  --json-every 5 --timeout 120 || status=$?
+
+ROBERTA_JOBS=${ROBERTA_JOBS:-40}
+echo "== kinfer smoke --model roberta-demo: $ROBERTA_JOBS text jobs of 2 rows each (RoBERTa, byte-level BPE)"
+$K smoke -c worker.cfg "${set_args[@]}" --model roberta-demo --jobs "$ROBERTA_JOBS" --rows 2 --rate 100 \
   --json-every 5 --timeout 120 || status=$?
 
 echo "== a few of its metrics (http://127.0.0.1:$mport/metrics)"

@@ -380,7 +380,8 @@ RM_FN void re_free(struct re_model *rm)
 }
 
 /* What the model's output is: the folder's word (a classifier if it is
- * BertForSequenceClassification, sigmoid for multi-label problems, the
+ * BertForSequenceClassification, sigmoid for multi-label problems and for
+ * one label (a cross-encoder, as sentence-transformers scores it), the
  * pooling and normalization of modules.json, else cls and none), then the
  * entry's overrides; a classifier always reads [CLS] through the pooler
  * and is never normalized. */
@@ -388,7 +389,8 @@ RM_FN struct re_head re_expect(const struct re_model *rm, const struct model_enc
 {
     struct re_head h = {rm->d.n_labels ? MODEL_HEAD_CLASSIFIER : MODEL_HEAD_EMBEDDING,
                         rm->d.st ? rm->d.st_pool : MODEL_POOL_CLS, rm->d.st && rm->d.st_normalize,
-                        rm->d.multi_label};
+                        rm->d.multi_label || rm->d.n_labels == 1 ? MODEL_SCORES_SIGMOID
+                                                                 : MODEL_SCORES_SOFTMAX};
     if (o->head >= 0) h.head = (enum model_head)o->head;
     if (o->pooling >= 0) h.pooling = (enum model_pooling)o->pooling;
     if (o->normalize >= 0) h.normalize = o->normalize;
@@ -536,7 +538,7 @@ RM_FN double *re_encode(const struct re_model *rm, const struct re_head *h,
             re_linear(xs, 1, H, rm->pool_w, rm->pool_b, H, pooled);
             for (size_t k = 0; k < H; k++) pooled[k] = tanh(pooled[k]);
             re_linear(pooled, 1, H, rm->cls_w, rm->cls_b, wdt, row);
-            if (h->sigmoid) {
+            if (h->sigmoid == MODEL_SCORES_SIGMOID) {
                 for (size_t k = 0; k < wdt; k++) row[k] = 1.0 / (1.0 + exp(-row[k]));
             } else {
                 double mx = row[0], sum = 0;

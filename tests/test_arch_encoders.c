@@ -8,7 +8,9 @@
  *   - every family with an embedding head (cls, mean, max, none, with and
  *     without normalization) and its classifier head (RoBERTa's and
  *     MPNet's dense + tanh + out_proj, DistilBERT's pre_classifier + ReLU
- *     + classifier; softmax and sigmoid), F32/F16/BF16, with and without
+ *     + classifier; softmax and sigmoid; a one-label cross-encoder's
+ *     sigmoid by default, or the activation_fn its folder names:
+ *     Sigmoid, or Identity for the logits), F32/F16/BF16, with and without
  *     the family's prefix, on random models with the family's real tensor
  *     names and config keys; one sequence of the longest allowed length
  *     in every batch, so the last position row and (MPNet) every bucket
@@ -122,6 +124,8 @@ struct desc {
     double eps;                 /* layer_norm_eps; 0: 1e-5 (DistilBERT: fixed) */
     int sinusoidal;             /* DistilBERT: sinusoidal_pos_embds, no table in the file */
     int multi_label;
+    const char *ce_act;         /* a cross-encoder's activation_fn (torch class name) */
+    int ce_old_key;             /* ... as sbert_ce_default_activation_function */
     int st;                     /* modules.json with pooling st_pool ... */
     enum model_pooling st_pool;
     int st_normalize;
@@ -256,6 +260,11 @@ static void write_folder(const struct desc *din, const char *dir)
         }
         SET("id2label", id2);
         if (d.multi_label) SET("problem_type", json_string("multi_label_classification"));
+        if (d.ce_act && d.ce_old_key)
+            SET("sbert_ce_default_activation_function", json_string(d.ce_act));
+        else if (d.ce_act)
+            SET("sentence_transformers", json_pack("{s:s, s:s}", "activation_fn", d.ce_act,
+                                                   "version", "4.1.0"));
     }
     if (d.cfg_key) {
         if (d.cfg_json) {
@@ -560,9 +569,9 @@ static double *ref_encode(const struct ref *r, const struct re_head *h,
             for (size_t k = 0; k < H; k++)
                 pre[k] = r->f->kind == F_DISTILBERT ? (pre[k] > 0 ? pre[k] : 0) : tanh(pre[k]);
             re_linear(pre, 1, H, r->out_w, r->out_b, wdt, row);
-            if (h->sigmoid) {
+            if (h->sigmoid == MODEL_SCORES_SIGMOID) {
                 for (size_t k = 0; k < wdt; k++) row[k] = 1.0 / (1.0 + exp(-row[k]));
-            } else {
+            } else if (h->sigmoid == MODEL_SCORES_SOFTMAX) {
                 double mx = row[0], sum = 0;
                 for (size_t k = 1; k < wdt; k++) mx = row[k] > mx ? row[k] : mx;
                 for (size_t k = 0; k < wdt; k++) sum += (row[k] = exp(row[k] - mx));
@@ -665,9 +674,13 @@ static struct model *load_dir(const char *dir, const struct model_encoder_spec *
  * sentence-transformers read them. */
 static struct re_head expect(const struct desc *d, const struct model_encoder_spec *o)
 {
+    /* scores: the folder's activation_fn, else sigmoid for multi-label or
+     * one label (sentence-transformers' CrossEncoder), else softmax */
+    int scores = d->multi_label || d->n_labels == 1 ? MODEL_SCORES_SIGMOID : MODEL_SCORES_SOFTMAX;
+    if (d->ce_act)
+        scores = strstr(d->ce_act, "Identity") ? MODEL_SCORES_NONE : MODEL_SCORES_SIGMOID;
     struct re_head h = {d->n_labels ? MODEL_HEAD_CLASSIFIER : MODEL_HEAD_EMBEDDING,
-                        d->st ? d->st_pool : MODEL_POOL_CLS, d->st && d->st_normalize,
-                        d->multi_label};
+                        d->st ? d->st_pool : MODEL_POOL_CLS, d->st && d->st_normalize, scores};
     if (o->pooling >= 0) h.pooling = (enum model_pooling)o->pooling;
     if (h.head == MODEL_HEAD_CLASSIFIER) h.pooling = MODEL_POOL_CLS, h.normalize = 0;
     return h;
@@ -707,14 +720,23 @@ static const struct desc models[] = {
      .model_type = "xlm-roberta", .n_labels = 4, .multi_label = 1, .prefix = 1, .dtype = "F16"},
     {.what = "camembert: none (override), gelu_new", .kind = F_ROBERTA,
      .model_type = "camembert", .pooling = "none", .act = "gelu_new"},
-    {.what = "roberta: one-label classifier (cross-encoder), softmax", .kind = F_ROBERTA,
-     .n_labels = 1, .prefix = 1},
+    {.what = "roberta: one-label classifier (cross-encoder), sigmoid by default",
+     .kind = F_ROBERTA, .n_labels = 1, .prefix = 1},
+    {.what = "roberta: cross-encoder, activation_fn Identity (the logits)", .kind = F_ROBERTA,
+     .n_labels = 1, .prefix = 1, .ce_act = "torch.nn.modules.linear.Identity"},
+    {.what = "xlm-roberta: cross-encoder, sbert_ce_default_activation_function Sigmoid, BF16",
+     .kind = F_ROBERTA, .model_type = "xlm-roberta", .n_labels = 1, .prefix = 1,
+     .ce_act = "torch.nn.modules.activation.Sigmoid", .ce_old_key = 1, .dtype = "BF16"},
+    {.what = "roberta: embedder, an activation_fn it has no use for (Tanh): loads",
+     .kind = F_ROBERTA, .ce_act = "torch.nn.modules.activation.Tanh"},
     {.what = "mpnet: mean + normalize, 150 positions (every bucket)", .kind = F_MPNET,
      .max_pos = 150, .st = 1, .st_pool = MODEL_POOL_MEAN, .st_normalize = 1},
     {.what = "mpnet: cls, mpnet. prefix, F16, pad_token_id 0 (ignored: MPNet's is 1)",
      .kind = F_MPNET, .prefix = 1, .dtype = "F16", .mpnet_pad = 1},
     {.what = "mpnet: classifier (dense, tanh, out_proj), 2 labels, BF16", .kind = F_MPNET,
      .n_labels = 2, .prefix = 1, .dtype = "BF16"},
+    {.what = "mpnet: 2 labels, old-key Identity (the logits)", .kind = F_MPNET, .n_labels = 2,
+     .prefix = 1, .ce_act = "torch.nn.modules.linear.Identity", .ce_old_key = 1},
     {.what = "mpnet: 3 layers, hidden 24, 3 heads, none + normalize", .kind = F_MPNET,
      .layers = 3, .hidden = 24, .heads = 3, .inter = 40, .pooling = "none", .st = 1,
      .st_pool = MODEL_POOL_CLS, .st_normalize = 1},
@@ -763,6 +785,9 @@ static void test_reference(void **state)
             fail_msg("%s: model_encoder says max_tokens %zu hidden %zu layers %zu heads %zu "
                      "inter %zu vocab %zu types %zu head %d", D->what, e->max_tokens, e->hidden,
                      e->layers, e->heads, e->intermediate, e->vocab, e->type_vocab, e->head);
+        if (h.head == MODEL_HEAD_CLASSIFIER && e->sigmoid != h.sigmoid)
+            fail_msg("%s: scores %d (enum model_scores), expected %d", D->what, e->sigmoid,
+                     h.sigmoid);
         assert_string_equal(model_arch_name(m), fams[D->kind].model_type);
         size_t params = r.n_params + (h.head == MODEL_HEAD_CLASSIFIER ? r.head_params : 0);
         assert_int_equal(model_param_count(m), params);
@@ -846,11 +871,14 @@ static void test_demo(void **state)
     static const struct {
         const char *kind;
         enum fam_kind fam;
-    } kinds[] = {{"roberta", F_ROBERTA}, {"mpnet", F_MPNET}, {"distilbert", F_DISTILBERT}};
+    } kinds[] = {{"roberta", F_ROBERTA},
+                 {"xlm-roberta", F_ROBERTA},
+                 {"mpnet", F_MPNET},
+                 {"distilbert", F_DISTILBERT}};
     static const char *const texts[] = {"The movie was really great!", "Kafka and Redis.",
                                         "I hate slow service", "ok"};
-    for (size_t k = 0; k < 3; k++)
-        for (size_t labels = 0; labels <= 2; labels += 2) {
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
+        for (size_t labels = 0; labels <= 2; labels++) { /* 1: a cross-encoder, sigmoid */
             char dir[128], err[512], what[64];
             snprintf(what, sizeof(what), "demo %s, %zu labels", kinds[k].kind, labels);
             dir_for("demo", dir, sizeof(dir));
@@ -864,7 +892,9 @@ static void test_demo(void **state)
             assert_int_equal(e->max_tokens, 128);
             assert_int_equal(e->n_labels, labels);
             struct re_head h = {labels ? MODEL_HEAD_CLASSIFIER : MODEL_HEAD_EMBEDDING,
-                                labels ? MODEL_POOL_CLS : MODEL_POOL_MEAN, !labels, 0};
+                                labels ? MODEL_POOL_CLS : MODEL_POOL_MEAN, !labels,
+                                labels == 1 ? MODEL_SCORES_SIGMOID : MODEL_SCORES_SOFTMAX};
+            assert_int_equal(e->sigmoid, h.sigmoid);
             struct tokenizer_scratch *sc = tokenizer_scratch_new(0);
             int32_t ids[256];
             uint32_t off[5] = {0};
@@ -879,6 +909,18 @@ static void test_demo(void **state)
                 }
                 for (int t = 0; t < n; t++) assert_int_not_equal(ids[off[i] + (uint32_t)t], 1);
                 off[i + 1] = off[i] + (uint32_t)n;
+            }
+            if (k == 1) { /* XLM-R's Unigram: whole words after U+2581, the rest in letters */
+                static const char *const want[] = {"<s>", "\xe2\x96\x81the", "\xe2\x96\x81movie",
+                                                   "\xe2\x96\x81was", "\xe2\x96\x81great", "!",
+                                                   "</s>"};
+                int32_t w[16];
+                const char *t = "the movie was great!";
+                assert_int_equal(tokenizer_encode(e->tokenizer, sc, t, strlen(t), NULL, 0, 0, 1, w,
+                                                  NULL, 16, NULL, err, sizeof(err)),
+                                 7);
+                for (size_t q = 0; q < 7; q++)
+                    assert_string_equal(tokenizer_id_token(e->tokenizer, w[q]), want[q]);
             }
             struct model_ws *ws = model_ws_new_tokens(m, 0, 4, 4 * 16, err, sizeof(err));
             assert_non_null(ws);
@@ -919,6 +961,10 @@ static const struct {
      {"config.json: dim is missing"}},
     {{.what = "distilbert: activation silu", .kind = F_DISTILBERT, .act = "silu"},
      {"config.json: activation \"silu\" is not supported (gelu, relu)"}},
+    {{.what = "distilbert: cross-encoder activation_fn Tanh", .kind = F_DISTILBERT,
+      .n_labels = 1, .ce_act = "torch.nn.modules.activation.Tanh"},
+     {"config.json: sentence_transformers.activation_fn \"torch.nn.modules.activation.Tanh\" "
+      "is not supported"}},
     {{.what = "distilbert: classifier without pre_classifier", .kind = F_DISTILBERT,
       .n_labels = 2, .omit = "pre_classifier.bias"},
      {"tensor pre_classifier.bias not found"}},
@@ -984,10 +1030,12 @@ static json_t *torch_request(const struct batch *b, const struct re_head *h)
         if (b->s.type_ids) json_array_append_new(types, t);
         else json_decref(t);
     }
-    return json_pack("{s:o, s:o, s:s, s:b, s:s, s:b}", "rows", rows, "type_ids", types,
+    return json_pack("{s:o, s:o, s:s, s:b, s:s, s:s}", "rows", rows, "type_ids", types,
                      "pooling", model_pooling_name(h->pooling), "normalize", h->normalize,
                      "head", h->head == MODEL_HEAD_CLASSIFIER ? "classifier" : "embedding",
-                     "sigmoid", h->sigmoid);
+                     "scores", h->sigmoid == MODEL_SCORES_SIGMOID ? "sigmoid"
+                               : h->sigmoid == MODEL_SCORES_NONE  ? "none"
+                                                                  : "softmax");
 }
 
 /* Every model of the table through tests/torch_encoders.py (one start of

@@ -226,7 +226,7 @@ static const struct bad_case bad_cases[] = {
     {"encoder_bad_head", "models = ( { name = \"a\"; path = \"p\"; encoder = {\n  head = \"regressor\"; }; } );\n",
      NULL, 2, "models[0].encoder.head: 'regressor' is not one of embedding, classifier"},
     {"encoder_bad_activation", "models = ( { name = \"a\"; path = \"p\"; encoder = {\n  activation = \"relu\"; }; } );\n",
-     NULL, 2, "models[0].encoder.activation: 'relu' is not one of softmax, sigmoid"},
+     NULL, 2, "models[0].encoder.activation: 'relu' is not one of softmax, sigmoid, none"},
     {"encoder_normalize_type", "models = ( { name = \"a\"; path = \"p\"; encoder = {\n  normalize = 1; }; } );\n",
      NULL, 2, "models[0].encoder.normalize: expected true or false, got an integer"},
     {"encoder_max_tokens_range", "models = ( { name = \"a\"; path = \"p\"; encoder = {\n  max_tokens = 2; }; } );\n",
@@ -816,7 +816,7 @@ static void test_worker_cfg(void **state)
     assert_int_equal(c->kafka.n_topics, 1);
     assert_string_equal(c->kafka.topics[0], "jobs");
     assert_int_equal(c->kafka.n_properties, 0);
-    assert_int_equal(c->n_models, 2);
+    assert_int_equal(c->n_models, 3);
     const struct model_spec *m = &c->models[0];
     assert_string_equal(m->name, "demo");
     assert_string_equal(m->path, "models/demo.safetensors");
@@ -836,6 +836,9 @@ static void test_worker_cfg(void **state)
     assert_int_equal(t->enc.pooling, -1);
     assert_int_equal(t->enc.normalize, -1);
     assert_int_equal(t->enc.max_tokens, 0);
+    assert_string_equal(c->models[2].name, "roberta-demo");
+    assert_string_equal(c->models[2].path, "models/roberta-demo");
+    assert_int_equal(c->models[2].n_layers, 0);
     cfg_destroy(c);
 }
 
@@ -884,6 +887,31 @@ static void test_layer_keys_follow_op_table(void **state)
 }
 
 /* cfg_destroy takes NULL, as every destructor does. */
+/* encoder.activation: each name is its enum model_scores value; unset
+ * is -1 (the folder decides). */
+static void test_encoder_activation(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        int want;
+    } acts[] = {{"softmax", MODEL_SCORES_SOFTMAX},
+                {"sigmoid", MODEL_SCORES_SIGMOID},
+                {"none", MODEL_SCORES_NONE},
+                {NULL, -1}};
+    for (size_t i = 0; i < sizeof(acts) / sizeof(acts[0]); i++) {
+        char text[256];
+        snprintf(text, sizeof(text),
+                 "models = ( { name = \"a\"; path = \"p\"; encoder = { %s%s%s }; } );\n",
+                 acts[i].name ? "activation = \"" : "", acts[i].name ? acts[i].name : "",
+                 acts[i].name ? "\";" : "");
+        struct kcfg *c = load_good(text, NULL, 0);
+        assert_int_equal(c->n_models, 1);
+        assert_int_equal(c->models[0].enc.sigmoid, acts[i].want);
+        cfg_destroy(c);
+    }
+}
+
 static void test_destroy_null(void **state)
 {
     (void)state;
@@ -911,6 +939,7 @@ int main(void)
         cmocka_unit_test(test_worker_cfg),
         cmocka_unit_test(test_readme_table),
         cmocka_unit_test(test_layer_keys_follow_op_table),
+        cmocka_unit_test(test_encoder_activation),
         cmocka_unit_test(test_destroy_null),
     };
     int failed = _cmocka_run_group_tests("config_bad_files", bad, N_BAD, NULL, NULL);

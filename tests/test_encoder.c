@@ -231,7 +231,7 @@ static const struct variant variants[] = {
       .multi_label = 1, .prefix = 1, .dtype = "F16"}},
     {.d = {.what = "classifier, sigmoid by override, BF16", .n_labels = 2, .dtype = "BF16"},
      .sigmoid = SET_ON},
-    {.d = {.what = "classifier, one label, softmax", .n_labels = 1}},
+    {.d = {.what = "classifier, one label (a cross-encoder): sigmoid", .n_labels = 1}},
     {.d = {.what = "classifier, 40 labels (more than hidden)", .n_labels = 40}},
     {.d = {.what = "classifier folder read as a mean embedder", .n_labels = 3},
      .embedder = 1, .pooling = "mean"},

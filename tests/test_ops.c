@@ -48,6 +48,7 @@
 #include <sys/resource.h>
 
 #include "../codecs/wire.h"
+#include "../config/config.h"
 #include "../gpu/model.h"
 #include "../telemetry/metrics.h"
 #include "../telemetry/stats.h"
@@ -505,10 +506,12 @@ static void test_ops_files(void **state)
     } yamls[] = {
         {"ops/keda-scaledobject.yaml", "ScaledObject:kafka"},
         {"ops/keda-scaledobject-prometheus.yaml", "ScaledObject:prometheus"},
-        {"ops/kinfer-deployment.yaml", "Namespace Deployment Service"},
+        {"ops/kinfer-deployment.yaml",
+         "Namespace ConfigMap PersistentVolumeClaim Deployment Service"},
         {"ops/kinfer-statefulset.yaml", "StatefulSet"},
         {"ops/kinfer-podmonitor.yaml", "PodMonitor"},
         {"docker/docker-compose.yml", "grafana kafka kafka-init kinfer kinfer-gpu prometheus redis"},
+        {"docker/docker-compose.models.yml", "kinfer"},
         {"docker/grafana/provisioning/datasources/prometheus.yml", "apiVersion datasources"},
         {"docker/grafana/provisioning/dashboards/kinfer.yml", "apiVersion providers"},
     };
@@ -666,29 +669,62 @@ static void binary_runtime_debs(char *out, size_t cap)
         used += (size_t)snprintf(out + used, cap - used, "%s%s", i ? " " : "", pkgs[i]);
 }
 
-/* The runtime image installs exactly what the binary links. */
+/* The runtime images install exactly what the binary links; the CPU
+ * image's file never reaches for NVIDIA's repository (a builder that
+ * builds every stage of a file would otherwise need it). */
 static void test_dockerfile_runtime_deps(void **state)
 {
     (void)state;
-    char *df = read_file("docker/Dockerfile");
-    assert_non_null(df);
-    const char *arg = strstr(df, "\nARG RUNTIME_DEBS=\"");
-    assert_non_null(arg);
-    arg += strlen("\nARG RUNTIME_DEBS=\"");
-    char listed[1024];
-    snprintf(listed, sizeof(listed), "%.*s", (int)strcspn(arg, "\""), arg);
-    /* Both runtime stages install it; the CPU image is the default. */
-    assert_non_null(strstr(df, "install -y -q --no-install-recommends ${RUNTIME_DEBS}"));
-    assert_non_null(strstr(df, "FROM runtime AS gpu"));
-    const char *cpu = strstr(df, "FROM runtime AS cpu");
-    assert_non_null(cpu);
-    assert_null(strstr(cpu, "\nFROM "));
-    free(df);
     char needed[1024];
     binary_runtime_debs(needed, sizeof(needed));
-    if (strcmp(listed, needed) != 0)
-        fail_msg("docker/Dockerfile RUNTIME_DEBS=\"%s\", but %s needs \"%s\"", listed, KINFER,
-                 needed);
+    const char *files[] = {"docker/Dockerfile", "docker/Dockerfile.gpu"};
+    for (size_t i = 0; i < 2; i++) {
+        char *df = read_file(files[i]);
+        assert_non_null(df);
+        const char *arg = strstr(df, "\nARG RUNTIME_DEBS=\"");
+        if (!arg) fail_msg("%s: no ARG RUNTIME_DEBS", files[i]);
+        arg += strlen("\nARG RUNTIME_DEBS=\"");
+        char listed[1024];
+        snprintf(listed, sizeof(listed), "%.*s", (int)strcspn(arg, "\""), arg);
+        if (!strstr(df, "--no-install-recommends ${RUNTIME_DEBS}"))
+            fail_msg("%s: its runtime stage does not install RUNTIME_DEBS", files[i]);
+        if (!strstr(df, "make deps-build"))
+            fail_msg("%s: the build stage must install build packages only (make deps-build)",
+                     files[i]);
+        if (i == 0 && strstr(df, "nvidia.com"))
+            fail_msg("docker/Dockerfile reaches for NVIDIA's repository");
+        free(df);
+        if (strcmp(listed, needed) != 0)
+            fail_msg("%s RUNTIME_DEBS=\"%s\", but %s needs \"%s\"", files[i], listed, KINFER,
+                     needed);
+    }
+}
+
+/* The worker.cfg the Kubernetes manifest mounts is one the worker reads,
+ * and its model lives on the mounted models volume. */
+static void test_shipped_configmap(void **state)
+{
+    (void)state;
+    char cfgpath[300], cmd[800], *out = NULL;
+    snprintf(cfgpath, sizeof(cfgpath), "%s/configmap.cfg", h_dir());
+    snprintf(cmd, sizeof(cmd),
+             "/usr/bin/python3 -c 'import sys, yaml\n"
+             "d = [x for x in yaml.safe_load_all(open(\"ops/kinfer-deployment.yaml\")) if x]\n"
+             "cm = [x for x in d if x[\"kind\"] == \"ConfigMap\"][0]\n"
+             "open(sys.argv[1], \"w\").write(cm[\"data\"][\"worker.cfg\"])' '%s' 2>&1",
+             cfgpath);
+    int rc = run_capture(cmd, &out);
+    if (rc != 0) fail_msg("extracting the ConfigMap's worker.cfg: %s", out ? out : "");
+    free(out);
+    char err[512];
+    struct kcfg *c = cfg_load(cfgpath, NULL, 0, err, sizeof(err));
+    if (!c) fail_msg("the ConfigMap's worker.cfg: %s", err);
+    assert_true(c->n_models >= 1);
+    for (size_t i = 0; i < c->n_models; i++)
+        if (strncmp(c->models[i].path, "/models/", 8) != 0)
+            fail_msg("model %s: path %s is not on the models volume (/models)", c->models[i].name,
+                     c->models[i].path);
+    cfg_destroy(c);
 }
 
 /* ---- the HTTP endpoints in this process ------------------------------------- */
@@ -738,7 +774,8 @@ static void test_http_endpoints(void **state)
     free(body);
     for (int k = 0; k < STATS_N_COND; k++) stats_set_cond(st, (enum stats_cond)k, 1);
     assert_int_equal(http(port, "GET", "/readyz", &body, NULL, 0), 200);
-    assert_string_equal(body, "{\"ready\":true,\"reasons\":[],\"backend\":\"cpu\"}\n");
+    assert_string_equal(body,
+                        "{\"ready\":true,\"reasons\":[],\"backend\":\"cpu\",\"device\":\"cpu\"}\n");
     free(body);
 
     const struct {
@@ -1026,6 +1063,7 @@ static void test_worker_metrics(void **state)
     assert_true(json_is_true(json_object_get(me, "ready")));
     assert_true(json_is_true(json_object_get(me, "healthy")));
     assert_string_equal(json_string_value(json_object_get(me, "backend")), "cpu");
+    assert_string_equal(json_string_value(json_object_get(me, "device")), "cpu");
     assert_int_equal(json_array_size(json_object_get(me, "partitions")), PARTS);
     json_decref(doc);
     char cmd[600], *out = NULL;
@@ -1457,6 +1495,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ops_files),
         cmocka_unit_test(test_dockerfile_runtime_deps),
+        cmocka_unit_test(test_shipped_configmap),
         cmocka_unit_test(test_http_endpoints),
         cmocka_unit_test(test_broker_control),
         cmocka_unit_test(test_broker_fixed_port),

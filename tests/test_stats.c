@@ -298,6 +298,7 @@ static void test_counters_render(void **state)
     stats_set_device(st, 1, &d1);
     stats_set_backend(st, "cuda");
     stats_set_precision(st, "bf16");
+    stats_set_device_name(st, "NVIDIA H100 80GB HBM3, NVIDIA H100 80GB HBM3");
     text = render(st, clock_mono_us());
     ASSERT_LINE(text, "# TYPE kinfer_gpu_busy_ratio gauge");
     ASSERT_LINE(text, "kinfer_gpu_busy_ratio{device=\"0\"} 0.25");
@@ -307,7 +308,8 @@ static void test_counters_render(void **state)
     ASSERT_LINE(text, "# TYPE kinfer_gpu_batches_total counter");
     ASSERT_LINE(text, "kinfer_gpu_batches_total{device=\"3\"} 9");
     ASSERT_LINE(text, "kinfer_gpu_busy_seconds_total{device=\"0\"} 1.5");
-    ASSERT_LINE(text, "kinfer_backend_info{backend=\"cuda\",precision=\"bf16\",devices=\"2\"} 1");
+    ASSERT_LINE(text, "kinfer_backend_info{backend=\"cuda\",device=\"NVIDIA H100 80GB HBM3, "
+                      "NVIDIA H100 80GB HBM3\",precision=\"bf16\",devices=\"2\"} 1");
     free(text);
     stats_destroy(st);
 }
@@ -648,14 +650,17 @@ static void test_readiness(void **state)
     }
     assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_int_equal(metrics_render_ready(&s, &body, &len), 1);
-    assert_string_equal(body, "{\"ready\":true,\"reasons\":[],\"backend\":\"cpu\"}\n");
+    assert_string_equal(body,
+                        "{\"ready\":true,\"reasons\":[],\"backend\":\"cpu\",\"device\":\"cpu\"}\n");
     free(body);
     stats_snapshot_fini(&s);
-    /* The backend the runtime chose is what /readyz names. */
+    /* The backend the runtime chose, and its device, are what /readyz names. */
     stats_set_backend(st, "cuda");
+    stats_set_device_name(st, "emulated NVIDIA H100 80GB HBM3");
     assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
     assert_int_equal(metrics_render_ready(&s, &body, &len), 1);
-    assert_string_equal(body, "{\"ready\":true,\"reasons\":[],\"backend\":\"cuda\"}\n");
+    assert_string_equal(body, "{\"ready\":true,\"reasons\":[],\"backend\":\"cuda\","
+                              "\"device\":\"emulated NVIDIA H100 80GB HBM3\"}\n");
     free(body);
     stats_snapshot_fini(&s);
     stats_set_backend(st, "cpu");

@@ -2,12 +2,17 @@
  * broker` (librdkafka's mock cluster in its own process), a real
  * redis-server and the worker binary serving three encoders made from two
  * random BERT folders (an embedder "emb", a 3-label classifier "cls", and
- * "tok", the embedder with every token's vector) and an MLP "mlp". Jobs go
+ * "tok", the embedder with every token's vector), one random folder of
+ * each other family with its own tokenizer ("rob": RoBERTa with
+ * byte-level BPE, "xlmr": XLM-R with Unigram, "mpnet", "distil": a
+ * DistilBERT classifier), a one-label BERT cross-encoder "rerank"
+ * (sigmoid relevance scores for text + text_pair) and an MLP "mlp". Jobs go
  * in through codecs/wire.c in both encodings: single strings and rows of
  * very different lengths, text pairs, pre-tokenized rows with type ids,
  * rows too long with and without truncation, and hostile ones (invalid
  * UTF-8, NUL bytes, 10 MB of text, ids outside the vocabulary, the wrong
- * kind of input for the model).
+ * kind of input for the model, rows empty or only whitespace for every
+ * tokenizer).
  *
  * Expected values come from the same folders loaded here on the CPU and
  * each row run alone through model_encode after the model's own
@@ -64,18 +69,32 @@ static const char *test_backend(void)
     return b && *b ? b : "cpu";
 }
 
+/* Seconds to wait for a worker's answers: $KINFER_TEST_WAIT_S, 60 by
+ * default (the emulated device, tests/emu_e2e.sh, is far slower than a
+ * CPU or a GPU and is given more). */
+static double wait_s(void)
+{
+    const char *s = getenv("KINFER_TEST_WAIT_S");
+    double v = s && *s ? atof(s) : 0;
+    return v > 0 ? v : 60;
+}
+
 static char brokers[512];
 static int redis_port;
 static char emb_dir[300], cls_dir[300], mlp_path[300];
+static char rob_dir[300], xlmr_dir[300], mpnet_dir[300], distil_dir[300], rerank_dir[300];
 
 /* ---- the reference: the same folders, one row at a time --------------- */
 
-enum { M_EMB, M_CLS, M_TOK, M_MLP, M_N };
-static const char *const model_names[M_N] = {"emb", "cls", "tok", "mlp"};
+/* The text encoders first (M_EMB..M_RERANK: one of each family, each
+ * with its own tokenizer), the MLP last. */
+enum { M_EMB, M_CLS, M_TOK, M_ROB, M_XLMR, M_MPNET, M_DISTIL, M_RERANK, M_MLP, M_N };
+static const char *const model_names[M_N] = {"emb",   "cls",    "tok",    "rob", "xlmr",
+                                             "mpnet", "distil", "rerank", "mlp"};
 
 static struct model_runtime *ref_rt;
-static struct model *ref_model[M_TOK + 1];
-static struct model_ws *ref_ws[M_TOK + 1];
+static struct model *ref_model[M_MLP];
+static struct model_ws *ref_ws[M_MLP];
 static struct tokenizer_scratch *ref_wp;
 
 static const struct model_encoder_info *enc_of(int m)
@@ -349,7 +368,7 @@ static void produce_all(const char *topic, struct tcase **cases, size_t n)
 
 /* ---- the worker ----------------------------------------------------------- */
 
-/* Writes a worker config serving emb, cls, tok and mlp on the given
+/* Writes a worker config serving every model of model_names on the given
  * topics (a comma list of quoted names); results go to <name>.results. */
 static const char *write_config(const char *name, const char *topics, const char *worker_extra,
                                 const char *metrics_listen)
@@ -368,6 +387,9 @@ static const char *write_config(const char *name, const char *topics, const char
             "models = ( { name = \"emb\"; path = \"%s\"; },\n"
             "  { name = \"cls\"; path = \"%s\"; },\n"
             "  { name = \"tok\"; path = \"%s\"; encoder = { pooling = \"none\"; normalize = false; }; },\n"
+            "  { name = \"rob\"; path = \"%s\"; }, { name = \"xlmr\"; path = \"%s\"; },\n"
+            "  { name = \"mpnet\"; path = \"%s\"; }, { name = \"distil\"; path = \"%s\"; },\n"
+            "  { name = \"rerank\"; path = \"%s\"; },\n"
             "  { name = \"mlp\"; path = \"%s\";\n"
             "    layers = ( { op = \"dense\"; weight = \"0.weight\"; bias = \"0.bias\"; },\n"
             "               { op = \"relu\"; },\n"
@@ -377,7 +399,7 @@ static const char *write_config(const char *name, const char *topics, const char
             "worker = { backend = \"%s\"; %s };\n"
             "metrics = { listen = \"%s\"; heartbeat_prefix = \"\"; };\n",
             brokers, name, topics, name, name, redis_port, name, BATCH_TOKENS, emb_dir, cls_dir,
-            emb_dir, mlp_path, test_backend(), worker_extra ? worker_extra : "",
+            emb_dir, rob_dir, xlmr_dir, mpnet_dir, distil_dir, rerank_dir, mlp_path, test_backend(), worker_extra ? worker_extra : "",
             metrics_listen ? metrics_listen : "");
     fclose(f);
     return path;
@@ -568,9 +590,10 @@ static void check_answer(const struct tcase *c, const struct answer *a, const ch
                 expect_close(c->id, "output", i * w + k, r.output[i * w + k],
                              c->rows[i]->expect[k]);
     }
-    if (m == M_CLS) {
+    if (enc_of(m)->head == MODEL_HEAD_CLASSIFIER) {
         /* scores are the output; labels name each row's best score; the
-         * softmax rows sum to 1. */
+         * softmax rows sum to 1, a cross-encoder's sigmoid scores lie in
+         * (0, 1). */
         assert_true(r.has_scores);
         assert_non_null(r.labels);
         size_t ns;
@@ -591,7 +614,11 @@ static void check_answer(const struct tcase *c, const struct answer *a, const ch
             snprintf(want, sizeof(want), "label_%zu", best);
             assert_non_null(r.labels[i]);
             assert_string_equal(r.labels[i], want);
-            if (fabs(sum - 1.0) > 1e-5) fail_msg("%s: scores of row %zu sum to %.9g", c->id, i, sum);
+            if (enc_of(m)->sigmoid == MODEL_SCORES_SOFTMAX && fabs(sum - 1.0) > 1e-5)
+                fail_msg("%s: scores of row %zu sum to %.9g", c->id, i, sum);
+            for (size_t k = 0; enc_of(m)->sigmoid == MODEL_SCORES_SIGMOID && k < w; k++)
+                if (!(s[k] > 0 && s[k] < 1))
+                    fail_msg("%s: sigmoid score %zu of row %zu is %.9g", c->id, k, i, s[k]);
         }
     } else {
         assert_false(r.has_scores);
@@ -615,7 +642,7 @@ static void check_answer(const struct tcase *c, const struct answer *a, const ch
 static void run_cases(const char *name, const char *topic, struct tcase **cases, size_t n,
                       struct answer *ans)
 {
-    assert_int_equal(wait_answers(name, cases, n, ans, 60), n);
+    assert_int_equal(wait_answers(name, cases, n, ans, wait_s()), n);
     char reply[96];
     snprintf(reply, sizeof(reply), "%s.results", name);
     check_replies(reply, cases, n, ans);
@@ -820,7 +847,7 @@ static double metric(const char *body, const char *name)
 /* ---- good jobs ----------------------------------------------------------------- */
 
 #define N_STREAM 40
-#define MAX_CASES 96
+#define MAX_CASES 128
 
 static void test_text_results(void **state)
 {
@@ -838,13 +865,13 @@ static void test_text_results(void **state)
     c = cases[n++] = case_new("emb-mp-one", M_EMB, PROTO_ENC_MSGPACK);
     case_str(c, "Hello, World! The GPU is FAST; tokenization, naïve über 日本語.", NULL);
 
-    /* Rows of very different lengths, one empty: the job pads. */
+    /* Rows of very different lengths, one a single letter: the job pads. */
     for (int e = 0; e < 2; e++) {
         c = cases[n++] = case_new(e ? "emb-mp-rows" : "emb-js-rows", M_EMB,
                                   e ? PROTO_ENC_MSGPACK : PROTO_ENC_JSON);
         add_rand_row(c, 1, NULL);
         add_rand_row(c, 70, NULL);
-        case_str(c, "", NULL);
+        case_str(c, " q ", NULL);
         add_rand_row(c, 6, NULL);
         add_rand_row(c, 25, NULL);
     }
@@ -858,7 +885,7 @@ static void test_text_results(void **state)
     case_str(c, "kafka", "a book, never read");
     c = cases[n++] = case_new("pair-mp", M_EMB, PROTO_ENC_MSGPACK);
     case_str(c, "search query", "a long document about searching documents in the city");
-    case_str(c, "x", "");
+    case_str(c, "x", "y");
     case_str(c, "Price and quality", "fast service");
 
     /* Pre-tokenized rows with type ids (made from pairs), and without. */
@@ -893,10 +920,10 @@ static void test_text_results(void **state)
     c = cases[n++] = case_new("tok-js", M_TOK, PROTO_ENC_JSON);
     add_rand_row(c, 3, NULL);
     add_rand_row(c, 30, NULL);
-    case_str(c, "", NULL);
+    case_str(c, "\t.", NULL);
     c = cases[n++] = case_new("tok-mp", M_TOK, PROTO_ENC_MSGPACK);
     case_str(c, "one two three", "four");
-    add_rand_row(c, 17, ""); /* an empty second segment: [CLS] A [SEP] [SEP] */
+    add_rand_row(c, 17, "z"); /* a one-letter second segment */
 
     /* Too long, truncated (the default, and truncate = true): the row
      * keeps max_tokens tokens. */
@@ -957,13 +984,46 @@ static void test_text_results(void **state)
     case_text(c, "the\0 kafka\0\0 worker", 19, NULL, "the kafka worker");
     case_text(c, "\0", 1, NULL, "");
 
-    /* A stream of one-row jobs of every length, to every encoder, in both
-     * encodings: the backlog batches them together. */
+    /* The other families, each through its own tokenizer, in both
+     * encodings: RoBERTa (byte-level BPE; pairs, type ids all 0), XLM-R
+     * (Unigram; accents, CJK, emoji), MPNet, DistilBERT's classifier, and
+     * a cross-encoder scoring a query against passages (text_pair). */
+    for (int e = 0; e < 2; e++) {
+        enum proto_enc enc = e ? PROTO_ENC_MSGPACK : PROTO_ENC_JSON;
+        c = cases[n++] = case_new(e ? "rob-mp" : "rob-js", M_ROB, enc);
+        case_str(c, "The worker read a good book about Kafka and Redis.", NULL);
+        add_rand_row(c, 40, NULL);
+        c = cases[n++] = case_new(e ? "rob-pair-mp" : "rob-pair-js", M_ROB, enc);
+        case_str(c, "what is a good movie", "the best film of the year");
+        add_rand_row(c, 9, "a book, never read");
+        c = cases[n++] = case_new(e ? "xlmr-mp" : "xlmr-js", M_XLMR, enc);
+        case_str(c, "Hello, World! naïve über 日本語 emoji😀 ｆｕｌｌ width", NULL);
+        add_rand_row(c, 25, NULL);
+        c = cases[n++] = case_new(e ? "xlmr-pair-mp" : "xlmr-pair-js", M_XLMR, enc);
+        case_str(c, "search query", "a long document about searching documents");
+        c = cases[n++] = case_new(e ? "mpnet-mp" : "mpnet-js", M_MPNET, enc);
+        add_rand_row(c, 3, NULL);
+        add_rand_row(c, 60, NULL);
+        c = cases[n++] = case_new(e ? "distil-mp" : "distil-js", M_DISTIL, enc);
+        add_rand_row(c, 12, NULL);
+        case_str(c, "i love this movie, it is great", NULL);
+        c = cases[n++] = case_new(e ? "rerank-mp" : "rerank-js", M_RERANK, enc);
+        case_str(c, "how do i reset my password", "open the settings page and choose reset");
+        case_str(c, "how do i reset my password", "the city has good food and water");
+        add_rand_row(c, 30, "kafka redis worker");
+    }
+
+    /* A stream of one-row jobs of every length, to every text encoder, in
+     * both encodings: the backlog batches them together. Pairs only for
+     * the models that take them (MPNet's and DistilBERT's one token type
+     * takes no WordPiece pair). */
     for (size_t i = 0; i < N_STREAM; i++) {
         char id[32];
         snprintf(id, sizeof(id), "stream-%zu", i);
-        c = cases[n++] = case_new(id, (int)(i % 3), i % 2 ? PROTO_ENC_JSON : PROTO_ENC_MSGPACK);
-        add_rand_row(c, 1 + tu_rand64() % 90, i % 5 == 0 ? "and a second segment" : NULL);
+        int m = (int)(i % M_MLP);
+        c = cases[n++] = case_new(id, m, i % 2 ? PROTO_ENC_JSON : PROTO_ENC_MSGPACK);
+        int pair = i % 5 == 0 && m != M_MPNET && m != M_DISTIL;
+        add_rand_row(c, 1 + tu_rand64() % 90, pair ? "and a second segment" : NULL);
     }
     assert_true(n <= MAX_CASES);
 
@@ -1059,8 +1119,8 @@ static void big_body(struct tcase *c)
 static void test_invalid_jobs(void **state)
 {
     (void)state;
-    static struct tcase *cases[64];
-    static struct answer ans[64];
+    static struct tcase *cases[96];
+    static struct answer ans[96];
     size_t n = 0;
     struct tcase *c;
     char m1[96], m2[96];
@@ -1137,6 +1197,36 @@ static void test_invalid_jobs(void **state)
                                   utf8[i].row ? utf8[i].row : "row 1");
         case_text(c, utf8[i].text, strlen(utf8[i].text), utf8[i].pair, NULL);
         if (!utf8[i].row) case_text(c, "\x80 stray", 7, NULL, NULL);
+    }
+
+    /* Empty, or only whitespace (spaces, tabs, line breaks, U+00A0,
+     * U+3000), in text or text_pair: nothing to embed, for every
+     * tokenizer (WordPiece, byte-level BPE, Unigram), in both encodings,
+     * the row named; row 0 is fine. */
+    static const struct {
+        const char *id;
+        int model;
+        const char *text, *pair, *field;
+    } blank[] = {
+        {"blank-empty-wp", M_EMB, "", NULL, "field text: row 1"},
+        {"blank-ws-wp", M_TOK, " \t\r\n ", NULL, "field text: row 1"},
+        {"blank-nbsp-wp", M_MPNET, "\xc2\xa0\xe3\x80\x80", NULL, "field text: row 1"},
+        {"blank-empty-bpe", M_ROB, "", NULL, "field text: row 1"},
+        {"blank-ws-bpe", M_ROB, "\xc2\xa0 \xe3\x80\x80\n", NULL, "field text: row 1"},
+        {"blank-empty-ug", M_XLMR, "", NULL, "field text: row 1"},
+        {"blank-ws-ug", M_XLMR, "\n\n\t \xe2\x80\x83", NULL, "field text: row 1"},
+        {"blank-ws-distil", M_DISTIL, "   ", NULL, "field text: row 1"},
+        {"blank-pair-empty", M_RERANK, "a query", "", "field text_pair: row 1"},
+        {"blank-pair-ws-bpe", M_ROB, "a query", " \t ", "field text_pair: row 1"},
+        {"blank-pair-ws-ug", M_XLMR, "a query", "\xe3\x80\x80", "field text_pair: row 1"},
+        {"blank-text-with-pair", M_RERANK, "  ", "a passage", "field text: row 1"},
+    };
+    for (size_t i = 0; i < sizeof(blank) / sizeof(blank[0]); i++) {
+        c = cases[n++] = bad_case(blank[i].id, blank[i].model,
+                                  i % 2 ? PROTO_ENC_JSON : PROTO_ENC_MSGPACK, blank[i].field,
+                                  "is empty or only whitespace");
+        case_str(c, "a good book", blank[i].pair ? "a fine pair" : NULL);
+        case_str(c, blank[i].text, blank[i].pair);
     }
 
     /* The wrong kind of input for the model. */
@@ -1218,6 +1308,7 @@ static void test_invalid_jobs(void **state)
         {"raw-text-number", "\"text\":[\"a\",7]", "row 1 is"},
         {"raw-truncate", "\"text\":\"a\",\"truncate\":\"no\"", "must be a boolean"},
         {"raw-token-real", "\"tokens\":[2,9.5,3]", "not an id"},
+        {"raw-blank-escaped", "\"text\":\"\\u3000\\t\\u00a0\"", "row 0 is empty or only whitespace"},
     };
     for (size_t i = 0; i < sizeof(raw) / sizeof(raw[0]); i++) {
         c = cases[n++] = bad_case(raw[i].id, M_EMB, PROTO_ENC_JSON, raw[i].msg, NULL);
@@ -1259,7 +1350,7 @@ static void test_invalid_jobs(void **state)
     produce_all("big.jobs", cases + n_bad, 2);
     const char *cfg = write_config("bad", "\"bad.jobs\", \"big.jobs\"", NULL, NULL);
     pid_t w = start_worker(cfg, "bad");
-    assert_int_equal(wait_answers("bad", cases, n, ans, 60), n);
+    assert_int_equal(wait_answers("bad", cases, n, ans, wait_s()), n);
     char reply[] = "bad.results";
     check_replies(reply, cases, n, ans);
     for (size_t i = 0; i < n; i++)
@@ -1341,6 +1432,24 @@ static int setup(void **state)
         fprintf(stderr, "test_text_jobs: %s\n", err);
         return -1;
     }
+    /* One folder of each other family, each with its own tokenizer
+     * (RoBERTa: byte-level BPE, XLM-R: Unigram, MPNet and DistilBERT:
+     * WordPiece), and a one-label BERT cross-encoder (sigmoid scores). */
+    static const struct {
+        char *dir;
+        const char *sub, *kind;
+        size_t labels;
+    } fam[] = {{rob_dir, "rob", "roberta", 0},          {xlmr_dir, "xlmr", "xlm-roberta", 0},
+               {mpnet_dir, "mpnet", "mpnet", 0},        {distil_dir, "distil", "distilbert", 2},
+               {rerank_dir, "rerank", "bert", 1}};
+    for (size_t i = 0; i < sizeof(fam) / sizeof(fam[0]); i++) {
+        snprintf(fam[i].dir, 300, "%s/%s", h_dir(), fam[i].sub);
+        if (model_write_demo_encoder(fam[i].dir, fam[i].kind, LAYERS, HIDDEN, HEADS, INTER,
+                                     fam[i].labels, tu_rand64(), err, sizeof(err)) < 0) {
+            fprintf(stderr, "test_text_jobs: %s\n", err);
+            return -1;
+        }
+    }
     struct model_runtime_conf rc;
     model_runtime_conf_defaults(&rc);
     rc.backend = "cpu";
@@ -1350,10 +1459,18 @@ static int setup(void **state)
         return -1;
     }
     if (load_reference(M_EMB, emb_dir) < 0 || load_reference(M_CLS, cls_dir) < 0 ||
-        load_reference(M_TOK, emb_dir) < 0 || !(ref_wp = tokenizer_scratch_new(0)))
+        load_reference(M_TOK, emb_dir) < 0 || load_reference(M_ROB, rob_dir) < 0 ||
+        load_reference(M_XLMR, xlmr_dir) < 0 || load_reference(M_MPNET, mpnet_dir) < 0 ||
+        load_reference(M_DISTIL, distil_dir) < 0 || load_reference(M_RERANK, rerank_dir) < 0 ||
+        !(ref_wp = tokenizer_scratch_new(0)))
         return -1;
+    int fams_ok = 1;
+    for (int m = M_ROB; m <= M_RERANK; m++) fams_ok &= enc_of(m)->max_tokens == MAX_TOK;
     if (enc_of(M_EMB)->max_tokens != MAX_TOK || enc_of(M_CLS)->n_labels != N_LABELS ||
-        enc_of(M_EMB)->pooling != MODEL_POOL_MEAN || !enc_of(M_EMB)->normalize) {
+        enc_of(M_EMB)->pooling != MODEL_POOL_MEAN || !enc_of(M_EMB)->normalize || !fams_ok ||
+        strcmp(tokenizer_kind_name(enc_of(M_ROB)->tokenizer), "BPE") != 0 ||
+        strcmp(tokenizer_kind_name(enc_of(M_XLMR)->tokenizer), "Unigram") != 0 ||
+        enc_of(M_RERANK)->n_labels != 1 || enc_of(M_RERANK)->sigmoid != MODEL_SCORES_SIGMOID) {
         fprintf(stderr, "test_text_jobs: the demo folders are not what this test expects\n");
         return -1;
     }
@@ -1375,7 +1492,7 @@ static int teardown(void **state)
 {
     (void)state;
     h_kill_all();
-    for (int m = 0; m <= M_TOK; m++) {
+    for (int m = 0; m < M_MLP; m++) {
         model_ws_destroy(ref_ws[m]);
         model_destroy(ref_model[m]);
     }

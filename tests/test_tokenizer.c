@@ -6,7 +6,8 @@
  * pairs and truncation through the interface equal wordpiece.h's own
  * answers id for id; decoding follows the reference's WordPiece decoder
  * (special tokens left out, "##" joined, cleanup) and round-trips text;
- * one scratch serves tokenizers loaded from different files.
+ * one scratch serves tokenizers loaded from different files; which texts
+ * are blank (empty or only White_Space: the worker refuses them).
  *
  * Runs from the repository root (as make test does), single-threaded;
  * folders live in a temporary directory the group teardown removes. */
@@ -535,6 +536,33 @@ static int group_teardown(void **state)
     return 0;
 }
 
+/* tokenizer_text_blank: empty and White_Space only (ASCII and beyond) are
+ * blank; a letter, a control character, or invalid UTF-8 anywhere is not. */
+static void test_text_blank(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *s;
+        size_t n;
+        int blank;
+    } t[] = {
+        {"", 0, 1},
+        {" ", 1, 1},
+        {" \t\n\v\f\r", 6, 1},
+        {"\xc2\x85\xc2\xa0\xe1\x9a\x80\xe2\x80\x80\xe2\x80\x8a\xe2\x80\xa8\xe2\x80\xa9"
+         "\xe2\x80\xaf\xe2\x81\x9f\xe3\x80\x80", 28, 1},  /* U+0085 ... U+3000 */
+        {"  a  ", 5, 0},
+        {"\0", 1, 0},                                /* a control: removed, not blank */
+        {"\xe2\x80\x8b", 3, 0},                    /* U+200B ZERO WIDTH SPACE: Cf */
+        {" \xff ", 3, 0},                            /* invalid UTF-8 */
+        {" \xe3\x80", 3, 0},                         /* a cut sequence */
+        {"\xc2\xa0x", 3, 0},
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        if (tokenizer_text_blank(t[i].s, t[i].n) != t[i].blank)
+            fail_msg("case %zu: tokenizer_text_blank says %d", i, !t[i].blank);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -545,6 +573,7 @@ int main(void)
         cmocka_unit_test(test_scratch_gives_back),
         cmocka_unit_test(test_decode_rules),
         cmocka_unit_test(test_decode_round_trip),
+        cmocka_unit_test(test_text_blank),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

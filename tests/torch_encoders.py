@@ -9,7 +9,8 @@ with a folder's weights, and run on a padded batch with an attention mask.
 Usage: torch_encoders.py FOLDER REQUEST.json [FOLDER REQUEST.json ...] > results.json
 
 request and result: as tests/torch_encoder.py (rows, type_ids, pooling,
-normalize, head, sigmoid -> {"output": [[...], ...]}); the family comes
+normalize, head, sigmoid; here also scores: "softmax", "sigmoid" or "none"
+-> {"output": [[...], ...]}); the family comes
 from config.json's model_type. Float64 throughout.
 
 What is Hugging Face's here, not kinfer's:
@@ -230,7 +231,16 @@ def run(folder, req):
             else:
                 h = torch.tanh(w.linear(first, "classifier.dense"))
                 logits = w.linear(h, "classifier.out_proj")
-            out = torch.sigmoid(logits) if req.get("sigmoid") else torch.softmax(logits, -1)
+            # "scores": softmax, sigmoid (multi-label, or a cross-encoder's
+            # Sigmoid), none (a cross-encoder's Identity); the older
+            # boolean "sigmoid" picks between the first two
+            scores = req.get("scores", "sigmoid" if req.get("sigmoid") else "softmax")
+            if scores == "sigmoid":
+                out = torch.sigmoid(logits)
+            elif scores == "none":
+                out = logits
+            else:
+                out = torch.softmax(logits, -1)
         else:
             pooling = req.get("pooling", "cls")
             keep = (~pad).unsqueeze(-1).to(x.dtype)

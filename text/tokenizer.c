@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "tokenizer_impl.h"
+#include "unicode.h"
 
 /* Every implementation, in the order a plain-file folder is tried. */
 static const struct tokenizer_impl *const tok_impls[] = {
@@ -301,4 +302,16 @@ int tokenizer_decode(const struct tokenizer *t, const int32_t *ids, size_t n, ch
 {
     if ((!ids && n) || (!buf && cap)) return TOKENIZER_ERR_ARG;
     return t->impl->decode(t->model, ids, n, buf, cap);
+}
+
+int tokenizer_text_blank(const char *text, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)text;
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        size_t k = uni_utf8_decode(p + i, len - i, &cp);
+        if (!k || !uni_is_ws(cp, cp < 0x80 ? 0 : uni_category(cp))) return 0;
+        i += k;
+    }
+    return 1;
 }

@@ -133,6 +133,12 @@ int tokenizer_encode(const struct tokenizer *t, struct tokenizer_scratch *s, con
                      int truncate, int32_t *ids, int32_t *type_ids, size_t cap, size_t *full_len,
                      char *errstr, size_t errstr_size);
 
+/* 1 when text (len bytes, borrowed) is empty or only White_Space (as
+ * uni_is_ws: spaces, tabs, line breaks, U+00A0, U+3000 and the like), so
+ * a tokenizer would give it no token of its own; 0 otherwise, invalid
+ * UTF-8 included (tokenizer_encode reports that). */
+int tokenizer_text_blank(const char *text, size_t len);
+
 /* Turns n ids (borrowed) back into text as Hugging Face's tokenizers
  * decode with skip_special_tokens: special tokens are left out and the
  * rest joined by the model's decoder (WordPiece: a continuation's "##"

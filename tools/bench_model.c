@@ -115,11 +115,13 @@ int bench_gemm(const struct kcfg *c, const struct bench_opts *o)
             ms += runs[k].elapsed_s * 1000.0 / (double)runs[k].calls / (double)par;
         }
         pthread_barrier_destroy(&start);
+        char dev[128];
+        model_runtime_device_name(rt, dev, sizeof(dev));
         if (rc == 0)
             printf("gemm: model=%s backend=%s precision=%s threads=%d parallel=%zu batch=%zu "
-                   "rows_per_s=%.0f batch_ms=%.3f tflops=%.4f\n", model_name(m),
+                   "rows_per_s=%.0f batch_ms=%.3f tflops=%.4f device=\"%s\"\n", model_name(m),
                    model_runtime_backend(rt), model_runtime_precision(rt), o->threads, par,
-                   sizes[i], rows_per_s, ms, rows_per_s * model_flops_per_row(m) / 1e12);
+                   sizes[i], rows_per_s, ms, rows_per_s * model_flops_per_row(m) / 1e12, dev);
     }
     if (rc) fprintf(stderr, "kinfer bench gemm: forward pass failed\n");
     free(runs);
@@ -317,14 +319,16 @@ int bench_encode(const struct kcfg *c, const struct bench_opts *o)
         passes_s += (double)runs[k].passes / runs[k].elapsed_s;
     }
     pthread_barrier_destroy(&start);
+    char dev[128];
+    model_runtime_device_name(rt, dev, sizeof(dev));
     if (rc == 0)
         printf("encode: model=%s backend=%s precision=%s threads=%d parallel=%zu layers=%zu "
                "hidden=%zu seqs=%zu batches=%zu mean_batch_rows=%.1f mean_tokens=%.1f "
-               "padded_ratio=%.3f seqs_per_s=%.1f tokens_per_s=%.0f gflops=%.2f\n",
+               "padded_ratio=%.3f seqs_per_s=%.1f tokens_per_s=%.0f gflops=%.2f device=\"%s\"\n",
                model_name(m), model_runtime_backend(rt), model_runtime_precision(rt), o->threads,
                par, e->layers, e->hidden, n, nb, (double)n / (double)nb,
                (double)off[n] / (double)n, 1.0 - (double)off[n] / (double)padded, seqs_s,
-               toks_s, flops * passes_s / 1e9);
+               toks_s, flops * passes_s / 1e9, dev);
 out:
     if (dump) fclose(dump);
     textgen_fini(&tg);

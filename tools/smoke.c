@@ -11,8 +11,12 @@
 #include "smoke.h"
 
 #include <hiredis/hiredis.h>
+#include <jansson.h>
 #include <librdkafka/rdkafka.h>
 #include <math.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +55,61 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
         fprintf(stderr, "kinfer smoke: produce failed: %s\n", rd_kafka_err2str(m->err));
         (*failed)++;
     }
+}
+
+/* Which backend and device the worker runs on, in words, from its
+ * /readyz at metrics.listen (the configuration smoke was given): writes
+ * "backend=cuda device=..." into buf, or why it cannot tell. */
+static void worker_device(const struct kcfg *c, char *buf, size_t cap)
+{
+    const char *listen = c->metrics.listen ? c->metrics.listen : "";
+    const char *colon = strrchr(listen, ':');
+    if (!*listen || !colon) {
+        snprintf(buf, cap, "unknown (metrics.listen is off)");
+        return;
+    }
+    char host[256], port[16];
+    const char *h = listen;
+    size_t hl = (size_t)(colon - listen);
+    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') h++, hl -= 2;
+    snprintf(host, sizeof(host), "%.*s", (int)hl, h);
+    snprintf(port, sizeof(port), "%s", colon + 1);
+    if (!host[0] || strcmp(host, "0.0.0.0") == 0) snprintf(host, sizeof(host), "127.0.0.1");
+    else if (strcmp(host, "::") == 0) snprintf(host, sizeof(host), "::1");
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int fd = -1;
+    if (getaddrinfo(host, port, &hints, &ai) == 0 && ai) {
+        fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+        struct timeval tv = {2, 0};
+        if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+                        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0 ||
+                        connect(fd, ai->ai_addr, ai->ai_addrlen) < 0)) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    if (ai) freeaddrinfo(ai);
+    if (fd < 0) {
+        snprintf(buf, cap, "unknown (no answer at %s)", listen);
+        return;
+    }
+    static const char req[] = "GET /readyz HTTP/1.0\r\nHost: kinfer\r\n\r\n";
+    char resp[8192];
+    size_t got = 0;
+    if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof(req) - 1)) {
+        ssize_t k;
+        while (got < sizeof(resp) - 1 && (k = recv(fd, resp + got, sizeof(resp) - 1 - got, 0)) > 0)
+            got += (size_t)k;
+    }
+    close(fd);
+    resp[got] = '\0';
+    const char *body = strstr(resp, "\r\n\r\n");
+    json_t *doc = body ? json_loads(body + 4, 0, NULL) : NULL;
+    const char *be = json_string_value(json_object_get(doc, "backend"));
+    const char *dev = json_string_value(json_object_get(doc, "device"));
+    if (be && dev) snprintf(buf, cap, "backend=%s device=%s", be, dev);
+    else snprintf(buf, cap, "unknown (%s/readyz names no device)", listen);
+    json_decref(doc);
 }
 
 int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
@@ -257,6 +316,9 @@ int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
         printf("kinfer smoke: max |output - local model| = %.3g; %.0f jobs/s end to end\n",
                maxdiff, (double)got / secs);
     }
+    char dev[300];
+    worker_device(c, dev, sizeof(dev));
+    printf("kinfer smoke: the worker ran them on %s\n", dev);
     rc = (ok == o->jobs) ? 0 : 1;
 out:
     if (rk) rd_kafka_destroy(rk);

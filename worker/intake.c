@@ -226,6 +226,11 @@ static long take_text_row(struct intake *in, struct job *j, const struct model_e
     size_t pair_len = q->pair ? q->pair_off[r + 1] - q->pair_off[r] : 0;
     char why[160];
     size_t full = 0;
+    /* nothing to embed: an error, not the vector of the specials alone */
+    if (tokenizer_text_blank(q->text + q->text_off[r], q->text_off[r + 1] - q->text_off[r]))
+        return reject(in, j, "field text: row %zu is empty or only whitespace", r);
+    if (pair && tokenizer_text_blank(pair, pair_len))
+        return reject(in, j, "field text_pair: row %zu is empty or only whitespace", r);
     int n = tokenizer_encode(e->tokenizer, in->tok_scratch, q->text + q->text_off[r],
                              q->text_off[r + 1] - q->text_off[r], pair, pair_len, e->max_tokens,
                              q->truncate, in->tok_ids + at, in->tok_types + at, in->tok_cap - at,

@@ -43,6 +43,7 @@ struct models {
     struct model **m;
     size_t n;
     int default_idx;
+    char device[128]; /* model_runtime_device_name: "cpu", or the CUDA devices' names */
 };
 
 /* Opens the backend worker.backend names and loads every model with it;
@@ -56,8 +57,10 @@ static int models_load(const struct kcfg *c, struct models *ms)
         LOG_E("backend_failed", "backend=%s error=\"%s\"", c->worker.backend, err);
         return -1;
     }
-    LOG_I("backend_selected", "backend=%s setting=%s detail=\"%s\"",
-          model_runtime_backend(ms->rt), c->worker.backend, model_runtime_describe(ms->rt));
+    model_runtime_device_name(ms->rt, ms->device, sizeof(ms->device));
+    LOG_I("backend_selected", "backend=%s device=\"%s\" setting=%s detail=\"%s\"",
+          model_runtime_backend(ms->rt), ms->device, c->worker.backend,
+          model_runtime_describe(ms->rt));
     if (!(ms->m = calloc(c->n_models, sizeof(*ms->m)))) return -1;
     for (size_t i = 0; i < c->n_models; i++) {
         ms->m[i] = model_load(ms->rt, &c->models[i], err, sizeof(err));
@@ -291,6 +294,7 @@ static int setup(struct worker *w)
     if (models_load(c, &w->models) < 0) return -1;
     stats_set_backend(w->stats, model_runtime_backend(w->models.rt));
     stats_set_precision(w->stats, model_runtime_precision(w->models.rt));
+    stats_set_device_name(w->stats, w->models.device);
     stats_set_cond(w->stats, STATS_COND_MODEL, 1);
     int override = -1;
     if (w->opts.model && (override = cfg_model_index(c, w->opts.model)) < 0) {

@@ -1,0 +1,23 @@
+/* backend_cpu_kv.h - what the CPU backend's two files share: its
+ * context, and the decoding primitives of backend_cpu_kv.c for
+ * backend_cpu.c's table. Internal to them. */
+#ifndef KINFER_BACKEND_CPU_KV_H
+#define KINFER_BACKEND_CPU_KV_H
+
+#include "backend.h"
+
+/* An executor context of the CPU backend. */
+struct cpu_ctx {
+    void **bufs;     /* every ctx_alloc, freed with the context */
+    size_t n_bufs, cap_bufs;
+    int fault;       /* armed by inject_fault: the next pass fails */
+    char err[256];
+};
+
+int cpu_swiglu(void *c, void *y, const void *x, size_t rows, size_t w);
+int cpu_kv_store(void *c, const struct bk_kv *kv, const void *k, size_t ldk, const void *v,
+                size_t ldv, const struct bk_seqs *s);
+size_t cpu_paged_attention_scratch(void *be, size_t max_tokens, size_t max_ctx, size_t heads);
+int cpu_paged_attention(void *c, const struct bk_paged_attention *a);
+
+#endif

@@ -1,0 +1,431 @@
+/* decoder.c - the decoder runtime of decoder.h: reading a decoder folder
+ * (config.json, one safetensors file or the shards an index names),
+ * handing it to its architecture (arch.h's decoder registry), workspaces
+ * with their paged cache, and the step: check the batch, grow the
+ * sequences in the cache's bookkeeping, stage the token arrays and block
+ * tables on the device, run the architecture, fetch the logits.
+ *
+ * Threads and ownership: as decoder.h says. */
+#include "decoder.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "arch.h"
+#include "backend.h"
+#include "safetensors.h"
+
+#define DECODER_MAX_SHARDS 512
+#define DECODER_BLOCK_DEFAULT 16
+
+struct decoder {
+    char name[MODEL_NAME_MAX];
+    struct arch_rt rt;
+    const struct arch_decoder *arch;
+    void *am;
+    struct arch_dec_info ai;
+    struct decoder_info info;
+};
+
+struct decoder_ws {
+    const struct decoder *d;
+    struct decoder_ws_conf conf;     /* resolved */
+    void *ctx;
+    void *aws;
+    struct kvcache *kv;
+    size_t width;                    /* block table entries per sequence */
+    size_t layer_floats;             /* per layer in each of k and v */
+    void *k, *v;                     /* the cache */
+    uint32_t *h_tok, *d_tok;         /* ids, pos, seq [T each], offsets [n+1], tables */
+    float *h_out;
+    size_t *old_len;                 /* per batch row, to undo a failed step */
+    unsigned char *mark;             /* per cache id: seen in this batch */
+    char err[256];
+};
+
+__attribute__((format(printf, 3, 4)))
+static void dec_err(char *errstr, size_t n, const char *fmt, ...)
+{
+    if (!errstr || !n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errstr, n, fmt, ap);
+    va_end(ap);
+}
+
+int decoder_model_type_known(const char *model_type)
+{
+    return arch_decoder_for_model_type(model_type) != NULL;
+}
+
+/* ---- loading ------------------------------------------------------------------ */
+
+/* The weights: model.safetensors, else every file the index's weight_map
+ * names (plain file names in the folder, each opened once). */
+static int dec_open_weights(const struct model_spec *spec, struct st_file ***files, size_t *n,
+                            char *errstr, size_t errstr_size)
+{
+    char path[4200], why[512];
+    struct stat st;
+    *files = NULL;
+    *n = 0;
+    snprintf(path, sizeof(path), "%s/model.safetensors", spec->path);
+    if (stat(path, &st) == 0) {
+        if (!(*files = calloc(1, sizeof(**files)))) goto oom;
+        if (!((*files)[0] = st_open(path, why, sizeof(why)))) {
+            dec_err(errstr, errstr_size, "model %s: %s", spec->name, why);
+            return -1;
+        }
+        *n = 1;
+        return 0;
+    }
+    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", spec->path);
+    json_error_t je;
+    json_t *idx = json_load_file(path, 0, &je);
+    if (!idx) {
+        dec_err(errstr, errstr_size,
+                "model %s: %s/model.safetensors: no such file, and no readable "
+                "model.safetensors.index.json (%s)", spec->name, spec->path, je.text);
+        return -1;
+    }
+    const json_t *map = json_object_get(idx, "weight_map");
+    int rc = -1;
+    if (!json_is_object(map) || !json_object_size(map)) {
+        dec_err(errstr, errstr_size, "model %s: %s: no weight_map", spec->name, path);
+        goto done;
+    }
+    if (!(*files = calloc(DECODER_MAX_SHARDS, sizeof(**files)))) goto oom_idx;
+    const char *key;
+    const json_t *val;
+    const char *names[DECODER_MAX_SHARDS];
+    json_object_foreach((json_t *)map, key, val) {
+        const char *f = json_string_value(val);
+        if (!f || !*f || strchr(f, '/') || !strcmp(f, "..") || !strcmp(f, ".")) {
+            dec_err(errstr, errstr_size, "model %s: %s: weight_map[\"%s\"] is not a file name",
+                    spec->name, path, key);
+            goto done;
+        }
+        size_t k = 0;
+        while (k < *n && strcmp(names[k], f)) k++;
+        if (k < *n) continue;
+        if (*n == DECODER_MAX_SHARDS) {
+            dec_err(errstr, errstr_size, "model %s: more than %d shards", spec->name,
+                    DECODER_MAX_SHARDS);
+            goto done;
+        }
+        char sp[4200];
+        snprintf(sp, sizeof(sp), "%s/%s", spec->path, f);
+        if (!((*files)[*n] = st_open(sp, why, sizeof(why)))) {
+            dec_err(errstr, errstr_size, "model %s: %s", spec->name, why);
+            goto done;
+        }
+        names[(*n)++] = f;
+    }
+    rc = 0;
+done:
+    json_decref(idx);
+    return rc;
+oom_idx:
+    json_decref(idx);
+oom:
+    dec_err(errstr, errstr_size, "model %s: out of memory", spec->name);
+    return -1;
+}
+
+/* bos_token_id and eos_token_id of generation_config.json, else of
+ * config.json (either may be absent). */
+static void dec_token_ids(const char *dir, const json_t *config, struct decoder_info *in)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/generation_config.json", dir);
+    json_t *gen = json_load_file(path, 0, NULL);
+    const json_t *src[2] = {json_is_object(gen) ? gen : NULL, config};
+    in->bos_id = -1;
+    in->n_eos = 0;
+    for (int k = 0; k < 2; k++) {
+        const json_t *b = json_object_get(src[k], "bos_token_id");
+        if (in->bos_id < 0 && json_is_integer(b) && json_integer_value(b) >= 0 &&
+            (size_t)json_integer_value(b) < in->vocab)
+            in->bos_id = (int32_t)json_integer_value(b);
+        const json_t *e = json_object_get(src[k], "eos_token_id"), *x;
+        if (in->n_eos || !e) continue;
+        size_t i, n = json_is_array(e) ? json_array_size(e) : 1;
+        for (i = 0; i < n && in->n_eos < DECODER_MAX_EOS; i++) {
+            x = json_is_array(e) ? json_array_get(e, i) : e;
+            if (json_is_integer(x) && json_integer_value(x) >= 0 &&
+                (size_t)json_integer_value(x) < in->vocab)
+                in->eos_ids[in->n_eos++] = (int32_t)json_integer_value(x);
+        }
+    }
+    json_decref(gen);
+}
+
+struct decoder *decoder_load(struct model_runtime *rt, const struct model_spec *spec,
+                             char *errstr, size_t errstr_size)
+{
+    struct decoder *d = calloc(1, sizeof(*d));
+    struct st_file **files = NULL;
+    size_t n_files = 0;
+    json_t *config = NULL;
+    if (!d) {
+        dec_err(errstr, errstr_size, "model %s: out of memory", spec->name);
+        return NULL;
+    }
+    snprintf(d->name, sizeof(d->name), "%s", spec->name);
+    d->rt = model_runtime_arch(rt);
+    char path[4200];
+    json_error_t je;
+    snprintf(path, sizeof(path), "%s/config.json", spec->path);
+    if (!(config = json_load_file(path, JSON_REJECT_DUPLICATES, &je)) || !json_is_object(config)) {
+        dec_err(errstr, errstr_size, "model %s: %s:%d: %s", spec->name, path, je.line,
+                config ? "not a JSON object" : je.text);
+        goto fail;
+    }
+    const char *mt = json_string_value(json_object_get(config, "model_type"));
+    if (!(d->arch = arch_decoder_for_model_type(mt))) {
+        dec_err(errstr, errstr_size,
+                "model %s: config.json: model_type \"%s\" is not a decoder this build runs "
+                "(llama, mistral, qwen2, qwen3)", spec->name, mt ? mt : "");
+        goto fail;
+    }
+    if (dec_open_weights(spec, &files, &n_files, errstr, errstr_size) < 0) goto fail;
+    struct arch_load ld = {.rt = d->rt, .spec = spec, .config = config, .file = files[0],
+                           .shards = (const struct st_file *const *)files + 1,
+                           .n_shards = n_files - 1, .errstr = errstr,
+                           .errstr_size = errstr_size};
+    if (!(d->am = d->arch->load(&ld, &d->ai))) goto fail;
+    d->info = (struct decoder_info){
+        .arch = d->arch->name, .vocab = d->ai.vocab, .hidden = d->ai.hidden,
+        .layers = d->ai.layers, .heads = d->ai.heads, .kv_heads = d->ai.kv_heads,
+        .head_dim = d->ai.head_dim, .intermediate = d->ai.intermediate,
+        .context = d->ai.context, .n_params = ld.n_params,
+        .flops_per_token = d->ai.flops_per_token};
+    dec_token_ids(spec->path, config, &d->info);
+    for (size_t i = 0; i < n_files; i++) st_close(files[i]);
+    free(files);
+    json_decref(config);
+    return d;
+fail:
+    for (size_t i = 0; files && i < n_files; i++) st_close(files[i]);
+    free(files);
+    json_decref(config);
+    decoder_destroy(d);
+    return NULL;
+}
+
+void decoder_destroy(struct decoder *d)
+{
+    if (!d) return;
+    if (d->am) d->arch->unload(&d->rt, d->am);
+    free(d);
+}
+
+const struct decoder_info *decoder_info(const struct decoder *d)
+{
+    return &d->info;
+}
+
+/* ---- workspaces ------------------------------------------------------------------ */
+
+void decoder_ws_destroy(struct decoder_ws *ws)
+{
+    if (!ws) return;
+    if (ws->aws) ws->d->arch->ws_free(ws->aws);
+    if (ws->ctx) ws->d->rt.ops->ctx_free(ws->ctx);
+    kvcache_destroy(ws->kv);
+    free(ws->old_len);
+    free(ws->mark);
+    free(ws);
+}
+
+struct decoder_ws *decoder_ws_new(const struct decoder *d, unsigned slot,
+                                  const struct decoder_ws_conf *conf, char *errstr,
+                                  size_t errstr_size)
+{
+    const struct backend_ops *o = d->rt.ops;
+    struct decoder_ws_conf c = *conf;
+    if (!c.max_ctx || c.max_ctx > d->info.context) c.max_ctx = d->info.context;
+    if (!c.block_tokens) c.block_tokens = DECODER_BLOCK_DEFAULT;
+    size_t row = d->info.kv_heads * d->info.head_dim;
+    size_t wide = d->info.vocab > 4 * d->info.intermediate ? d->info.vocab
+                                                           : 4 * d->info.intermediate;
+    if (!c.max_seqs || !c.max_tokens || c.max_seqs > (1u << 16) || c.max_tokens > (1u << 24) ||
+        c.max_tokens > SIZE_MAX / sizeof(float) / wide / 2 || c.block_tokens > 4096) {
+        dec_err(errstr, errstr_size, "model %s: a decoder workspace of %zu sequences and %zu "
+                "tokens per step is not possible", d->name, c.max_seqs, c.max_tokens);
+        return NULL;
+    }
+    size_t block_bytes = d->info.layers * 2 * c.block_tokens * row * sizeof(float);
+    size_t blocks = kvcache_blocks_for_budget(c.kv_bytes, block_bytes);
+    struct decoder_ws *ws = calloc(1, sizeof(*ws));
+    if (!ws) goto oom;
+    ws->d = d;
+    ws->conf = c;
+    char err[256] = "";
+    if (!blocks) {
+        dec_err(errstr, errstr_size, "model %s: a kv cache budget of %zu bytes holds no block "
+                "of %zu bytes", d->name, c.kv_bytes, block_bytes);
+        goto fail_quiet;
+    }
+    if (!(ws->kv = kvcache_new(blocks, c.block_tokens, c.max_seqs, c.max_ctx, err, sizeof(err))))
+        goto fail;
+    ws->width = kvcache_table_width(ws->kv);
+    ws->layer_floats = blocks * c.block_tokens * row;
+    if (!(ws->ctx = o->ctx_new(d->rt.be, slot, err, sizeof(err)))) goto fail;
+    size_t words = 3 * c.max_tokens + c.max_seqs + 1 + c.max_seqs * ws->width;
+    size_t lrows = c.all_logits ? c.max_tokens : c.max_seqs;
+    size_t cache = d->info.layers * ws->layer_floats;
+    if (cache > SIZE_MAX / sizeof(float)) goto oom;
+    if (!(ws->k = o->ctx_alloc(ws->ctx, cache * sizeof(float), 0)) ||
+        !(ws->v = o->ctx_alloc(ws->ctx, cache * sizeof(float), 0)) ||
+        !(ws->h_tok = o->ctx_alloc(ws->ctx, words * sizeof(uint32_t), 1)) ||
+        !(ws->d_tok = o->ctx_alloc(ws->ctx, words * sizeof(uint32_t), 0)) ||
+        !(ws->h_out = o->ctx_alloc(ws->ctx, lrows * d->info.vocab * sizeof(float), 1)) ||
+        !(ws->old_len = calloc(c.max_seqs, sizeof(size_t))) || !(ws->mark = calloc(c.max_seqs, 1)))
+        goto oom;
+    struct arch_dec_sizes sz = {c.max_seqs, c.max_tokens, c.max_ctx, c.all_logits};
+    if (!(ws->aws = d->arch->ws_new(&d->rt, d->am, ws->ctx, &sz, err, sizeof(err)))) goto fail;
+    return ws;
+oom:
+    snprintf(err, sizeof(err), "out of memory for a decoder workspace (%s)",
+             ws && ws->ctx ? o->ctx_error(ws->ctx) : "host");
+fail:
+    dec_err(errstr, errstr_size, "model %s: %s", d->name, err);
+fail_quiet:
+    decoder_ws_destroy(ws);
+    return NULL;
+}
+
+struct kvcache *decoder_ws_cache(struct decoder_ws *ws)
+{
+    return ws->kv;
+}
+
+const char *decoder_ws_error(const struct decoder_ws *ws)
+{
+    return ws->err;
+}
+
+void decoder_ws_inject_fault(struct decoder_ws *ws)
+{
+    ws->d->rt.ops->inject_fault(ws->ctx);
+}
+
+/* ---- the step ------------------------------------------------------------------- */
+
+/* Everything a backend indexes with is checked here; the blocks the
+ * batch needs are counted before any sequence grows. */
+static int dec_check(const struct decoder *d, struct decoder_ws *ws, const struct decoder_batch *b)
+{
+    const struct decoder_ws_conf *c = &ws->conf;
+    if (!b || !b->seqs || !b->ids || !b->offsets || !b->n || b->n > c->max_seqs ||
+        b->offsets[0] != 0) {
+        snprintf(ws->err, sizeof(ws->err), "a step of %zu sequences (at most %zu)",
+                 b ? b->n : 0, c->max_seqs);
+        return MODEL_EINVAL;
+    }
+    size_t need = 0;
+    int rc = 0;
+    for (size_t i = 0; i < b->n && !rc; i++) {
+        int id = b->seqs[i];
+        if (b->offsets[i + 1] <= b->offsets[i] || b->offsets[i + 1] > c->max_tokens) {
+            snprintf(ws->err, sizeof(ws->err), "sequence %zu of the step: offsets %u..%u", i,
+                     b->offsets[i], b->offsets[i + 1]);
+            rc = MODEL_EINVAL;
+        } else if (!kvcache_seq_live(ws->kv, id) || ws->mark[id]) {
+            snprintf(ws->err, sizeof(ws->err), "cache sequence %d is not live or is twice in "
+                     "the step", id);
+            rc = MODEL_EINVAL;
+        } else {
+            ws->mark[id] = 1;
+            size_t k = b->offsets[i + 1] - b->offsets[i];
+            size_t nb = kvcache_blocks_needed(ws->kv, id, k);
+            if (nb == SIZE_MAX) {
+                snprintf(ws->err, sizeof(ws->err), "cache sequence %d: %zu + %zu tokens pass "
+                         "the %zu a sequence may hold", id, kvcache_seq_len(ws->kv, id), k,
+                         c->max_ctx);
+                rc = MODEL_EINVAL;
+            }
+            need += nb == SIZE_MAX ? 0 : nb;
+        }
+    }
+    for (size_t i = 0; i < b->n; i++)
+        if (b->seqs[i] >= 0 && (size_t)b->seqs[i] < c->max_seqs) ws->mark[b->seqs[i]] = 0;
+    if (rc) return rc;
+    if (need > kvcache_free_blocks(ws->kv)) {
+        snprintf(ws->err, sizeof(ws->err), "the step needs %zu cache blocks, %zu are free",
+                 need, kvcache_free_blocks(ws->kv));
+        return MODEL_EINVAL;
+    }
+    size_t T = b->offsets[b->n];
+    for (size_t t = 0; t < T; t++)
+        if (b->ids[t] < 0 || (size_t)b->ids[t] >= d->info.vocab) {
+            snprintf(ws->err, sizeof(ws->err), "token id %d is outside the vocabulary of %zu",
+                     (int)b->ids[t], d->info.vocab);
+            return MODEL_EINVAL;
+        }
+    return 0;
+}
+
+int decoder_step(const struct decoder *d, struct decoder_ws *ws, const struct decoder_batch *b,
+                 const float **logits)
+{
+    if (!d || !ws || ws->d != d || !logits) return MODEL_EINVAL;
+    ws->err[0] = '\0';
+    int rc = dec_check(d, ws, b);
+    if (rc < 0) return rc;
+    const struct backend_ops *o = d->rt.ops;
+    size_t n = b->n, T = b->offsets[n], cap = ws->conf.max_tokens, W = ws->width;
+    /* ids [cap], pos [cap], seq [cap], offsets [max_seqs + 1], tables [max_seqs, W] */
+    uint32_t *h = ws->h_tok, *dv = ws->d_tok;
+    size_t off_at = 3 * cap, tab_at = off_at + ws->conf.max_seqs + 1;
+    memcpy(h, b->ids, T * sizeof(uint32_t));
+    for (size_t i = 0; i < n; i++) {
+        ws->old_len[i] = kvcache_seq_len(ws->kv, b->seqs[i]);
+        uint32_t k = b->offsets[i + 1] - b->offsets[i];
+        kvcache_extend(ws->kv, b->seqs[i], k); /* checked above */
+        for (uint32_t j = 0; j < k; j++) {
+            h[cap + b->offsets[i] + j] = (uint32_t)(ws->old_len[i] + j);
+            h[2 * cap + b->offsets[i] + j] = (uint32_t)i;
+        }
+        memcpy(h + tab_at + i * W, kvcache_table(ws->kv, b->seqs[i]), W * sizeof(uint32_t));
+    }
+    memcpy(h + off_at, b->offsets, (n + 1) * sizeof(uint32_t));
+    size_t longest = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = b->offsets[i + 1] - b->offsets[i];
+        if (k > longest) longest = k;
+    }
+    rc = o->pass_begin(ws->ctx);
+    for (size_t k = 0; k < 3 && rc == 0; k++)
+        rc = o->upload(ws->ctx, dv + k * cap, h + k * cap, T * sizeof(uint32_t));
+    if (rc == 0) rc = o->upload(ws->ctx, dv + off_at, h + off_at, (n + 1) * sizeof(uint32_t));
+    if (rc == 0) rc = o->upload(ws->ctx, dv + tab_at, h + tab_at, n * W * sizeof(uint32_t));
+    struct bk_seqs s = {.n = n, .tokens = T, .longest = longest, .offsets = dv + off_at,
+                        .seq = dv + 2 * cap, .pos = dv + cap, .ids = (const int32_t *)dv};
+    struct arch_dec_batch ab = {
+        .s = &s,
+        .kv = {.k = ws->k, .v = ws->v, .blocks = kvcache_total_blocks(ws->kv),
+               .block_tokens = ws->conf.block_tokens, .kv_heads = d->info.kv_heads,
+               .dh = d->info.head_dim, .tables = dv + tab_at, .table_w = W},
+        .layer_floats = ws->layer_floats,
+        .max_ctx = ws->conf.max_ctx,
+        .all_logits = ws->conf.all_logits};
+    const void *out = NULL;
+    if (rc == 0) rc = d->arch->step(&d->rt, d->am, ws->aws, ws->ctx, &ab, &out);
+    size_t rows = ws->conf.all_logits ? T : n;
+    if (rc == 0) rc = o->store_f32(ws->ctx, ws->h_out, out, rows * d->info.vocab);
+    int end = o->pass_end(ws->ctx);
+    if (end < rc) rc = end;
+    if (rc < 0) {
+        snprintf(ws->err, sizeof(ws->err), "%s", o->ctx_error(ws->ctx));
+        for (size_t i = 0; i < n; i++) kvcache_truncate(ws->kv, b->seqs[i], ws->old_len[i]);
+        return rc;
+    }
+    *logits = ws->h_out;
+    return MODEL_OK;
+}

@@ -1,0 +1,117 @@
+/* decoder.h - the runtime of text-generating decoders (Llama, Mistral,
+ * Qwen2, Qwen3 from a Hugging Face folder): loading one onto a
+ * model_runtime's backend, a workspace per executor holding a paged
+ * key/value cache, and the step that runs a batch of sequences, each
+ * adding k >= 1 new tokens (a prefill chunk, or one decode token) at its
+ * current length, and returns their logits. Sampling, stopping and
+ * scheduling are the caller's.
+ *
+ * A sequence is a kvcache id (gpu/kvcache.h) of the workspace's cache:
+ * the caller makes it (kvcache_seq_new), asks whether its next tokens fit
+ * (kvcache_fits, kvcache_blocks_needed), and frees it when the sequence
+ * ends; decoder_step grows it.
+ *
+ * Threads: decoder_load and decoder_destroy on the main thread; a
+ * workspace, its cache and decoder_step on the executor thread that made
+ * the workspace. A loaded decoder is read-only, shared by executors.
+ * Ownership: the decoder owns its weights; a workspace owns its cache and
+ * every buffer; logits point into the workspace. */
+#ifndef KINFER_DECODER_H
+#define KINFER_DECODER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvcache.h"
+#include "model.h"
+
+struct decoder;
+struct decoder_ws;
+
+#define DECODER_MAX_EOS 8
+
+/* What a loaded decoder is (borrowed from it). The token ids come from
+ * generation_config.json, else config.json (bos_token_id, eos_token_id:
+ * an id or a list); ids outside the vocabulary are left out. */
+struct decoder_info {
+    const char *arch;        /* "llama" */
+    size_t vocab, hidden, layers, heads, kv_heads, head_dim, intermediate;
+    size_t context;          /* positions a sequence may take */
+    size_t n_params;
+    double flops_per_token;
+    int32_t bos_id;          /* -1: none */
+    int32_t eos_ids[DECODER_MAX_EOS];
+    size_t n_eos;
+};
+
+/* 1 when config.json's model_type names a decoder this build runs. */
+int decoder_model_type_known(const char *model_type);
+
+/* Loads the folder spec->path: config.json, and model.safetensors or the
+ * shards model.safetensors.index.json names (F32, F16 or BF16). Every
+ * tensor is checked before any is uploaded. Returns the decoder, or NULL
+ * with errstr filled ("model NAME: ..."). Borrows rt (which must outlive
+ * the decoder) and spec. */
+struct decoder *decoder_load(struct model_runtime *rt, const struct model_spec *spec,
+                             char *errstr, size_t errstr_size);
+void decoder_destroy(struct decoder *d);
+const struct decoder_info *decoder_info(const struct decoder *d);
+
+/* A workspace's bounds. */
+struct decoder_ws_conf {
+    size_t max_seqs;      /* live sequences (cache ids), and sequences per step */
+    size_t max_tokens;    /* new tokens per step, all sequences together */
+    size_t max_ctx;       /* tokens per sequence; 0 = the model's context */
+    size_t block_tokens;  /* tokens per cache block; 0 = 16 */
+    size_t kv_bytes;      /* the cache's budget: whole blocks of layers x 2 x
+                             block_tokens x kv_heads x head_dim floats */
+    int all_logits;       /* 1: decoder_step returns every new token's logits */
+};
+
+/* A workspace (every buffer, the cache included, allocated here) on
+ * executor slot. NULL with errstr filled when a bound is 0 or too large,
+ * the budget holds no block, or memory runs out. */
+struct decoder_ws *decoder_ws_new(const struct decoder *d, unsigned slot,
+                                  const struct decoder_ws_conf *conf, char *errstr,
+                                  size_t errstr_size);
+void decoder_ws_destroy(struct decoder_ws *ws);
+/* The workspace's cache bookkeeping: sequences are made and freed here. */
+struct kvcache *decoder_ws_cache(struct decoder_ws *ws);
+
+/* One step: sequence b->seqs[i] (a live cache id, each at most once)
+ * adds the tokens ids[offsets[i] .. offsets[i+1]) at positions len ..
+ * len + k - 1 where len is its length before the call. */
+struct decoder_batch {
+    size_t n;
+    const int *seqs;
+    const int32_t *ids;
+    const uint32_t *offsets;   /* n + 1 entries, offsets[0] = 0, increasing */
+};
+
+/* Runs the step. On MODEL_OK every sequence has grown by its k tokens
+ * and *logits points, in ws, at n x vocab floats (the logits of each
+ * sequence's last new token), or with all_logits at (total new tokens) x
+ * vocab in the packed order; valid until the next call with ws.
+ * MODEL_EINVAL, with nothing changed, for a malformed batch (an id out
+ * of the vocabulary, a sequence not live or twice, more sequences or
+ * tokens than the workspace holds) or one whose tokens do not fit the
+ * cache (check with kvcache_fits first); MODEL_EFATAL when the device
+ * failed for good. After a failed pass the sequences keep their lengths
+ * from before the call. decoder_ws_error says what happened. */
+int decoder_step(const struct decoder *d, struct decoder_ws *ws, const struct decoder_batch *b,
+                 const float **logits);
+const char *decoder_ws_error(const struct decoder_ws *ws);
+/* Fault injection (debug.device_fault_id): the next decoder_step on ws
+ * fails as a dead device would (MODEL_EFATAL; on a GPU a sticky error
+ * that poisons the process's CUDA context). */
+void decoder_ws_inject_fault(struct decoder_ws *ws);
+
+/* Writes a small random Llama folder to dir (created if missing; the
+ * files gpu/demo_llama.c lists), drawn from seed: the same seed, the
+ * same folder. hidden / heads must be even, kv_heads must divide heads.
+ * 0, or -1 with errstr filled. */
+int decoder_write_demo(const char *dir, size_t layers, size_t hidden, size_t heads,
+                       size_t kv_heads, size_t inter, uint64_t seed, char *errstr,
+                       size_t errstr_size);
+
+#endif

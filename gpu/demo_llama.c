@@ -1,0 +1,152 @@
+/* demo_llama.c - decoder_write_demo (decoder.h): a small random Llama
+ * folder as Hugging Face lays one out - config.json (LlamaForCausalLM,
+ * grouped-query attention), generation_config.json, model.safetensors
+ * (F32, drawn from the seed: the same seed, the same bytes),
+ * tokenizer.json (byte-level BPE over the demo words, with the ChatML
+ * specials <|endoftext|> <|im_start|> <|im_end|> as ids 0..2) and
+ * tokenizer_config.json (those specials, and a ChatML chat_template).
+ * The weights are random: the text it generates is not language.
+ *
+ * Threads: any; nothing is shared. */
+#include "decoder.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "demo.h"
+#include "safetensors.h"
+
+static const char *const demo_llama_specials[] = {"<|endoftext|>", "<|im_start|>",
+                                                  "<|im_end|>"};
+
+/* The files other than the weights. */
+static int demo_llama_texts(const char *dir, size_t vocab, size_t layers, size_t hidden,
+                            size_t heads, size_t kv_heads, size_t inter, char *errstr,
+                            size_t errstr_size)
+{
+    char path[4200];
+    json_t *cfg = json_pack(
+        "{s:[s], s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:n, s:s, s:b, s:b, s:b, "
+        "s:I, s:I, s:s}",
+        "architectures", "LlamaForCausalLM", "model_type", "llama", "vocab_size",
+        (json_int_t)vocab, "hidden_size", (json_int_t)hidden, "num_hidden_layers",
+        (json_int_t)layers, "num_attention_heads", (json_int_t)heads, "num_key_value_heads",
+        (json_int_t)kv_heads, "intermediate_size", (json_int_t)inter, "max_position_embeddings",
+        (json_int_t)512, "rms_norm_eps", 1e-6, "rope_theta", 10000.0, "rope_scaling",
+        "hidden_act", "silu", "tie_word_embeddings", 0, "attention_bias", 0, "mlp_bias", 0,
+        "bos_token_id", (json_int_t)0, "eos_token_id", (json_int_t)2, "torch_dtype", "float32");
+    json_t *gen = json_pack("{s:I, s:[I, I], s:b, s:f, s:f, s:I}", "bos_token_id", (json_int_t)0,
+                            "eos_token_id", (json_int_t)2, (json_int_t)0, "do_sample", 1,
+                            "temperature", 0.7, "top_p", 0.8, "top_k", (json_int_t)20);
+    json_t *tok = json_pack(
+        "{s:s, s:s, s:s, s:n, s:I, s:b, s:s}", "eos_token", "<|im_end|>", "pad_token",
+        "<|endoftext|>", "unk_token", "<|endoftext|>", "bos_token", "model_max_length",
+        (json_int_t)512, "add_bos_token", 0, "chat_template",
+        "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+        "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt "
+        "%}{{ '<|im_start|>assistant\\n' }}{% endif %}");
+    int rc = -1;
+    const struct {
+        const char *name;
+        json_t *j;
+    } files[] = {{"config.json", cfg}, {"generation_config.json", gen},
+                 {"tokenizer_config.json", tok}};
+    for (size_t i = 0; i < 3; i++) {
+        size_t fl = JSON_PRESERVE_ORDER | JSON_INDENT(2) | JSON_REAL_PRECISION(9);
+        char *text = files[i].j ? json_dumps(files[i].j, fl) : NULL;
+        if (!text) {
+            snprintf(errstr, errstr_size, "%s: out of memory writing %s", dir, files[i].name);
+            goto out;
+        }
+        int w = demo_path_in(path, sizeof(path), dir, files[i].name) < 0 ||
+                demo_write_text(path, text, errstr, errstr_size) < 0;
+        free(text);
+        if (w) goto out;
+    }
+    rc = 0;
+out:
+    json_decref(cfg);
+    json_decref(gen);
+    json_decref(tok);
+    return rc;
+}
+
+int decoder_write_demo(const char *dir, size_t layers, size_t hidden, size_t heads,
+                       size_t kv_heads, size_t inter, uint64_t seed, char *errstr,
+                       size_t errstr_size)
+{
+    if (!layers || !heads || !kv_heads || !inter || heads % kv_heads || hidden % heads ||
+        (hidden / heads) % 2 || layers > 64 || hidden > 4096 || inter > 16384) {
+        snprintf(errstr, errstr_size,
+                 "llama demo: %zu layers, hidden %zu, %zu heads (%zu key/value), intermediate "
+                 "%zu: heads must divide hidden into an even head size, key/value heads "
+                 "divide heads", layers, hidden, heads, kv_heads, inter);
+        return -1;
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        snprintf(errstr, errstr_size, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    size_t vocab = 0;
+    if (demo_bpe_write(dir, demo_llama_specials, 3, NULL, &vocab, errstr, errstr_size) < 0 ||
+        demo_llama_texts(dir, vocab, layers, hidden, heads, kv_heads, inter, errstr,
+                         errstr_size) < 0)
+        return -1;
+    size_t H = hidden, K = kv_heads * (hidden / heads), I = inter;
+    /* per layer: 2 norms, q, k, v, o, gate, up, down; then embed, norm, head */
+    size_t nt = 9 * layers + 3, k = 0;
+    struct st_write_tensor *t = calloc(nt, sizeof(*t));
+    uint64_t(*shapes)[2] = calloc(nt, sizeof(*shapes));
+    char(*names)[96] = calloc(nt, sizeof(*names));
+    float **data = calloc(nt, sizeof(*data));
+    int rc = -1;
+    if (!t || !shapes || !names || !data) goto oom;
+    uint64_t s = seed;
+    /* name, rows, columns (0: a norm's weight, ones with a little noise) */
+#define ADD(nm_fmt, l, d0, d1)                                                             \
+    do {                                                                                   \
+        snprintf(names[k], sizeof(names[k]), nm_fmt, (size_t)(l));                         \
+        size_t n_ = (d0) * ((d1) ? (d1) : 1);                                              \
+        if (!(data[k] = malloc(n_ * sizeof(float)))) goto oom;                             \
+        float b_ = (d1) ? 1.0f / sqrtf((float)(d1)) : 0.1f;                                \
+        for (size_t q_ = 0; q_ < n_; q_++)                                                 \
+            data[k][q_] = ((d1) ? 0.0f : 1.0f) + demo_uniform(&s, b_);                     \
+        shapes[k][0] = (d0);                                                               \
+        shapes[k][1] = (d1);                                                               \
+        t[k] = (struct st_write_tensor){names[k], ST_F32, (d1) ? 2 : 1, shapes[k], data[k]}; \
+        k++;                                                                               \
+    } while (0)
+    ADD("model.embed_tokens.weight%.0zu", 0, vocab, H);
+    for (size_t l = 0; l < layers; l++) {
+        ADD("model.layers.%zu.input_layernorm.weight", l, H, 0);
+        ADD("model.layers.%zu.self_attn.q_proj.weight", l, H, H);
+        ADD("model.layers.%zu.self_attn.k_proj.weight", l, K, H);
+        ADD("model.layers.%zu.self_attn.v_proj.weight", l, K, H);
+        ADD("model.layers.%zu.self_attn.o_proj.weight", l, H, H);
+        ADD("model.layers.%zu.post_attention_layernorm.weight", l, H, 0);
+        ADD("model.layers.%zu.mlp.gate_proj.weight", l, I, H);
+        ADD("model.layers.%zu.mlp.up_proj.weight", l, I, H);
+        ADD("model.layers.%zu.mlp.down_proj.weight", l, H, I);
+    }
+    ADD("model.norm.weight%.0zu", 0, H, 0);
+    ADD("lm_head.weight%.0zu", 0, vocab, H);
+#undef ADD
+    char path[4200];
+    if (demo_path_in(path, sizeof(path), dir, "model.safetensors") < 0) goto oom;
+    rc = st_write(path, t, k, errstr, errstr_size);
+    goto out;
+oom:
+    snprintf(errstr, errstr_size, "llama demo: out of memory");
+out:
+    for (size_t i = 0; data && i < nt; i++) free(data[i]);
+    free(data);
+    free(names);
+    free(shapes);
+    free(t);
+    return rc;
+}
