@@ -53,7 +53,7 @@ cd "$work"
 mkdir -p models
 "$EK" model demo -o models/demo.safetensors --in 16 --hidden 32 --out 8 >/dev/null
 "$EK" model demo --kind bert -o models/text-demo --hidden 32 >/dev/null
-"$EK" model demo --kind roberta -o models/roberta-demo >/dev/null   # worker.cfg lists it too
+"$EK" model demo --kind roberta -o models/roberta-demo --hidden 32 >/dev/null
 
 "$EK" broker --partitions 2 --topics jobs,results,jobs.dlq >broker.out 2>broker.log &
 pids+=($!)
