@@ -14,7 +14,10 @@
  * Warnings and errors are rate-limited per event name: a burst of
  * LIMIT_BURST lines, then LIMIT_PER_S a second; the next line of an event
  * after a suppression says how many of its lines were dropped
- * (`suppressed=N`). A persistent fault (a produce error repeated for every
+ * (`suppressed=N`). When no such line comes (the burst is over), the count
+ * still gets out on a line of its own (`event=NAME suppressed=N`, the
+ * event's level): once its window has reopened, at the next line of any
+ * event or log_flush_suppressed tick, and at exit. A persistent fault (a produce error repeated for every
  * job, every retry) then costs a few lines a second, not a full disk.
  * The limiter's table is the logger's own state, like the threshold:
  * process-wide because stderr is. */
@@ -25,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 #include <time.h>
@@ -281,6 +285,10 @@ static size_t fields_to_json(char *dst, size_t cap, const char *src)
 
 /* ---- the rate limit ------------------------------------------------------- */
 
+static void write_line(enum log_level lvl, const char *event, const char *fmt_fields,
+                       unsigned long dropped);
+
+
 #define LIMIT_SLOTS 64
 #define LIMIT_BURST 10.0
 #define LIMIT_PER_S 1.0
@@ -290,15 +298,37 @@ struct limit_slot {
     double tokens;
     int64_t at_us;           /* last refill; 0 = slot unused */
     unsigned long suppressed;
+    enum log_level lvl;      /* of its last suppressed line */
 };
 
 static struct limit_slot limit_slots[LIMIT_SLOTS];
 static pthread_mutex_t limit_mu = PTHREAD_MUTEX_INITIALIZER;
+static int64_t limit_swept_us;
+static pthread_once_t limit_atexit = PTHREAD_ONCE_INIT;
+
+static void flush_at_exit(void)
+{
+    log_flush_suppressed(1);
+}
+
+static void register_atexit(void)
+{
+    atexit(flush_at_exit);
+}
+
+/* Refills s's tokens up to now. */
+static void refill(struct limit_slot *s, int64_t now)
+{
+    s->tokens += (double)(now - s->at_us) / 1e6 * LIMIT_PER_S;
+    if (s->tokens > LIMIT_BURST) s->tokens = LIMIT_BURST;
+    s->at_us = now > 0 ? now : 1;
+}
 
 /* Whether a line of event may be written now; *dropped receives how many
  * of its lines were suppressed since its last written one. A new event
- * takes a free slot or the one idle longest. */
-static int limit_allow(const char *event, unsigned long *dropped)
+ * takes a free slot or the one idle longest (its count, if any, written
+ * first). */
+static int limit_allow(enum log_level lvl, const char *event, unsigned long *dropped)
 {
     int64_t now = clock_mono_us();
     *dropped = 0;
@@ -309,16 +339,16 @@ static int limit_allow(const char *event, unsigned long *dropped)
         if (t->at_us && strncmp(t->event, event, sizeof(t->event) - 1) == 0) s = t;
         else if (t->at_us < oldest->at_us) oldest = t;
     }
+    struct limit_slot evicted = {.suppressed = 0};
     if (!s) {
         s = oldest;
+        evicted = *s;
         snprintf(s->event, sizeof(s->event), "%s", event);
         s->tokens = LIMIT_BURST;
         s->at_us = now;
         s->suppressed = 0;
     }
-    s->tokens += (double)(now - s->at_us) / 1e6 * LIMIT_PER_S;
-    if (s->tokens > LIMIT_BURST) s->tokens = LIMIT_BURST;
-    s->at_us = now > 0 ? now : 1;
+    refill(s, now);
     int ok = s->tokens >= 1.0;
     if (ok) {
         s->tokens -= 1.0;
@@ -326,25 +356,63 @@ static int limit_allow(const char *event, unsigned long *dropped)
         s->suppressed = 0;
     } else {
         s->suppressed++;
+        s->lvl = lvl;
     }
     pthread_mutex_unlock(&limit_mu);
+    if (!ok) pthread_once(&limit_atexit, register_atexit);
+    if (evicted.suppressed) write_line(evicted.lvl, evicted.event, "", evicted.suppressed);
     return ok;
+}
+
+/* See log.h. Counts are taken under the lock, written after it. */
+void log_flush_suppressed(int all)
+{
+    struct {
+        char event[48];
+        enum log_level lvl;
+        unsigned long n;
+    } out[LIMIT_SLOTS];
+    size_t n = 0;
+    int64_t now = clock_mono_us();
+    pthread_mutex_lock(&limit_mu);
+    limit_swept_us = now;
+    for (int i = 0; i < LIMIT_SLOTS; i++) {
+        struct limit_slot *s = &limit_slots[i];
+        if (!s->at_us || !s->suppressed) continue;
+        refill(s, now);
+        if (!all && s->tokens < 1.0) continue; /* still suppressing */
+        if (!all) s->tokens -= 1.0;
+        memcpy(out[n].event, s->event, sizeof(out[n].event));
+        out[n].lvl = s->lvl;
+        out[n].n = s->suppressed;
+        s->suppressed = 0;
+        n++;
+    }
+    pthread_mutex_unlock(&limit_mu);
+    for (size_t i = 0; i < n; i++) write_line(out[i].lvl, out[i].event, "", out[i].n);
+}
+
+/* At most once a second, from any line: counts whose window reopened. */
+static void maybe_sweep(void)
+{
+    int64_t now = clock_mono_us();
+    pthread_mutex_lock(&limit_mu);
+    int due = now - limit_swept_us >= 1000000;
+    pthread_mutex_unlock(&limit_mu);
+    if (due) log_flush_suppressed(0);
 }
 
 /* ---- the line ------------------------------------------------------------ */
 
-void log_emit(enum log_level lvl, const char *event, const char *fmt, ...)
+/* Writes one line: fields (already formatted) and, when dropped, the
+ * count of lines suppressed before it. */
+static void write_line(enum log_level lvl, const char *event, const char *fmt_fields,
+                       unsigned long dropped)
 {
-    unsigned long dropped = 0;
-    if (lvl <= LOG_WARN && !limit_allow(event, &dropped)) return;
-    char fields[FIELDS_MAX] = "";
+    char fields[FIELDS_MAX];
     struct lbuf b = {fields, 0, sizeof(fields)};
-    if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        format_fields(&b, fmt, ap);
-        va_end(ap);
-    }
+    fields[0] = '\0';
+    put(&b, fmt_fields, strlen(fmt_fields));
     if (dropped) {
         char more[40];
         int n = snprintf(more, sizeof(more), "%ssuppressed=%lu", b.len ? " " : "", dropped);
@@ -370,4 +438,20 @@ void log_emit(enum log_level lvl, const char *event, const char *fmt, ...)
                  level_names[lvl], event, fields[0] ? " " : "", fields);
     }
     fputs(line, stderr);
+}
+
+void log_emit(enum log_level lvl, const char *event, const char *fmt, ...)
+{
+    maybe_sweep();
+    unsigned long dropped = 0;
+    if (lvl <= LOG_WARN && !limit_allow(lvl, event, &dropped)) return;
+    char fields[FIELDS_MAX] = "";
+    struct lbuf b = {fields, 0, sizeof(fields)};
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        format_fields(&b, fmt, ap);
+        va_end(ap);
+    }
+    write_line(lvl, event, fields, dropped);
 }

@@ -20,6 +20,13 @@ int log_level_parse(const char *s, enum log_level *out);
 void log_emit(enum log_level lvl, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Writes, for each event whose warnings or errors the rate limit dropped
+ * and whose next line has not said so yet, `event=NAME suppressed=N`:
+ * all of them (all != 0; at exit, this runs by itself), or only those
+ * whose window has reopened (a tick; any line does this at most once a
+ * second). */
+void log_flush_suppressed(int all);
+
 #define LOG(lvl, event, ...)                                             \
     do {                                                                 \
         if ((lvl) <= log_threshold) log_emit((lvl), (event), __VA_ARGS__); \

@@ -19,7 +19,9 @@
 /* What the sink does with the job. */
 enum job_kind {
     JOB_RESULT = 0, /* publish `body` to the reply topic and Redis */
-    JOB_DEAD = 1,   /* publish `raw_key`/`raw_value` to the dead-letter topic */
+    JOB_DEAD = 1,   /* publish `raw_key`/`raw_value` to the dead-letter topic;
+                       with `body` set (its key a usable id) the error result
+                       too, to the reply topic and Redis */
 };
 
 struct job {
@@ -77,6 +79,9 @@ struct job {
     /* --- sink bookkeeping --- */
     int acks_pending;              /* reply/DLQ delivery + Redis SET still owed */
     int produce_attempts;
+    unsigned owed;                 /* records not yet delivered: SINK_REC_* bits */
+    unsigned sent;                 /* of those, handed to the producer */
+    int on_retry;                  /* on the sink's retry list */
     int stranded;                  /* sink gave up on it at stop: never done */
     int batch_last;                /* last job of an executor batch */
     struct job *stranded_next;     /* sink's list of jobs given up at stop */

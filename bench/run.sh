@@ -35,7 +35,8 @@
 # Every worker runs worker.cfg's defaults; the only overrides are
 # fetch.wait.max.ms, which the embedded broker needs (README, "The
 # embedded broker and latency"; 10 ms, 2 ms in the latency runs), linger.ms=1
-# in the latency runs (LAT_PROPS), and WORKER_SETS when given. Sizes can be changed from the
+# in the latency runs (LAT_PROPS), metrics.listen (a free port: another
+# worker on the machine may hold worker.cfg's), and WORKER_SETS when given. Sizes can be changed from the
 # environment (see the defaults below); the defaults keep the whole run
 # within a few minutes on 2 cores. Nothing here is a pass/fail test.
 set -euo pipefail
@@ -193,15 +194,19 @@ EOF
 }
 
 # start_worker NAME CFG [--set K=V]...: runs kinfer worker in the
-# background (pid in WPID); with WAIT_ASSIGN=1 returns once it owns its
-# partitions.
+# background (pid in WPID; the collector's run stops if it exits); with
+# WAIT_ASSIGN=1 returns once it owns its partitions. Its metrics endpoint
+# takes a free port (127.0.0.1:0) unless the caller names one, so a worker
+# running elsewhere on the machine (on 9464, worker.cfg's) is no obstacle.
+WPID="" WNAME=""
 start_worker() {
   local name=$1 cfg=$2
   shift 2
   # shellcheck disable=SC2086 # WORKER_SETS is a list of words
-  $K worker -c "$cfg" --set "kafka.group=bench-$name" $WORKER_SETS "$@" \
-    2>"$work/$name.worker.log" &
+  $K worker -c "$cfg" --set "kafka.group=bench-$name" --set metrics.listen=127.0.0.1:0 \
+    $WORKER_SETS "$@" 2>"$work/$name.worker.log" &
   WPID=$!
+  WNAME=$name
   pids+=("$WPID")
   if [ "${WAIT_ASSIGN:-0}" = 1 ]; then
     for _ in $(seq 600); do
@@ -218,6 +223,7 @@ stop_worker() {
   HWM=$(awk '/^VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$WPID/status" 2>/dev/null || echo "-")
   kill -TERM "$WPID"
   wait "$WPID" || die "worker $1 exited $?: $(tail -n3 "$work/$1.worker.log")"
+  WPID=""
   cp "$work/$1.worker.log" "$OUT/$1.worker.log"
 }
 
@@ -238,7 +244,18 @@ collect_bg() {
 }
 
 # collect_wait NAME: waits for the collector; its result line into COLL.
+# A worker the run needs (WPID) that exits meanwhile ends the run at once,
+# with the worker's last lines, rather than after the collector's timeout.
 collect_wait() {
+  while kill -0 "$CPID" 2>/dev/null; do
+    if [ -n "$WPID" ] && ! kill -0 "$WPID" 2>/dev/null; then
+      local wrc=0
+      wait "$WPID" || wrc=$?
+      kill -TERM "$CPID" 2>/dev/null || true
+      die "collector $1: worker $WNAME exited ($wrc) before the run finished: $(tail -n3 "$work/$WNAME.worker.log")"
+    fi
+    sleep 0.2
+  done
   wait "$CPID" || die "collector $1: $(grep -v CONFWARN "$work/$1.collect.err" | tail -n3) $(grep '^collect: run' "$work/$1.collect")"
   COLL=$(grep '^collect: run' "$work/$1.collect")
   echo "$COLL" >>"$OUT/raw.log"

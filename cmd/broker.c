@@ -11,7 +11,7 @@
 #include "commands.h"
 
 static const char usage[] =
-    "usage: kinfer broker [--brokers N] [--partitions P] [--topics a,b,c]\n"
+    "usage: kinfer broker [--brokers N] [--partitions P] [--topics a,b,c] [--port N]\n"
     "\n"
     "Runs librdkafka's mock cluster: the Kafka protocol on loopback, for\n"
     "development and tests (no TLS/SASL; about 5 MB kept per partition).\n"
@@ -20,7 +20,10 @@ static const char usage[] =
     "\n"
     "  -b, --brokers N      brokers in the cluster (default 1)\n"
     "  -p, --partitions P   partitions of each topic in --topics (default 4)\n"
-    "  -t, --topics LIST    topics to create up front; others are auto-created\n";
+    "  -t, --topics LIST    topics to create up front; others are auto-created\n"
+    "  -P, --port N         bootstrap on 127.0.0.1:N, the same at every start (the\n"
+    "                       brokers' own ports still change; clients find them\n"
+    "                       through it); default: the first broker's own address\n";
 
 /* `kinfer broker`: options, then broker_run until SIGINT/SIGTERM. --help
  * also lists the control channel's commands. */
@@ -28,13 +31,14 @@ int cmd_broker(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"brokers", required_argument, 0, 'b'}, {"partitions", required_argument, 0, 'p'},
-        {"topics", required_argument, 0, 't'},  {"help", no_argument, 0, 'h'},
+        {"topics", required_argument, 0, 't'},  {"port", required_argument, 0, 'P'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     struct broker_opts o = {.brokers = 1, .partitions = 4, .topics = NULL};
     int ch;
     long v;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "b:p:t:h", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "b:p:t:P:h", opts, NULL)) != -1) {
         switch (ch) {
         case 'b':
             if (cli_parse_long("broker", "--brokers", optarg, 1, 32, &v) < 0) return 1;
@@ -45,6 +49,10 @@ int cmd_broker(int argc, char **argv)
             o.partitions = (int)v;
             break;
         case 't': o.topics = optarg; break;
+        case 'P':
+            if (cli_parse_long("broker", "--port", optarg, 1, 65535, &v) < 0) return 1;
+            o.port = (int)v;
+            break;
         case 'h': fputs(usage, stdout); fputs(BROKER_CONTROL_HELP, stdout); return 0;
         default: fputs(usage, stderr); return 1;
         }

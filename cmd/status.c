@@ -31,7 +31,8 @@ static const char usage_status[] =
     "  -j, --json          one JSON document instead of a table\n";
 
 /* Reads one worker's hash into a JSON object typed by hb_fields, plus
- * age_s from updated_at_ms. Returns a new object or NULL. */
+ * heartbeat_age_s from updated_at_ms (how long since the worker last
+ * wrote it; its uptime is started_at_ms's). Returns a new object or NULL. */
 static json_t *read_worker(redisContext *c, const char *key, int64_t now_ms)
 {
     const char *argv[] = {"HGETALL", key};
@@ -62,7 +63,7 @@ static json_t *read_worker(redisContext *c, const char *key, int64_t now_ms)
     freeReplyObject(r);
     json_t *upd = json_object_get(o, "updated_at_ms");
     if (json_is_integer(upd))
-        json_object_set_new(o, "age_s",
+        json_object_set_new(o, "heartbeat_age_s",
                             json_real((double)(now_ms - json_integer_value(upd)) / 1000.0));
     return o;
 }
@@ -172,7 +173,9 @@ int status_main(int argc, char **argv)
     size_t n = json_array_size(workers);
     if (as_json) {
         json_t *doc = json_pack("{s:s, s:O}", "group", c->kafka.group, "workers", workers);
-        char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+        /* Reals at 10 significant digits: what the heartbeat wrote (0.103),
+         * not the nearest double's 17 (0.10299999999999999). */
+        char *text = doc ? json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
         if (!text) {
             json_decref(doc);
             fprintf(stderr, "kinfer status: out of memory\n");
@@ -184,9 +187,9 @@ int status_main(int argc, char **argv)
     } else {
         printf("group %s: %zu live worker%s\n", c->kafka.group, n, n == 1 ? "" : "s");
         if (n)
-            printf("%-28s %-20s %-7s %8s %6s %10s %13s %10s %8s %5s %7s %s\n", "ID", "HOST",
+            printf("%-28s %-20s %-7s %8s %6s %10s %13s %10s %8s %5s %15s %s\n", "ID", "HOST",
                    "BACKEND", "ASSIGNED", "PAUSED", "QUEUE_ROWS", "INFLIGHT_ROWS", "LAG",
-                   "JOBS/S", "READY", "AGE_S", "DEVICE");
+                   "JOBS/S", "READY", "HEARTBEAT_AGE_S", "DEVICE");
         for (size_t i = 0; i < n; i++) {
             const json_t *w = json_array_get(workers, i);
             char f[10][64];
@@ -194,9 +197,9 @@ int status_main(int argc, char **argv)
                                    "inflight_rows", "lag", "jobs_per_second", "ready"};
             for (int k = 0; k < 10; k++) cell(w, names[k], f[k], sizeof(f[k]));
             char age[32], dev[128];
-            cell(w, "age_s", age, sizeof(age));
+            cell(w, "heartbeat_age_s", age, sizeof(age));
             cell(w, "device", dev, sizeof(dev));
-            printf("%-28s %-20s %-7s %8s %6s %10s %13s %10s %8s %5s %7s %s\n", f[0], f[1], f[2],
+            printf("%-28s %-20s %-7s %8s %6s %10s %13s %10s %8s %5s %15s %s\n", f[0], f[1], f[2],
                    f[3], f[4], f[5], f[6], f[7], f[8], f[9], age, dev);
         }
     }

@@ -17,7 +17,8 @@ static const char usage[] =
     "result to kafka.reply_topic and Redis; stops cleanly on SIGTERM/SIGINT.\n"
     "\n"
     "  -c, --config FILE   configuration file (see worker.cfg for every setting)\n"
-    "  -s, --set K=V       override one setting, e.g. --set batching.max_wait_ms=10\n"
+    "  -s, --set K=V       override one setting, e.g. --set batching.max_wait_ms=10,\n"
+    "                      or a list: --set kafka.topics=jobs,jobs.high\n"
     "\n"
     "exit status: 0 after a clean stop, 1 if it could not start, 2 on a fatal\n"
     "runtime error (restart it: unfinished jobs are redelivered).\n";

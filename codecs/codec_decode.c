@@ -22,9 +22,11 @@
  * - A record that parses but whose top level is not a map is not a job and
  *   is dead-lettered even when its key is a valid id: it "cannot be decoded"
  *   (docs/protocol.md). Likewise anything that does not parse (truncated, too
- *   deep, trailing bytes, duplicate keys). Only an oversize payload is
- *   answered with invalid_input when the key is a usable id, because that
- *   record may be a well-formed job that is merely too big.
+ *   deep, trailing bytes, duplicate keys). An oversize payload is answered
+ *   with invalid_input when the key is a usable id, because that record
+ *   may be a well-formed job that is merely too big; a dead-lettered
+ *   record with such a key is answered as well, by the intake (it has the
+ *   record's bytes for the dead letter).
  * - Duplicate keys: JSON rejects them anywhere (JSON_REJECT_DUPLICATES);
  *   MessagePack rejects a duplicated known top-level field (comparing every
  *   key pair of a large hostile map would be quadratic).
@@ -513,6 +515,18 @@ static enum codec_rc decode_msgpack(struct dctx *c, const unsigned char *v, size
 {
     char why[160];
     int is_map = (v[0] >= 0x80 && v[0] <= 0x8f) || v[0] == 0xde || v[0] == 0xdf;
+    /* A record that is JSON but no object ([1,2,3], or an object after
+     * whitespace) is told so, rather than how MessagePack read its bytes. */
+    json_t *js = is_map ? NULL : json_loadb((const char *)v, len, JSON_DECODE_ANY, NULL);
+    if (js) {
+        const char *type = json_is_object(js) ? "object" : codec_js_type(js);
+        int obj = json_is_object(js);
+        json_decref(js);
+        if (obj)
+            return dead(c, "not a job: the record is a JSON object after whitespace; a JSON job "
+                           "starts with '{'");
+        return dead(c, "not a job: the record is a JSON %s; a job is a JSON object", type);
+    }
     if (mpscan_check(v, len, c->lim->max_depth, why, sizeof(why)) < 0) {
         /* For something that is not even a map (plain text, say), lead
          * with that: how its bytes failed to parse is secondary. */
@@ -679,6 +693,9 @@ static size_t count_bignums(const json_t *v)
 
 /* JSON: parse (duplicates rejected, trailing bytes rejected by jansson),
  * cap the depth, pick the fields, decode them, free the tree. A document
+ * refused for ill-formed UTF-8 is parsed again with it marked, and the
+ * markers turned back (json_utf8.c): kept only when exactly those are
+ * found, else the record is dead-lettered for jansson's first error. A document
  * refused only for numbers C cannot hold is parsed again with them
  * rewritten (codec_decode.h, CODEC_BIGNUM_TAG); that is kept only when
  * it holds exactly the rewritten numbers (no forged tag), else the record
@@ -690,15 +707,38 @@ static enum codec_rc decode_json(struct dctx *c, const unsigned char *v, size_t 
      * the tokenizer drops it; every other string field is checked. */
     const size_t flags = JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL;
     json_t *root = json_loadb((const char *)v, len, flags, &e);
+    /* Ill-formed UTF-8: parsed again with it marked (json_utf8.c); e
+     * stays the first error, the one a dead letter names. */
+    char *marked = NULL;
+    size_t marks = 0, keys = 0;
+    json_error_t e2 = e;
+    if (!root && json_error_code(&e) == json_error_invalid_utf8) {
+        size_t mlen = 0;
+        marked = codec_js_mark_utf8(v, len, &marks, &keys, &mlen);
+        if (marked && (marks || keys)) {
+            v = (const unsigned char *)marked;
+            len = mlen;
+            root = json_loadb(marked, mlen, flags, &e2);
+        }
+    }
     size_t bignums = 0;
-    if (!root && json_error_code(&e) == json_error_numeric_overflow) {
+    if (!root && json_error_code(&e2) == json_error_numeric_overflow) {
         size_t rlen = 0;
         char *rw = rewrite_bignums(v, len, &bignums, &rlen);
-        json_error_t e2;
-        if (rw && bignums) root = json_loadb(rw, rlen, flags, &e2);
+        json_error_t e3;
+        if (rw && bignums) root = json_loadb(rw, rlen, flags, &e3);
         free(rw);
         if (root && (!json_depth_ok(root, 1, c->lim->max_depth) ||
                      count_bignums(root) != bignums)) {
+            json_decref(root);
+            root = NULL;
+        }
+    }
+    free(marked);
+    if (root && marks) {
+        size_t found = 0;
+        if (!json_depth_ok(root, 1, c->lim->max_depth) ||
+            codec_js_unmark_utf8(root, &found) < 0 || found != marks) {
             json_decref(root);
             root = NULL;
         }

@@ -80,4 +80,15 @@ int codec_input_js(struct codec_request *j, const json_t *v, const struct codec_
 int codec_take_rows(struct codec_request *j, const struct fields *f,
                     const struct codec_limits *lim);
 
+/* JSON text with ill-formed UTF-8 read as MessagePack is (json_utf8.c):
+ * a copy of v with each ill-formed sequence in a string value written as
+ * a marker, *marks of them, and each in a key as U+FFFD, *keys of them
+ * (NULL when out of memory); then, in the tree parsed from it, the
+ * markers turned back, *found of them: the original bytes in strings
+ * outside the top level's meta, U+FFFD inside it. Returns 0, or -1 when
+ * out of memory. */
+char *codec_js_mark_utf8(const unsigned char *v, size_t len, size_t *marks, size_t *keys,
+                         size_t *out_len);
+int codec_js_unmark_utf8(json_t *root, size_t *found);
+
 #endif

@@ -177,18 +177,20 @@ static int read_topic_priorities(struct loader *ld, const config_setting_t *s);
 static int read_devices(struct loader *ld, const config_setting_t *s);
 
 /* Settings that hold more than one value: the walker hands them to their
- * readers; --set refuses them by name rather than calling them unknown. */
+ * readers, and so does --set (set_aggregate). */
 static const struct aggregate {
     const char *name;
     const char *shape;
     int (*read)(struct loader *ld, const config_setting_t *s);
+    char plain; /* --set NAME=a,b: 's' strings, 'i' integers; 0: libconfig syntax only */
 } aggregates[] = {
-    {"kafka.topics", "a list of strings", cfg_read_topics},
-    {"kafka.properties", "a list of ( \"name\", \"value\" ) pairs", cfg_read_properties},
-    {"models", "a list of groups", cfg_read_models},
-    {"batching.preferred_sizes", "an array of integers [ 8, 16, 32 ]", read_preferred_sizes},
-    {"batching.topic_priorities", "a list of ( \"topic\", priority ) pairs", read_topic_priorities},
-    {"gpu.devices", "an array of device indices [ 0, 1 ]", read_devices},
+    {"kafka.topics", "a list of strings", cfg_read_topics, 's'},
+    {"kafka.properties", "a list of ( \"name\", \"value\" ) pairs", cfg_read_properties, 0},
+    {"models", "a list of groups", cfg_read_models, 0},
+    {"batching.preferred_sizes", "an array of integers [ 8, 16, 32 ]", read_preferred_sizes, 'i'},
+    {"batching.topic_priorities", "a list of ( \"topic\", priority ) pairs", read_topic_priorities,
+     0},
+    {"gpu.devices", "an array of device indices [ 0, 1 ]", read_devices, 'i'},
 };
 #define N_AGGREGATES (sizeof(aggregates) / sizeof(aggregates[0]))
 
@@ -271,7 +273,9 @@ int cfg_fail_at(struct loader *ld, const config_setting_t *s, const char *fmt, .
 {
     char file[4200];
     cfg_display_path(ld, config_setting_source_file(s), file, sizeof(file));
-    int n = snprintf(ld->err, ld->err_size, "%s:%u: ", file, config_setting_source_line(s));
+    int n = ld->set_arg
+                ? snprintf(ld->err, ld->err_size, "--set %s: ", ld->set_arg)
+                : snprintf(ld->err, ld->err_size, "%s:%u: ", file, config_setting_source_line(s));
     va_list ap;
     va_start(ap, fmt);
     append_message(ld, n, fmt, ap);
@@ -541,6 +545,61 @@ static int read_devices(struct loader *ld, const config_setting_t *s)
     return 0;
 }
 
+/* --set of a setting with more than one value: the value in the file's
+ * syntax ("[ \"a\", \"b\" ]", "( ( \"t\", 3 ) )"), or, for a list of strings
+ * or integers, the items with commas between them (a,b), read by the
+ * setting's own reader, whose errors then name the --set. Replaces what
+ * the file gave. */
+static int set_aggregate(struct loader *ld, const struct aggregate *a, const char *arg,
+                         const char *value)
+{
+    struct origin org = {NULL, 0, arg};
+    const char *v = value;
+    while (isspace((unsigned char)*v)) v++;
+    size_t cap = strlen(value) * 4 + 32;
+    char *text = malloc(cap);
+    if (!text) return cfg_fail_plain(ld, "out of memory");
+    size_t n = (size_t)snprintf(text, cap, "v = ");
+    if (*v == '[' || *v == '(' || !a->plain) {
+        n += (size_t)snprintf(text + n, cap - n, "%s", value);
+    } else {
+        /* a,b,c: each item trimmed, quoted for a list of strings */
+        text[n++] = '[';
+        for (const char *p = v;;) {
+            const char *end = strchr(p, ',');
+            if (!end) end = p + strlen(p);
+            const char *b = p, *e = end;
+            while (b < e && isspace((unsigned char)*b)) b++;
+            while (e > b && isspace((unsigned char)e[-1])) e--;
+            if (p != v) text[n++] = ',';
+            if (a->plain == 's') text[n++] = '"';
+            for (const char *q = b; q < e; q++) {
+                if (a->plain == 's' && (*q == '"' || *q == '\\')) text[n++] = '\\';
+                text[n++] = *q;
+            }
+            if (a->plain == 's') text[n++] = '"';
+            if (!*end) break;
+            p = end + 1;
+        }
+        text[n++] = ']';
+    }
+    snprintf(text + n, cap - n, ";");
+    config_t lc;
+    config_init(&lc);
+    int rc;
+    if (!config_read_string(&lc, text)) {
+        rc = cfg_fail_origin(ld, &org, NULL, "expected %s (%s)", a->shape,
+                             config_error_text(&lc));
+    } else {
+        ld->set_arg = arg;
+        rc = a->read(ld, config_lookup(&lc, "v"));
+        ld->set_arg = NULL;
+    }
+    config_destroy(&lc);
+    free(text);
+    return rc;
+}
+
 /* Applies one --set "name=value": a table row parsed by its type, or a
  * librdkafka property as kafka.properties.<name>=value. The file has been
  * read already, so this wins over it. */
@@ -567,8 +626,7 @@ static int apply_set(struct loader *ld, const char *arg)
     const struct cfgtab_row *o = option_find(name);
     if (!o) {
         const struct aggregate *a = aggregate_find(name);
-        if (a)
-            return cfg_fail_origin(ld, &org, NULL, "%s is %s; set it in the file", name, a->shape);
+        if (a) return set_aggregate(ld, a, arg, value);
         return cfg_fail_origin(ld, &org, NULL, "unknown setting");
     }
     if (o->type == CFGTAB_STRING) return option_set_str(ld, o, &org, value);

@@ -29,6 +29,8 @@ struct loader {
     char *err;
     size_t err_size;
     struct origin *orig;         /* one per row of the table, owned by cfg_load */
+    const char *set_arg;         /* the --set being read by an aggregate's reader:
+                                    its errors name it, not a file line */
 };
 
 /* libconfig's type codes in words, for "expected X, got Y" messages. */

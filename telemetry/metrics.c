@@ -578,12 +578,15 @@ struct metrics *metrics_start(const struct kcfg *c, struct stats *st, char *errs
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     atomic_store(&m->starting, 1);
+    /* The logger first: libmicrohttpd wants it so, and says so in its
+     * first message otherwise, which would then stand in for the reason
+     * a start failed ("Failed to bind to port N: Address already in use"). */
     m->daemon = MHD_start_daemon(
-        flags, (uint16_t)atoi(port), NULL, NULL, on_request, m, MHD_OPTION_SOCK_ADDR,
-        ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_MAX_CONNECTIONS,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_MAX_PER_IP,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, m, MHD_OPTION_END);
+        flags, (uint16_t)atoi(port), NULL, NULL, on_request, m, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_log, m, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)HTTP_MAX_CONNECTIONS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)HTTP_MAX_PER_IP, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)HTTP_IDLE_TIMEOUT_S, MHD_OPTION_END);
     int saved = errno;
     atomic_store(&m->starting, 0);
     if (!m->daemon) {

@@ -97,6 +97,8 @@ struct stats {
     char cond_why[STATS_N_COND][160];
     int64_t sink_since_us[STATS_N_SINK]; /* first failure since the last success; 0 = none */
     char sink_why[STATS_N_SINK][160];
+    stats_queue_fn queue_fn;
+    void *queue_ctx;
 };
 
 /* Zeroed atomics are valid atomics (C11 7.17.2.1 allows static-style
@@ -189,6 +191,33 @@ void stats_set_queue(struct stats *st, size_t rows, size_t jobs, double oldest_s
     set64(&st->oldest_us, oldest_s > 0 ? (int64_t)(oldest_s * 1e6) : 0);
     set64(&st->inflight_rows, (int64_t)inflight_rows);
     set64(&st->inflight_batches, inflight_batches > 0 ? inflight_batches : 0);
+}
+
+void stats_set_queue_source(struct stats *st, stats_queue_fn fn, void *ctx)
+{
+    pthread_mutex_lock(&st->mu);
+    st->queue_fn = fn;
+    st->queue_ctx = ctx;
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* The queue's depth now, from its source when one is registered (the
+ * gauges are brought up to date with it). */
+static void queue_now(struct stats *st, int64_t now_us, struct stats_snapshot *out)
+{
+    pthread_mutex_lock(&st->mu);
+    if (st->queue_fn) {
+        size_t rows = 0, jobs = 0;
+        double oldest = 0;
+        st->queue_fn(st->queue_ctx, now_us, &rows, &jobs, &oldest);
+        set64(&st->queue_rows, (int64_t)rows);
+        set64(&st->queue_jobs, (int64_t)jobs);
+        set64(&st->oldest_us, oldest > 0 ? (int64_t)(oldest * 1e6) : 0);
+    }
+    pthread_mutex_unlock(&st->mu);
+    out->queue_rows = get64(&st->queue_rows);
+    out->queue_jobs = get64(&st->queue_jobs);
+    out->oldest_queued_s = (double)get64(&st->oldest_us) / 1e6;
 }
 
 /* The poll thread knows the assignment (it runs the rebalance callback)
@@ -655,11 +684,9 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
     out->produce_errors = get_u(&st->produce_errors);
     out->redis_errors = get_u(&st->redis_errors);
     out->heartbeat_errors = get_u(&st->heartbeat_errors);
-    out->queue_rows = get64(&st->queue_rows);
-    out->queue_jobs = get64(&st->queue_jobs);
+    queue_now(st, now_us, out);
     out->inflight_rows = get64(&st->inflight_rows);
     out->inflight_batches = get64(&st->inflight_batches);
-    out->oldest_queued_s = (double)get64(&st->oldest_us) / 1e6;
     out->assigned = atomic_load_explicit(&st->assigned, memory_order_relaxed);
     out->paused = atomic_load_explicit(&st->paused, memory_order_relaxed);
     for (int h = 0; h < STATS_N_HIST; h++) {

@@ -215,6 +215,15 @@ void stats_offset_reset(struct stats *st);
  * taken by an executor but not yet written out. Poll thread only. */
 void stats_set_queue(struct stats *st, size_t rows, size_t jobs, double oldest_s,
                      size_t inflight_rows, int inflight_batches);
+/* Where the queue's depth is read at the moment of a snapshot, so that
+ * /metrics and the heartbeat never show a queue that emptied since the
+ * poll thread's last stats_set_queue (a tenth of a second may be many
+ * batches): fn fills rows, jobs and the oldest job's age in seconds. Any
+ * thread may call fn; NULL unregisters it, returning once no snapshot is
+ * using it (call before what ctx points to goes away). */
+typedef void (*stats_queue_fn)(void *ctx, int64_t now_us, size_t *rows, size_t *jobs,
+                               double *oldest_s);
+void stats_set_queue_source(struct stats *st, stats_queue_fn fn, void *ctx);
 /* Partitions assigned to this consumer and how many of them are paused.
  * Poll thread only. */
 void stats_set_partitions(struct stats *st, int assigned, int paused);

@@ -14,9 +14,15 @@ read -ra demo_sets <<<"${DEMO_SETS:-}"
 JOBS=${JOBS:-400}
 work=$(mktemp -d /tmp/kinfer-demo-XXXXXX)
 pids=()
+# Everything started is stopped; the scratch directory (logs, redis's
+# dir) goes too unless the demo failed (then its path is printed) or
+# KEEP_DEMO_LOGS=1.
 cleanup() {
+  local rc=$?
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  if [ "$rc" = 0 ] && [ "${KEEP_DEMO_LOGS:-0}" != 1 ]; then rm -rf "$work"
+  else echo "   logs kept in $work"; fi
 }
 trap cleanup EXIT
 
@@ -84,12 +90,12 @@ $K smoke -c worker.cfg "${set_args[@]}" --model roberta-demo --jobs "$ROBERTA_JO
   --json-every 5 --timeout 120 || status=$?
 
 echo "== a few of its metrics (http://127.0.0.1:$mport/metrics)"
-curl -s "http://127.0.0.1:$mport/metrics" | grep -E '^kinfer_(jobs_total|batches_total|queue_depth_rows|rows_per_second|tokens_total|padding_ratio) ' | sed 's/^/   /' || true
+curl -s "http://127.0.0.1:$mport/metrics" | grep -E '^kinfer_(jobs_total|batches_total|queue_depth_rows|rows_per_second|tokens_total|padding_ratio)[{ ]' \
+  | awk '!/[{]/ || $NF != 0' | sed 's/^/   /' || true   # labelled series: the non-zero ones
 echo "   /readyz: $(readyz)"
 
 echo "== stopping the worker (SIGTERM: drain, flush, commit)"
 kill -TERM "$wpid"
 wait "$wpid" && echo "   worker exited 0" || { echo "   worker exited $?"; status=1; }
 grep -E 'event=(worker_started|stopped)' "$work/worker.log" | sed 's/^/   /' || true
-echo "   logs: $work"
 exit $status

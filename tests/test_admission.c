@@ -73,6 +73,8 @@ struct acase {
     enum proto_err err;         /* answered: the code */
     const char *msg;            /* answered or dead: a substring of the message */
     const char *id;             /* the job's id, when it has one */
+    const char *answer;         /* dead: a substring of the error result also
+                                   published under the key (NULL: none) */
 };
 
 static const struct acase cases[] = {
@@ -134,7 +136,20 @@ static const struct acase cases[] = {
      .msg = "deadline passed before the job was queued", .id = "l"},
     {"a bad field", "{\"id\": \"m\", \"text\": 7}", NULL, NULL, INTAKE_ANSWERED,
      .err = PROTO_ERR_INVALID_INPUT, .msg = "text", .id = "m"},
+    {"empty text", "{\"id\": \"m2\", \"text\": []}", NULL, NULL, INTAKE_ANSWERED,
+     .err = PROTO_ERR_INVALID_INPUT, .msg = "text", .id = "m2"},
+    {"a bad priority", "{\"id\": \"m3\", \"text\": \"x\", \"priority\": 42}", NULL, NULL,
+     INTAKE_ANSWERED, .err = PROTO_ERR_INVALID_INPUT, .msg = "priority", .id = "m3"},
     {"not a job", "\x01\x02 garbage", NULL, NULL, INTAKE_DEAD, .msg = ""},
+    /* A record that is no job but whose key is a usable id: dead-lettered,
+     * and its sender answered under the key. */
+    {"truncated JSON with a key", "{\"id\":\"bad-json\",\"text\":\"hello", "bad-json", NULL,
+     INTAKE_DEAD, .msg = "json", .id = "bad-json",
+     .answer = "{\"id\":\"bad-json\","},
+    {"garbage with a key", "\x01\x02 garbage", "k-9", NULL, INTAKE_DEAD, .msg = "not a job",
+     .id = "k-9", .answer = "\xa5model\xa3" "emb"},
+    {"garbage with a key that is no id", "\x01\x02 garbage", "no id!", NULL, INTAKE_DEAD,
+     .msg = "not a job"},
     {"JSON without an id or key", "{\"text\": [\"x\"]}", NULL, NULL, INTAKE_DEAD, .msg = "id"},
     {"a pair to RoBERTa (one token type, pairs all type 0)",
      "{\"id\": \"n\", \"model\": \"rob\", \"text\": [\"the movie\"], \"text_pair\": "
@@ -225,12 +240,31 @@ static void test_cases(void **state)
             if (j->err != c->err || !strstr(j->errmsg, c->msg))
                 fail_msg("%s: error %d \"%s\", want %d with \"%s\"", c->what, j->err, j->errmsg,
                          c->err, c->msg);
+            /* a job that names no model is answered under the default's
+             * name, as an ok result would be */
+            if (!strstr(c->value, "\"model\"")) {
+                char *body = strndup((const char *)j->body, j->body_len);
+                assert_non_null(body);
+                if (!strstr(body, "\"model\":\"emb\""))
+                    fail_msg("%s: result %s does not name the default model", c->what, body);
+                free(body);
+            }
         } else {
             assert_int_equal(j->kind, JOB_DEAD);
             assert_int_equal(j->raw_value_len, strlen(c->value));
             assert_memory_equal(j->raw_value, c->value, j->raw_value_len);
             if (!strstr(j->errmsg, c->msg))
                 fail_msg("%s: dead letter says \"%s\", want \"%s\"", c->what, j->errmsg, c->msg);
+            if (!c->answer) {
+                assert_null(j->body);
+            } else {
+                if (!j->body) fail_msg("%s: no error result beside the dead letter", c->what);
+                char *body = strndup((const char *)j->body, j->body_len);
+                assert_non_null(body);
+                if (!strstr(body, c->answer) || !strstr(body, "invalid_input"))
+                    fail_msg("%s: error result %s, want \"%s\"", c->what, body, c->answer);
+                free(body);
+            }
         }
         printf("  %-42s %s\n", c->what,
                got == INTAKE_QUEUED ? "queued" : j->errmsg[0] ? j->errmsg : "(answered)");

@@ -1398,6 +1398,11 @@ static void test_hostile_raw(void **state)
         {trailing, sizeof(trailing), "trailing"},
         {text, sizeof(text) - 1, "not a job: a job is a JSON object or a MessagePack map"},
         {chain, sizeof(chain), "not a job"},
+        /* JSON that is no object is said to be JSON, not MessagePack's trailing bytes */
+        {(const unsigned char *)"[1,2,3]", 7, "not a job: the record is a JSON array; a job is a JSON object"},
+        {(const unsigned char *)"\"x\"", 3, "not a job: the record is a JSON string; a job is a JSON object"},
+        {(const unsigned char *)" {\"id\":\"a\"}", 11,
+         "not a job: the record is a JSON object after whitespace; a JSON job starts with '{'"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         for (int keyed = 0; keyed < 2; keyed++) {

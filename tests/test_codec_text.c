@@ -783,10 +783,34 @@ static struct body mp_text_job(const char *field, const char *const *rows, const
     return b;
 }
 
+/* Packs {"id":"u", field: <rows as JSON strings>} by hand, any bytes
+ * going in as they are (NUL aside). */
+static struct body js_text_job(const char *field, const char *const *rows, const size_t *lens,
+                               size_t n, int as_array)
+{
+    size_t cap = 64 + strlen(field);
+    for (size_t i = 0; i < n; i++) cap += lens[i] + 4;
+    struct body b = {malloc(cap), 0};
+    assert_non_null(b.p);
+    b.len = (size_t)snprintf((char *)b.p, cap, "{\"id\":\"u\",\"%s\":%s", field,
+                             as_array ? "[" : "");
+    for (size_t i = 0; i < n; i++) {
+        memcpy((char *)b.p + b.len, i ? ",\"" : "\"", i ? 2 : 1);
+        b.len += i ? 2 : 1;
+        memcpy((char *)b.p + b.len, rows[i], lens[i]);
+        b.len += lens[i];
+        ((char *)b.p)[b.len++] = '"';
+    }
+    if (as_array) ((char *)b.p)[b.len++] = ']';
+    ((char *)b.p)[b.len++] = '}';
+    return b;
+}
+
 /* MessagePack carries text as bytes: invalid UTF-8 (stray continuation,
  * truncated sequence, overlong, 0xff, a lone surrogate) decodes as sent;
  * the tokenizer is where it is refused. The character limit counts the
- * bytes that do not continue a sequence. */
+ * bytes that do not continue a sequence. JSON reads the same bytes the
+ * same way (json_utf8.c), though its parser refuses them. */
 static void test_msgpack_invalid_utf8(void **state)
 {
     (void)state;
@@ -794,20 +818,25 @@ static void test_msgpack_invalid_utf8(void **state)
         const char *bytes;
         size_t len;
         int ok; /* under SMALL (5 characters) */
+        int json; /* JSON can carry it (no NUL) */
     } rows[] = {
-        {"\xff\xfe", 2, 1},
-        {"ab\x80\x80\x80\x80\x80\x80\x80\x80", 10, 1}, /* 2 characters by the count */
-        {"\xe6\x97", 2, 1},                            /* truncated 3-byte sequence */
-        {"\xc0\xaf", 2, 1},                            /* overlong '/' */
-        {"\xed\xa0\x80", 3, 1},                        /* U+D800 */
-        {"a\0b\0c", 5, 1},
-        {"\xff\xff\xff\xff\xff\xff", 6, 0},            /* 6 lead bytes: 6 "characters" */
+        {"\xff\xfe", 2, 1, 1},
+        {"ab\x80\x80\x80\x80\x80\x80\x80\x80", 10, 1, 1}, /* 2 characters by the count */
+        {"\xe6\x97", 2, 1, 1},                            /* truncated 3-byte sequence */
+        {"\xc0\xaf", 2, 1, 1},                            /* overlong '/' */
+        {"\xed\xa0\x80", 3, 1, 1},                        /* U+D800 */
+        {"a\xc3(\xe9", 4, 1, 1},                          /* good and bad mixed */
+        {"a\0b\0c", 5, 1, 0},
+        {"\xff\xff\xff\xff\xff\xff", 6, 0, 1},            /* 6 lead bytes: 6 "characters" */
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        for (int as_array = 0; as_array < 2; as_array++) {
+        for (int k = 0; k < 4; k++) {
+            int as_array = k & 1, js = k >> 1;
+            if (js && !rows[i].json) continue;
             const char *r[1] = {rows[i].bytes};
             size_t l[1] = {rows[i].len};
-            struct body b = mp_text_job("text", r, l, 1, as_array);
+            struct body b = js ? js_text_job("text", r, l, 1, as_array)
+                               : mp_text_job("text", r, l, 1, as_array);
             struct dec d;
             dec(&d, b.p, b.len, NULL, &SMALL);
             if (rows[i].ok) {
@@ -823,10 +852,42 @@ static void test_msgpack_invalid_utf8(void **state)
             free(b.p);
         }
     }
-    /* JSON cannot carry it: the record does not parse, and is dead-lettered */
-    static const char bad[] = "{\"id\":\"u\",\"text\":\"\xff\xfe\"}";
+    /* JSON: the second row holds the bad byte, and only it keeps it. */
+    static const char two[] = "{\"id\":\"u\",\"text\":[\"caf\xc3\xa9\",\"x\xc3(\"],"
+                              "\"text_pair\":[\"\xff\",\"y\"]}";
     struct dec d;
-    dec(&d, bad, sizeof(bad) - 1, "u", &SMALL);
+    dec(&d, two, sizeof(two) - 1, NULL, &SMALL);
+    expect_job(&d, "two rows", "u", PROTO_OK, NULL);
+    assert_int_equal(d.req.n_text, 2);
+    assert_int_equal(d.req.text_off[1], 5);
+    assert_memory_equal(d.req.text, "caf\xc3\xa9x\xc3(", 8);
+    assert_int_equal(d.req.pair_off[2], 2);
+    assert_memory_equal(d.req.pair, "\xffy", 2);
+    dec_fini(&d);
+    /* meta (keys too) and model are repaired to U+FFFD, as in MessagePack */
+    static const char meta[] = "{\"id\":\"u\",\"model\":\"m\xc3(\",\"text\":\"ok\","
+                               "\"meta\":{\"k\xff\":[\"a\xc3(\"]}}";
+    dec(&d, meta, sizeof(meta) - 1, NULL, &SMALL);
+    expect_job(&d, "meta", "u", PROTO_OK, NULL);
+    assert_string_equal(d.req.model, "m\xef\xbf\xbd(");
+    assert_int_equal(d.req.meta_len, strlen("{\"k\xef\xbf\xbd\":[\"a\xef\xbf\xbd(\"]}"));
+    assert_memory_equal(d.req.meta, "{\"k\xef\xbf\xbd\":[\"a\xef\xbf\xbd(\"]}", d.req.meta_len);
+    dec_fini(&d);
+    /* an id with such a byte is no id: the key stands in, as in MessagePack */
+    static const char id[] = "{\"id\":\"u\xc3\",\"text\":\"ok\"}";
+    dec(&d, id, sizeof(id) - 1, "k", &SMALL);
+    expect_job(&d, "bad id", "k", PROTO_ERR_INVALID_INPUT, "field id: characters outside");
+    dec_fini(&d);
+    /* Still dead: a record spelling the marker itself beside a bad byte,
+     * and bad bytes outside a string. */
+    static const char forged[] = "{\"id\":\"u\",\"text\":[\"\\u0000\\u0001\\u00c3\","
+                                 "\"\xc3(\"]}";
+    dec(&d, forged, sizeof(forged) - 1, "u", &SMALL);
+    assert_int_equal(d.rc, CODEC_DEAD);
+    assert_contains(d.err, "json: unable to decode byte 0xc3");
+    dec_fini(&d);
+    static const char outside[] = "{\"id\":\"u\",\"text\":\"ok\"\xff}";
+    dec(&d, outside, sizeof(outside) - 1, "u", &SMALL);
     assert_int_equal(d.rc, CODEC_DEAD);
     assert_contains(d.err, "json:");
     dec_fini(&d);

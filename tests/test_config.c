@@ -98,7 +98,7 @@ static const struct bad_case bad_cases[] = {
      "gpu.devices[0]: -1 is out of range 0..1023"},
     {"gpu_devices_not_array", M "gpu = {\n  devices = 0;\n};\n", NULL, 3,
      "gpu.devices: expected an array of device indices"},
-    {"gpu_devices_set", M, "gpu.devices=0", 0, "gpu.devices is an array of device indices"},
+    {"gpu_devices_set", M, "gpu.devices=0,2000", 0, "--set gpu.devices=0,2000: gpu.devices[1]: 2000 is out of range 0..1023"},
     {"gpu_executors_zero", M "gpu = {\n  executors_per_device = 0;\n};\n", NULL, 3,
      "0 is out of range 1..16"},
     {"worker_backend_unknown", M "worker = {\n  backend = \"tpu\";\n};\n", NULL, 3,
@@ -335,8 +335,12 @@ static const struct bad_case bad_cases[] = {
     {"set_section", M, "kafka=1", 0, "--set kafka=1: unknown setting"},
     {"set_no_equals", M, "batching.max_wait_ms", 0, "--set batching.max_wait_ms: expected section.key=value"},
     {"set_no_name", M, "=5", 0, "expected section.key=value"},
-    {"set_aggregate", M, "kafka.topics=a", 0, "--set kafka.topics=a: kafka.topics is a list of strings; set it in the file"},
-    {"set_models", M, "models=x", 0, "set it in the file"},
+    {"set_list_empty_item", M, "kafka.topics=a,,b", 0,
+     "--set kafka.topics=a,,b: kafka.topics[1]: must not be empty"},
+    {"set_list_twice", M, "kafka.topics=a, a", 0, "--set kafka.topics=a, a: kafka.topics: 'a' is listed twice"},
+    {"set_list_not_ints", M, "batching.preferred_sizes=8,x", 0,
+     "--set batching.preferred_sizes=8,x: expected an array of integers [ 8, 16, 32 ]"},
+    {"set_models", M, "models=x", 0, "--set models=x: expected a list of groups"},
     {"set_bad_choice", M, "log.level=loud", 0, "--set log.level=loud: 'loud' is not one of"},
     {"set_empty_string", M, "kafka.brokers=", 0, "--set kafka.brokers=: must not be empty"},
     {"set_bad_listen", M, "metrics.listen=9464", 0, "--set metrics.listen=9464: '9464' is not host:port"},
@@ -610,6 +614,9 @@ static void test_set_overrides(void **state)
         "batching.max_batch_rows=+48",
         "gpu.graphs=false",
         "gpu.precision=fp16",
+        "kafka.topics=in.a, in.b,in.\"c",
+        "batching.preferred_sizes=[ 4, 8 ]",
+        "batching.topic_priorities=( ( \"in.a\", 2 ) )",
     };
     struct kcfg *c = load_good(
         "redis = { password = \"secret\"; };\n"
@@ -634,6 +641,14 @@ static void test_set_overrides(void **state)
     assert_string_equal(c->kafka.properties[1].key, "compression.type");
     assert_string_equal(c->kafka.properties[1].value, "lz4");
     assert_string_equal(c->kafka.properties[2].value, "all");
+    /* lists by --set: a,b for strings, the file's syntax for any */
+    assert_int_equal(c->kafka.n_topics, 3);
+    assert_string_equal(c->kafka.topics[0], "in.a");
+    assert_string_equal(c->kafka.topics[1], "in.b");
+    assert_string_equal(c->kafka.topics[2], "in.\"c");
+    assert_int_equal(c->batching.n_preferred_sizes, 2);
+    assert_int_equal(c->batching.preferred_sizes[1], 8);
+    assert_int_equal(cfg_topic_priority(c, "in.a"), 2);
     cfg_destroy(c);
 }
 
@@ -696,6 +711,91 @@ static void test_relative_paths(void **state)
     unlink(inc);
     unlink(path);
     rmdir(dir);
+}
+
+/* Checks that every package of the Makefile variable name (its
+ * continuation lines and $(OTHER) references followed) appears as a word
+ * in para; counts them in *n. */
+static void check_deb_pkgs(const char *make, const char *name, const char *para, int depth,
+                           size_t *n)
+{
+    assert_true(depth < 4);
+    char head[64];
+    snprintf(head, sizeof(head), "\n%s := ", name);
+    const char *p = strstr(make, head);
+    if (!p) fail_msg("the Makefile has no %s", name);
+    p += strlen(head);
+    for (;;) {
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p == '\\' && p[1] == '\n') {
+            p += 2;
+            continue;
+        }
+        if (*p == '\n' || !*p) break;
+        size_t w = strcspn(p, " \t\\\n");
+        if (w > 3 && p[0] == '$' && p[1] == '(' && p[w - 1] == ')') {
+            char ref[64];
+            snprintf(ref, sizeof(ref), "%.*s", (int)(w - 3), p + 2);
+            check_deb_pkgs(make, ref, para, depth + 1, n);
+        } else {
+            char word[80];
+            snprintf(word, sizeof(word), " %.*s ", (int)w, p);
+            char padded[4096];
+            snprintf(padded, sizeof(padded), " %s ", para);
+            if (!strstr(padded, word)) fail_msg("README's `make deps` list lacks%s", word);
+            ++*n;
+        }
+        p += w;
+    }
+}
+
+/* The README's configuration table names every table row in its
+ * section's line (`| `section` | ... `key` (default) ...`). */
+static void test_readme_table(void **state)
+{
+    (void)state;
+    FILE *f = fopen("README.md", "r");
+    if (!f) fail_msg("README.md (run from the repo root) cannot be opened");
+    static char text[1 << 20];
+    size_t len = fread(text, 1, sizeof(text) - 1, f);
+    text[len] = '\0';
+    fclose(f);
+    size_t n;
+    const struct cfgtab_row *o = cfg_options(&n);
+    for (size_t i = 0; i < n; i++) {
+        const char *dot = strchr(o[i].name, '.');
+        if (!dot) continue; /* default_model has a row of its own */
+        char head[64], key[96];
+        snprintf(head, sizeof(head), "\n| `%.*s` |", (int)(dot - o[i].name), o[i].name);
+        snprintf(key, sizeof(key), "`%s`", dot + 1);
+        const char *row = strstr(text, head);
+        if (!row) fail_msg("README's settings table has no row for section %s", head + 2);
+        const char *end = strchr(row + 1, '\n');
+        size_t rlen = end ? (size_t)(end - row) : strlen(row);
+        char *line = strndup(row, rlen);
+        assert_non_null(line);
+        if (!strstr(line, key)) fail_msg("README's settings table lacks %s", o[i].name);
+        free(line);
+    }
+    /* and `make deps`'s list is the Makefile's DEB_PKGS, every package */
+    FILE *mk = fopen("Makefile", "r");
+    assert_non_null(mk);
+    static char make[1 << 17];
+    size_t mlen = fread(make, 1, sizeof(make) - 1, mk);
+    make[mlen] = '\0';
+    fclose(mk);
+    const char *deps = strstr(text, "`make deps` installs");
+    assert_non_null(deps);
+    const char *deps_end = strstr(deps, "\n\n");
+    assert_non_null(deps_end);
+    char *para = strndup(deps, (size_t)(deps_end - deps));
+    assert_non_null(para);
+    for (char *q = para; *q; q++)
+        if (strchr("\n`():;,", *q)) *q = ' ';
+    size_t n_pk = 0;
+    check_deb_pkgs(make, "DEB_PKGS", para, 0, &n_pk);
+    assert_true(n_pk >= 10);
+    free(para);
 }
 
 /* A small bounded buffer still yields a terminated, truncated message. */
@@ -862,6 +962,7 @@ int main(void)
         cmocka_unit_test(test_relative_paths),
         cmocka_unit_test(test_small_errstr),
         cmocka_unit_test(test_worker_cfg),
+        cmocka_unit_test(test_readme_table),
         cmocka_unit_test(test_layer_keys_follow_op_table),
         cmocka_unit_test(test_encoder_activation),
         cmocka_unit_test(test_destroy_null),

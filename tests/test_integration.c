@@ -373,12 +373,28 @@ static void test_errors_and_dead_letters(void **state)
     assert_int_equal(h_produce(p, "bad.jobs", NULL, 0, garbage, sizeof(garbage), NULL), 0);
     assert_int_equal(h_produce(p, "bad.jobs", NULL, 0, hostile, sizeof(hostile), NULL), 0);
     assert_int_equal(h_produce(p, "bad.jobs", NULL, 0, notjson, strlen(notjson), NULL), 0);
+    /* One that is no job either, keyed by a usable id: dead-lettered, and
+     * its sender answered invalid_input under the key. */
+    const char keyed[] = "{\"id\":\"bad-json\",\"text\":\"hello";
+    assert_int_equal(h_produce(p, "bad.jobs", "bad-json", 8, keyed, strlen(keyed), NULL), 0);
+    snprintf(ids[nc], sizeof(ids[nc]), "bad-json");
     assert_int_equal(rd_kafka_flush(p, 10000), 0);
     rd_kafka_destroy(p);
 
     static char *bodies[16];
     static size_t lens[16];
-    assert_int_equal(wait_results("bad", ids, nc, bodies, lens, 60), nc);
+    assert_int_equal(wait_results("bad", ids, nc + 1, bodies, lens, 60), nc + 1);
+    {
+        struct wire_result r;
+        char err[256];
+        assert_int_equal(wire_decode_result(bodies[nc], lens[nc], &r, err, sizeof(err)), 0);
+        assert_string_equal(r.id, "bad-json");
+        assert_false(r.ok);
+        assert_string_equal(r.code, "invalid_input");
+        assert_non_null(strstr(r.message, "json"));
+        wire_result_fini(&r);
+        free(bodies[nc]);
+    }
     for (size_t i = 0; i < nc; i++) {
         struct wire_result r;
         char err[256];
@@ -397,21 +413,22 @@ static void test_errors_and_dead_letters(void **state)
         free(bodies[i]);
     }
     struct reply_rec dead[8];
-    size_t n = read_topic("bad.dlq", dead, 8, 3, 30);
-    assert_int_equal(n, 3);
-    int saw_garbage = 0, saw_hostile = 0, saw_json = 0;
+    size_t n = read_topic("bad.dlq", dead, 8, 4, 30);
+    assert_int_equal(n, 4);
+    int saw_garbage = 0, saw_hostile = 0, saw_json = 0, saw_keyed = 0;
     for (size_t k = 0; k < n; k++) {
         assert_string_equal(dead[k].hdr_topic, "bad.jobs");
         assert_true(dead[k].hdr_code[0] != 0);
         if (dead[k].len == sizeof(garbage) && !memcmp(dead[k].val, garbage, sizeof(garbage))) saw_garbage = 1;
         if (dead[k].len == sizeof(hostile) && !memcmp(dead[k].val, hostile, sizeof(hostile))) saw_hostile = 1;
         if (dead[k].len == strlen(notjson) && !memcmp(dead[k].val, notjson, strlen(notjson))) saw_json = 1;
+        if (dead[k].len == strlen(keyed) && !memcmp(dead[k].val, keyed, strlen(keyed))) saw_keyed = 1;
         free(dead[k].val);
     }
-    assert_true(saw_garbage && saw_hostile && saw_json);
+    assert_true(saw_garbage && saw_hostile && saw_json && saw_keyed);
     assert_int_equal(h_stop(w, SIGTERM, 30), 0);
     /* Everything, dead letters included, was committed on the way out. */
-    assert_int_equal(h_committed_sum(brokers, "g-bad", "bad.jobs", PARTS), (long long)nc + 3);
+    assert_int_equal(h_committed_sum(brokers, "g-bad", "bad.jobs", PARTS), (long long)nc + 4);
 }
 
 /* ---- hostile field values: far deadlines, ill-formed UTF-8 ------------------ */
@@ -441,8 +458,8 @@ static void produce_bad_meta(rd_kafka_t *p, const char *topic, const char *id, c
  * future, so the jobs run and are answered ok, not deadline_exceeded.
  * Ill-formed UTF-8 in a job's model and meta comes back repaired (U+FFFD),
  * so every str of the result is well-formed and a strict client can read
- * the error code; a JSON record with ill-formed UTF-8 is dead-lettered
- * with an x-error header that is well-formed too. */
+ * the error code; a broken JSON record with ill-formed UTF-8 is
+ * dead-lettered with an x-error header that is well-formed too. */
 static void test_hostile_fields_answered(void **state)
 {
     (void)state;
@@ -486,7 +503,8 @@ static void test_hostile_fields_answered(void **state)
     }
     snprintf(ids[nc], sizeof(ids[nc]), "bad-utf8-meta");
     produce_bad_meta(p, "hostile.jobs", ids[nc], in);
-    const char bad_json[] = "{\"id\":\"dead-utf8\",\"model\":\"\xc3(\",\"input\":[1]}";
+    /* no JSON document (cut short) with ill-formed UTF-8 in it */
+    const char bad_json[] = "{\"id\":\"dead-utf8\",\"model\":\"\xc3(\",\"input\":[1]";
     assert_int_equal(h_produce(p, "hostile.jobs", NULL, 0, bad_json, strlen(bad_json), NULL), 0);
     assert_int_equal(rd_kafka_flush(p, 10000), 0);
     rd_kafka_destroy(p);

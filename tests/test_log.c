@@ -253,6 +253,49 @@ static void test_rate_limit(void **state)
     free(out);
 }
 
+/* A burst that stops: its count still gets out, on a line of its own,
+ * at the next line of another event once its window reopened, or at a
+ * flush, per event; a flush with nothing dropped writes nothing. */
+static void test_suppressed_after_burst(void **state)
+{
+    (void)state;
+    log_fmt = LOG_TEXT;
+    capture();
+    for (int i = 0; i < 200; i++) LOG_W("burst_a", "i=%d", i);
+    for (int i = 0; i < 30; i++) LOG_E("burst_b", "i=%d", i);
+    char *out = captured();
+    size_t a = count_lines(out, "event=burst_a"), b = count_lines(out, "event=burst_b");
+    assert_true(a >= 10 && a <= 11);
+    assert_true(b >= 10 && b <= 11);
+    free(out);
+    usleep(1100 * 1000);
+    capture();
+    LOG_I("something_else", "x=1");
+    out = captured();
+    char want[64];
+    snprintf(want, sizeof(want), "level=warn event=burst_a suppressed=%zu", 200 - a);
+    if (!strstr(out, want)) fail_msg("no \"%s\" in:\n%s", want, out);
+    snprintf(want, sizeof(want), "level=error event=burst_b suppressed=%zu", 30 - b);
+    if (!strstr(out, want)) fail_msg("no \"%s\" in:\n%s", want, out);
+    free(out);
+    /* said once: the next flush has nothing to say */
+    capture();
+    log_flush_suppressed(1);
+    out = captured();
+    assert_null(strstr(out, "suppressed="));
+    free(out);
+    /* a burst still going is counted at a final flush */
+    capture();
+    for (int i = 0; i < 50; i++) LOG_W("burst_c", "i=%d", i);
+    log_flush_suppressed(0); /* its window is still shut */
+    log_flush_suppressed(1);
+    out = captured();
+    size_t c = count_lines(out, "event=burst_c");
+    snprintf(want, sizeof(want), "event=burst_c suppressed=%zu", 50 - (c - 1));
+    if (!strstr(out, want)) fail_msg("no \"%s\" in:\n%s", want, out);
+    free(out);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -262,6 +305,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_json_lines_are_json),
         cmocka_unit_test(test_conversions),
         cmocka_unit_test(test_rate_limit),
+        cmocka_unit_test(test_suppressed_after_burst),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -798,6 +798,9 @@ static void test_http_endpoints(void **state)
     c.metrics.listen = taken;
     assert_null(metrics_start(&c, st, err, sizeof(err)));
     assert_non_null(strstr(err, "cannot listen"));
+    /* what the system said, not a remark of libmicrohttpd's about its options */
+    if (!strstr(err, strerror(EADDRINUSE)) || strstr(err, "MHD_OPTION"))
+        fail_msg("the refusal says: %s", err);
     /* Empty: a server that serves nothing. */
     c.metrics.listen = (char *)"";
     struct metrics *none = metrics_start(&c, st, err, sizeof(err));
@@ -1068,6 +1071,24 @@ static void test_worker_metrics(void **state)
     assert_int_equal(run_capture(cmd, &out), 0);
     assert_non_null(strstr(out, "group g-run: 1 live worker\n"));
     assert_non_null(strstr(out, " BACKEND "));
+    /* the age column says what it is: the heartbeat's age, not uptime */
+    assert_non_null(strstr(out, " HEARTBEAT_AGE_S"));
+    assert_null(strstr(out, " AGE_S"));
+    free(out);
+    /* --json: the same name, and numbers as written, rounded (no
+     * 0.10299999999999999) */
+    snprintf(cmd, sizeof(cmd), "%s status -c '%s' --json 2>>'%s/cli.log'", KINFER, cfg, h_dir());
+    assert_int_equal(run_capture(cmd, &out), 0);
+    assert_non_null(strstr(out, "\"heartbeat_age_s\":"));
+    assert_null(strstr(out, "\"age_s\":"));
+    for (const char *q = out; *q; q++) {
+        if (*q != '.') continue;
+        size_t digits = strspn(q + 1, "0123456789");
+        if (digits > 9) fail_msg("kinfer status --json prints a number of %zu decimals: %s", digits, out);
+    }
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s status -c '%s' 2>>'%s/cli.log'", KINFER, cfg, h_dir());
+    assert_int_equal(run_capture(cmd, &out), 0);
     assert_non_null(strstr(out, "\nrun-w "));
     assert_non_null(strstr(out, " cpu "));
     free(out);
@@ -1383,6 +1404,56 @@ static void test_broker_outlives_stdin(void **state)
     assert_false(h_exited(broker_pid, &st));
 }
 
+/* `kinfer broker --port N`: the bootstrap line is 127.0.0.1:N, and a
+ * client given that address alone produces and reads metadata (it finds
+ * the brokers through it); a port already taken is refused with the
+ * system's reason. */
+static void test_broker_fixed_port(void **state)
+{
+    (void)state;
+    int port = h_free_port();
+    char ps[16], log[300];
+    snprintf(ps, sizeof(ps), "%d", port);
+    snprintf(log, sizeof(log), "%s/broker-port.log", h_dir());
+    char *argv[] = {(char *)KINFER, "broker", "--port", ps, "--topics", "ops.port.jobs", NULL};
+    int fd;
+    pid_t pid = h_spawn(argv, &fd, log);
+    char line[128];
+    size_t n = 0;
+    char c;
+    while (n + 1 < sizeof(line) && read(fd, &c, 1) == 1 && c != '\n') line[n++] = c;
+    line[n] = '\0';
+    close(fd);
+    char want[64];
+    snprintf(want, sizeof(want), "127.0.0.1:%d", port);
+    assert_string_equal(line, want);
+    rd_kafka_t *p = h_producer(want);
+    assert_non_null(p);
+    assert_int_equal(h_produce(p, "ops.port.jobs", "k", 1, "v", 1, NULL), 0);
+    assert_int_equal(rd_kafka_flush(p, 20000), 0);
+    const struct rd_kafka_metadata *md = NULL;
+    assert_int_equal(rd_kafka_metadata(p, 1, NULL, &md, 10000), 0);
+    assert_true(md->broker_cnt >= 1);
+    rd_kafka_metadata_destroy(md);
+    rd_kafka_destroy(p);
+    /* a second one on the same port: refused, saying why */
+    snprintf(log, sizeof(log), "%s/broker-port2.log", h_dir());
+    char *argv2[] = {(char *)KINFER, "broker", "--port", ps, NULL};
+    pid_t pid2 = h_spawn(argv2, NULL, log);
+    int st = 0;
+    for (int i = 0; i < 200 && !h_exited(pid2, &st); i++) h_sleep_ms(50);
+    assert_int_equal(st, 1);
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    char buf[1024];
+    size_t got = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[got] = '\0';
+    fclose(f);
+    if (!strstr(buf, "Address already in use")) fail_msg("the refusal says: %s", buf);
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 200 && !h_exited(pid, &st); i++) h_sleep_ms(50);
+}
+
 /* One broker (with its control pipe), one Redis and the model for all. */
 static int setup(void **state)
 {
@@ -1427,6 +1498,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_shipped_configmap),
         cmocka_unit_test(test_http_endpoints),
         cmocka_unit_test(test_broker_control),
+        cmocka_unit_test(test_broker_fixed_port),
         cmocka_unit_test(test_lag_without_worker),
         cmocka_unit_test(test_worker_metrics),
         cmocka_unit_test(test_ready_before_statistics),

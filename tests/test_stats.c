@@ -33,6 +33,7 @@
 #include "../telemetry/metrics.h"
 #include "../base/clock.h"
 #include "../telemetry/stats.h"
+#include "../batching/batcher.h"
 #include "../batching/job.h"
 
 /* Reads a whole file (the statistics samples); fails the test if absent. */
@@ -770,10 +771,127 @@ static void test_readiness_reasons_say_why(void **state)
 }
 
 /* One cmocka group; no fixtures: each case makes its own stats. */
+/* The queue gauges are read from the batcher when a snapshot is taken:
+ * a queue that emptied after the poll thread's last stats_set_queue (the
+ * last results in, a scrape at once) shows empty, not the depth of a
+ * tenth of a second before. Unregistered, the last value stays. */
+static void queue_from_batcher(void *ctx, int64_t now_us, size_t *rows, size_t *jobs,
+                               double *oldest_s)
+{
+    struct batcher_stats bs;
+    batcher_get_stats(ctx, now_us, &bs);
+    *rows = bs.queued_rows;
+    *jobs = bs.queued_jobs;
+    *oldest_s = (double)bs.oldest_age_us / 1e6;
+}
+
+static void test_queue_gauges_current(void **state)
+{
+    (void)state;
+    struct stats *st = stats_new();
+    assert_non_null(st);
+    struct batcher_conf bc = {.n_models = 1, .max_batch_rows = 64, .max_wait_ms = 0};
+    struct batcher *b = batcher_new(&bc);
+    assert_non_null(b);
+    stats_set_queue_source(st, queue_from_batcher, b);
+    struct stats_snapshot s;
+    for (int i = 0; i < 13; i++) {
+        struct job *j = job_new();
+        assert_non_null(j);
+        j->model_idx = 0;
+        j->rows = 2;
+        j->arrived_us = clock_mono_us();
+        batcher_push(b, j);
+    }
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
+    assert_int_equal(s.queue_rows, 26);
+    assert_int_equal(s.queue_jobs, 13);
+    stats_snapshot_fini(&s);
+    /* the poll thread's last sample: 26 rows; then everything is taken */
+    stats_set_queue(st, 26, 13, 0.01, 26, 0);
+    size_t taken = 0;
+    while (taken < 26) {
+        size_t rows = 0;
+        enum batcher_reason why;
+        struct job *batch = batcher_take(b, clock_mono_us(), &rows, &why, NULL);
+        assert_non_null(batch);
+        taken += rows;
+        job_free_list(batch);
+    }
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
+    assert_int_equal(s.queue_rows, 0);
+    assert_int_equal(s.queue_jobs, 0);
+    assert_true(s.oldest_queued_s == 0);
+    stats_snapshot_fini(&s);
+    stats_set_queue_source(st, NULL, NULL);
+    stats_set_queue(st, 5, 1, 0, 5, 0);
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
+    assert_int_equal(s.queue_rows, 5);
+    stats_snapshot_fini(&s);
+    batcher_destroy(b);
+    stats_destroy(st);
+}
+
+/* make demo prints a few metrics with tests/demo.sh's grep -E pattern:
+ * every family it names must have a line that pattern matches in a real
+ * rendering (labelled series included: kinfer_jobs_total{...}). */
+static void test_demo_grep_matches(void **state)
+{
+    (void)state;
+    size_t n;
+    char *demo = slurp("tests/demo.sh", &n);
+    assert_non_null(demo);
+    const char *at = strstr(demo, "grep -E '^kinfer_(");
+    assert_non_null(at);
+    at += strlen("grep -E '");
+    const char *end = strchr(at, '\'');
+    assert_non_null(end);
+    char pattern[256];
+    assert_true((size_t)(end - at) < sizeof(pattern));
+    memcpy(pattern, at, (size_t)(end - at));
+    pattern[end - at] = '\0';
+    free(demo);
+    struct stats *st = stats_new();
+    assert_non_null(st);
+    stats_consumed(st);
+    char *text = render(st, clock_mono_us());
+    char path[] = "/tmp/kinfer-test-demo-grep-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    free(text);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "grep -E '%s' %s", pattern, path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char got[8192];
+    size_t g = fread(got, 1, sizeof(got) - 1, p);
+    got[g] = '\0';
+    pclose(p);
+    unlink(path);
+    /* each name of the alternation */
+    const char *names = strchr(pattern, '(') + 1;
+    const char *close_p = strchr(names, ')');
+    for (const char *q = names; q < close_p;) {
+        const char *bar = memchr(q, '|', (size_t)(close_p - q));
+        if (!bar) bar = close_p;
+        char want[64];
+        snprintf(want, sizeof(want), "\nkinfer_%.*s", (int)(bar - q), q);
+        char hay[8200];
+        snprintf(hay, sizeof(hay), "\n%s", got);
+        if (!strstr(hay, want)) fail_msg("demo.sh's grep finds no kinfer_%.*s in:\n%s", (int)(bar - q), q, got);
+        q = bar + 1;
+    }
+    stats_destroy(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hist_buckets),     cmocka_unit_test(test_counters_render),
+        cmocka_unit_test(test_queue_gauges_current),
+        cmocka_unit_test(test_demo_grep_matches),
         cmocka_unit_test(test_job_done),         cmocka_unit_test(test_rdkafka_samples),
         cmocka_unit_test(test_rdkafka_edges),    cmocka_unit_test(test_label_escaping),
         cmocka_unit_test(test_rates_and_drain),  cmocka_unit_test(test_watchdog),

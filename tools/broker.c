@@ -16,6 +16,8 @@
 #include <errno.h>
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
+
+#include "broker_fwd.h"
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -292,7 +294,17 @@ int broker_run(const struct broker_opts *o, volatile sig_atomic_t *stop)
         }
         free(list);
     }
-    printf("%s\n", rd_kafka_mock_cluster_bootstraps(mc));
+    struct broker_fwd *fwd = NULL;
+    if (o->port > 0 &&
+        !(fwd = broker_fwd_start(o->port, rd_kafka_mock_cluster_bootstraps(mc), err,
+                                 sizeof(err)))) {
+        fprintf(stderr, "kinfer broker: --port %d: %s\n", o->port, err);
+        rd_kafka_mock_cluster_destroy(mc);
+        rd_kafka_destroy(rk);
+        return 1;
+    }
+    if (fwd) printf("127.0.0.1:%d\n", o->port);
+    else printf("%s\n", rd_kafka_mock_cluster_bootstraps(mc));
     fflush(stdout);
     fprintf(stderr, "kinfer broker: %d broker(s), topics=%s partitions=%d; "
             "SIGINT or SIGTERM stops it; control commands on stdin\n", o->brokers,
@@ -310,6 +322,7 @@ int broker_run(const struct broker_opts *o, volatile sig_atomic_t *stop)
             nanosleep(&ts, NULL);
         }
     }
+    broker_fwd_stop(fwd);
     rd_kafka_mock_cluster_destroy(mc);
     rd_kafka_destroy(rk);
     return 0;

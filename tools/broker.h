@@ -32,10 +32,12 @@ struct broker_opts {
     int brokers;        /* number of mock brokers, >= 1 */
     int partitions;     /* partitions of each topic created up front */
     const char *topics; /* comma-separated names, may be NULL */
+    int port;           /* > 0: the bootstrap address is 127.0.0.1:port
+                           (broker_fwd.h); 0: the first broker's own */
 };
 
-/* Starts the cluster, creates the topics, prints the bootstrap list as the
- * first line of stdout and runs until *stop, serving the control channel
+/* Starts the cluster, creates the topics, prints the bootstrap list (with
+ * a port, 127.0.0.1:port) as the first line of stdout and runs until *stop, serving the control channel
  * (BROKER_CONTROL_HELP) on stdin/stdout meanwhile. Returns 0, or 1 with a
  * message on stderr. Borrows o. */
 int broker_run(const struct broker_opts *o, volatile sig_atomic_t *stop);

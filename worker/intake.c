@@ -77,10 +77,21 @@ void intake_collect(struct intake *in)
     release(in, offsets_collect(in->c.offsets, in->consumer), 1);
 }
 
+/* The model a job that names none is answered under: the one it would
+ * have run on (the override, else the default), as an ok result names
+ * it; NULL (the job's own name) when it names one. */
+static const char *answered_model(const struct intake *in, const struct job *j)
+{
+    if (j->model_name || j->req.model[0]) return j->model_name;
+    int idx = in->c.model_override >= 0 ? in->c.model_override : in->c.default_model;
+    return idx >= 0 && (size_t)idx < in->c.n_models ? model_name(in->c.models[idx]) : NULL;
+}
+
 /* Finishes a job that will not run: encodes its error result and hands it
  * to the sink. */
 static void answer_now(struct intake *in, struct job *j)
 {
+    j->model_name = answered_model(in, j);
     if (!j->weight) j->weight = 1;
     in->inflight_rows += j->weight;
     if (job_encode(j, clock_wall_ms()) < 0) {
@@ -114,8 +125,22 @@ static void dead_letter(struct intake *in, struct job *j, const struct intake_re
         if (j->raw_value) memcpy(j->raw_value, m->value, vlen);
         j->raw_value_len = j->raw_value ? vlen : 0;
     }
+    /* A key that is a usable id names the job: whoever sent it is told,
+     * with an invalid_input result under that id, as an oversize record's
+     * sender is (docs/protocol.md, "Records that are not jobs"). */
+    if (m->key && proto_id_valid((const char *)m->key, m->key_len)) {
+        memcpy(j->req.id, m->key, m->key_len);
+        j->req.id[m->key_len] = '\0';
+        j->req.enc = m->value_len && ((const char *)m->value)[0] == '{' ? PROTO_ENC_JSON
+                                                                        : PROTO_ENC_MSGPACK;
+        j->model_name = answered_model(in, j);
+        if (job_encode(j, clock_wall_ms()) < 0) {
+            LOG_E("out_of_memory", "where=encode id=%s", j->req.id);
+            atomic_store(in->c.fatal, 1);
+        }
+    }
     /* Held bytes count against the in-flight bound like rows of input. */
-    j->weight = 1 + (klen + vlen) / in->row_bytes;
+    j->weight = 1 + (klen + vlen + j->body_len) / in->row_bytes;
     in->inflight_rows += j->weight;
     LOG_W("dead_letter", "topic=%s partition=%" PRId32 " offset=%" PRId64 " error=\"%s\"",
           j->topic, j->partition, j->offset, why);
@@ -480,55 +505,6 @@ static void expire(struct intake *in, int64_t now)
     }
 }
 
-/* librdkafka 2.0.2 wakes no fetcher when a partition is resumed: it starts
- * fetching on its broker thread's next wake-up, up to a second later, and
- * the worker idles meanwhile (docs/batching.md, "The cost of a pause"). A
- * seek wakes it at once. Each resumed partition is sought to the offset
- * after the last record taken from it, which is where the resume would
- * fetch from anyway, so nothing is skipped or read twice.
- *
- * Only partitions that delivered a record since they were assigned are
- * sought: their fetcher has started, and the offset is theirs (the tracker
- * forgets a partition on revoke). A seek librdkafka refuses would still
- * have raised the partition's version barrier and left every record it
- * fetches afterwards discarded as outdated, so a refused or unanswered
- * seek is followed by a pause and a resume of the same partitions, which
- * bring the barrier and the fetcher back in step. */
-enum { RESUME_SEEK_TIMEOUT_MS = 1000 };
-
-static void restart_fetch(struct intake *in, const rd_kafka_topic_partition_list_t *a)
-{
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(a->cnt);
-    for (int i = 0; i < a->cnt; i++) {
-        int64_t next = offsets_next(in->c.offsets, a->elems[i].topic, a->elems[i].partition);
-        if (next >= 0)
-            rd_kafka_topic_partition_list_add(l, a->elems[i].topic, a->elems[i].partition)
-                ->offset = next;
-    }
-    if (l->cnt > 0) {
-        /* Synchronous: librdkafka's own thread handles the seek, no broker
-         * round trip is involved. */
-        rd_kafka_error_t *e = rd_kafka_seek_partitions(in->consumer, l, RESUME_SEEK_TIMEOUT_MS);
-        rd_kafka_topic_partition_list_t *bad = rd_kafka_topic_partition_list_new(l->cnt);
-        const char *why = e ? rd_kafka_error_string(e) : NULL;
-        for (int i = 0; i < l->cnt; i++) {
-            if (!e && !l->elems[i].err) continue;
-            rd_kafka_topic_partition_list_add(bad, l->elems[i].topic, l->elems[i].partition);
-            if (!why) why = rd_kafka_err2str(l->elems[i].err);
-        }
-        if (bad->cnt > 0) {
-            LOG_W("resume_seek_failed", "partitions=%d first=%s[%d] error=\"%s\" note=\"paused "
-                  "and resumed again\"", bad->cnt, bad->elems[0].topic, bad->elems[0].partition,
-                  why);
-            rd_kafka_pause_partitions(in->consumer, bad);
-            rd_kafka_resume_partitions(in->consumer, bad);
-        }
-        if (e) rd_kafka_error_destroy(e);
-        rd_kafka_topic_partition_list_destroy(bad);
-    }
-    rd_kafka_topic_partition_list_destroy(l);
-}
-
 /* Pauses or resumes every assigned partition around the high and low
  * marks, so the backlog stays in Kafka and memory stays bounded. A full
  * queue first only holds: no record is taken (librdkafka keeps its
@@ -573,7 +549,7 @@ static int backpressure(struct intake *in)
         rd_kafka_pause_partitions(in->consumer, a);
     } else {
         rd_kafka_resume_partitions(in->consumer, a);
-        if (c->kafka.resume_seek) restart_fetch(in, a);
+        if (c->kafka.resume_seek) offsets_restart_fetch(in->c.offsets, in->consumer, a);
     }
     LOG_D(want ? "paused" : "resumed", "partitions=%d queued_rows=%zu inflight_rows=%zu",
           a->cnt, queued, in->inflight_rows);

@@ -84,6 +84,56 @@ void offsets_drop(struct offsets *o, const char *topic, int32_t partition)
     offtrack_drop(o->ot, topic, partition);
 }
 
+/* librdkafka 2.0.2 wakes no fetcher when a partition is resumed: it starts
+ * fetching on its broker thread's next wake-up, up to a second later, and
+ * the worker idles meanwhile (docs/batching.md, "The cost of a pause"). A
+ * seek wakes it at once. Each resumed partition is sought to the offset
+ * after the last record taken from it, which is where the resume would
+ * fetch from anyway, so nothing is skipped or read twice.
+ *
+ * Only partitions that delivered a record since they were assigned are
+ * sought: their fetcher has started, and the offset is theirs (the tracker
+ * forgets a partition on revoke). A seek librdkafka refuses would still
+ * have raised the partition's version barrier and left every record it
+ * fetches afterwards discarded as outdated, so a refused or unanswered
+ * seek is followed by a pause and a resume of the same partitions, which
+ * bring the barrier and the fetcher back in step. */
+enum { RESUME_SEEK_TIMEOUT_MS = 1000 };
+
+void offsets_restart_fetch(struct offsets *o, rd_kafka_t *consumer,
+                           const rd_kafka_topic_partition_list_t *a)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(a->cnt);
+    for (int i = 0; i < a->cnt; i++) {
+        int64_t next = offsets_next(o, a->elems[i].topic, a->elems[i].partition);
+        if (next >= 0)
+            rd_kafka_topic_partition_list_add(l, a->elems[i].topic, a->elems[i].partition)
+                ->offset = next;
+    }
+    if (l->cnt > 0) {
+        /* Synchronous: librdkafka's own thread handles the seek, no broker
+         * round trip is involved. */
+        rd_kafka_error_t *e = rd_kafka_seek_partitions(consumer, l, RESUME_SEEK_TIMEOUT_MS);
+        rd_kafka_topic_partition_list_t *bad = rd_kafka_topic_partition_list_new(l->cnt);
+        const char *why = e ? rd_kafka_error_string(e) : NULL;
+        for (int i = 0; i < l->cnt; i++) {
+            if (!e && !l->elems[i].err) continue;
+            rd_kafka_topic_partition_list_add(bad, l->elems[i].topic, l->elems[i].partition);
+            if (!why) why = rd_kafka_err2str(l->elems[i].err);
+        }
+        if (bad->cnt > 0) {
+            LOG_W("resume_seek_failed", "partitions=%d first=%s[%d] error=\"%s\" note=\"paused "
+                  "and resumed again\"", bad->cnt, bad->elems[0].topic, bad->elems[0].partition,
+                  why);
+            rd_kafka_pause_partitions(consumer, bad);
+            rd_kafka_resume_partitions(consumer, bad);
+        }
+        if (e) rd_kafka_error_destroy(e);
+        rd_kafka_topic_partition_list_destroy(bad);
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
 void offsets_commit(rd_kafka_t *rk, const char *when)
 {
     rd_kafka_resp_err_t err = rd_kafka_commit(rk, NULL, 0);

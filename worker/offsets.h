@@ -48,4 +48,11 @@ void offsets_drop(struct offsets *o, const char *topic, int32_t partition);
  * to commit" is logged with when ("revoke", "shutdown"). */
 void offsets_commit(rd_kafka_t *rk, const char *when);
 
+/* Seeks each partition of a (just resumed) that delivered a record since
+ * it was assigned to the offset after its last one, so its fetcher starts
+ * at once rather than on librdkafka's next wake-up (offsets.c says why);
+ * a refused seek is followed by a pause and resume. Borrows a. */
+void offsets_restart_fetch(struct offsets *o, rd_kafka_t *consumer,
+                           const rd_kafka_topic_partition_list_t *a);
+
 #endif

@@ -62,6 +62,26 @@ static void ack(struct sink *s, struct job *j)
     }
 }
 
+/* The records a job publishes (job.h, `owed`): a result to the reply
+ * topic, the original record to the dead-letter topic, or both for a
+ * record that is no job but whose key names one (docs/protocol.md,
+ * "Records that are not jobs"). */
+enum { REC_REPLY = 1, REC_DLQ = 2 };
+
+static unsigned records_of(const struct job *j)
+{
+    return j->kind == JOB_RESULT ? REC_REPLY : j->body ? REC_REPLY | REC_DLQ : REC_DLQ;
+}
+
+/* Puts j on the retry list once, however many of its records failed. */
+static void retry_later(struct sink *s, struct job *j)
+{
+    if (j->on_retry) return;
+    j->on_retry = 1;
+    j->next = s->retry;
+    s->retry = j;
+}
+
 /* Delivery report, served by rd_kafka_poll on the sink thread (or by the
  * final flush after the sink thread has stopped). */
 static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
@@ -70,25 +90,30 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
     struct sink *s = opaque;
     struct job *j = m->_private;
     if (j->stranded) return; /* owned by the stranded list now */
+    unsigned rec = REC_REPLY;
+    if ((j->owed & REC_DLQ) &&
+        (!(j->owed & REC_REPLY) ||
+         strcmp(rd_kafka_topic_name(m->rkt), s->c.cfg->kafka.dlq_topic) == 0))
+        rec = REC_DLQ;
+    j->sent &= ~rec;
     kafka_state(s, m->err);
     if (m->err) {
         stats_produce_error(s->c.stats);
         LOG_W("produce_failed", "id=%s error=\"%s\" attempt=%d", j->req.id,
               rd_kafka_err2str(m->err), j->produce_attempts);
-        j->next = s->retry;
-        s->retry = j;
+        retry_later(s, j);
         return;
     }
+    j->owed &= ~rec;
     ack(s, j);
 }
 
-/* Produces one job's record: the result to the reply topic, or the original
- * record to the dead-letter topic. The job's bytes stay alive until its
- * delivery report, so nothing is copied. */
-static rd_kafka_resp_err_t produce(struct sink *s, struct job *j)
+/* Produces one record of a job: its result to the reply topic, or the
+ * original record to the dead-letter topic. The job's bytes stay alive
+ * until its delivery report, so nothing is copied. */
+static rd_kafka_resp_err_t produce_one(struct sink *s, struct job *j, unsigned rec)
 {
-    j->produce_attempts++;
-    if (j->kind == JOB_RESULT) {
+    if (rec == REC_REPLY) {
         const char *ct = codec_content_type(j->req.enc);
         return rd_kafka_producev(
             s->producer, RD_KAFKA_V_TOPIC(s->c.reply_topic),
@@ -120,23 +145,34 @@ static rd_kafka_resp_err_t produce(struct sink *s, struct job *j)
     return err;
 }
 
-/* Produces until librdkafka takes the record, serving delivery reports
- * while its queue is full; on a hard error the job goes to the retry list. */
+/* Produces every record of j still owed and not yet in the producer's
+ * hands, serving delivery reports while librdkafka's queue is full; on a
+ * hard error the job goes to the retry list, and only what failed is
+ * produced again. j may be complete (and gone) once this returns. */
 static void produce_or_retry(struct sink *s, struct job *j)
 {
-    for (;;) {
-        rd_kafka_resp_err_t err = produce(s, j);
-        if (!err) return;
-        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && !atomic_load(&s->stop)) {
-            rd_kafka_poll(s->producer, 10);
-            continue;
+    j->produce_attempts++;
+    unsigned todo = j->owed & ~j->sent;
+    const unsigned order[] = {REC_DLQ, REC_REPLY};
+    for (size_t i = 0; i < 2; i++) {
+        unsigned rec = order[i];
+        if (!(todo & rec)) continue;
+        for (;;) {
+            rd_kafka_resp_err_t err = produce_one(s, j, rec);
+            if (!err) {
+                j->sent |= rec;
+                break;
+            }
+            if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && !atomic_load(&s->stop)) {
+                rd_kafka_poll(s->producer, 10);
+                continue;
+            }
+            stats_produce_error(s->c.stats);
+            kafka_state(s, err);
+            LOG_W("produce_failed", "id=%s error=\"%s\"", j->req.id, rd_kafka_err2str(err));
+            retry_later(s, j);
+            break;
         }
-        stats_produce_error(s->c.stats);
-        kafka_state(s, err);
-        LOG_W("produce_failed", "id=%s error=\"%s\"", j->req.id, rd_kafka_err2str(err));
-        j->next = s->retry;
-        s->retry = j;
-        return;
     }
 }
 
@@ -188,8 +224,12 @@ static void *sink_main(void *arg)
         for (struct job *j = list, *next; j; j = next) {
             next = j->next;
             j->next = NULL;
-            int to_redis = j->kind == JOB_RESULT && s->c.redis != WORKER_REDIS_OFF;
-            j->acks_pending = to_redis ? 2 : 1;
+            j->owed = records_of(j);
+            j->sent = 0;
+            j->on_retry = 0;
+            int to_redis = (j->owed & REC_REPLY) && s->c.redis != WORKER_REDIS_OFF;
+            j->acks_pending = to_redis + (j->owed & REC_REPLY ? 1 : 0) +
+                              (j->owed & REC_DLQ ? 1 : 0);
             if (to_redis) results[nr++] = j;
             batch_ends += (unsigned)j->batch_last;
             produce_or_retry(s, j); /* may complete j: not touched after */
@@ -225,6 +265,7 @@ static void *sink_main(void *arg)
             s->retry_at_us = now + 500000;
             while (r) {
                 struct job *next = r->next;
+                r->on_retry = 0;
                 produce_or_retry(s, r);
                 r = next;
             }

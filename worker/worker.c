@@ -159,6 +159,18 @@ static void log_stats(struct worker *w)
     stats_snapshot_fini(&s);
 }
 
+/* The batcher's depth at the moment a snapshot is taken (any thread: the
+ * batcher locks). */
+static void queue_source(void *ctx, int64_t now_us, size_t *rows, size_t *jobs,
+                         double *oldest_s)
+{
+    struct batcher_stats bs;
+    batcher_get_stats(ctx, now_us, &bs);
+    *rows = bs.queued_rows;
+    *jobs = bs.queued_jobs;
+    *oldest_s = (double)bs.oldest_age_us / 1e6;
+}
+
 /* The stages' gauges for /metrics and the heartbeat. */
 static void publish_gauges(struct worker *w, int64_t now)
 {
@@ -253,6 +265,7 @@ static void tick(struct worker *w, struct ticks *t)
     if (now >= t->watchdog) {
         watchdog_check(w);
         publish_devices(w, &t->devices, now);
+        log_flush_suppressed(0); /* counts of a burst that is over */
         t->watchdog = now + 1000000;
     }
     if (now >= t->log) {
@@ -299,6 +312,7 @@ static int setup(struct worker *w)
     memcpy(bc.preferred, c->batching.preferred_sizes,
            c->batching.n_preferred_sizes * sizeof(size_t));
     if (!(w->batcher = batcher_new(&bc)) || !(w->offsets = offsets_new(&w->doneq))) return -1;
+    stats_set_queue_source(w->stats, queue_source, w->batcher);
     if (w->opts.ranges && !(w->ranges = ranges_new(w->opts.ranges, w->opts.n_ranges))) return -1;
 
     struct sink_conf sc = {.cfg = c, .redis = w->opts.redis, .in = &w->sinkq,
@@ -358,6 +372,7 @@ static void teardown(struct worker *w)
     sink_destroy(w->sink);
     jobq_fini(&w->sinkq);
     jobq_fini(&w->doneq);
+    if (w->stats) stats_set_queue_source(w->stats, NULL, NULL);
     batcher_destroy(w->batcher);
     offsets_destroy(w->offsets);
     ranges_destroy(w->ranges);
