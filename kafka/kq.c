@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/clock.h"
 #include "../base/log.h"
 
 /* librdkafka's syslog levels mapped onto ours, one line per event. An
@@ -227,4 +228,54 @@ rd_kafka_t *kq_client_new(const struct kcfg *c, enum kq_role role, const struct 
                                   conf, errstr, errstr_size);
     if (!rk) rd_kafka_conf_destroy(conf); /* taken only on success */
     return rk;
+}
+
+const char *kq_header_string(const rd_kafka_message_t *m, const char *name, char *buf,
+                             size_t cap)
+{
+    rd_kafka_headers_t *hdrs = NULL;
+    const void *val;
+    size_t size;
+    if (cap == 0 || rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return NULL;
+    if (rd_kafka_header_get_last(hdrs, name, &val, &size) != RD_KAFKA_RESP_ERR_NO_ERROR || !val)
+        return NULL;
+    if (size >= cap) size = cap - 1;
+    memcpy(buf, val, size);
+    buf[size] = '\0';
+    return buf;
+}
+
+int kq_consumer_close_by(rd_kafka_t *rk, int64_t deadline_us,
+                         void (*rebalance)(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                                           rd_kafka_topic_partition_list_t *parts,
+                                           void *opaque),
+                         void *opaque, char *errstr, size_t errstr_size)
+{
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    if (!q) {
+        snprintf(errstr, errstr_size, "out of memory");
+        return -1;
+    }
+    rd_kafka_error_t *e = rd_kafka_consumer_close_queue(rk, q);
+    if (e) {
+        snprintf(errstr, errstr_size, "%s", rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+        rd_kafka_queue_destroy(q);
+        return -1;
+    }
+    while (!rd_kafka_consumer_closed(rk)) {
+        int64_t left_us = deadline_us - clock_mono_us();
+        if (left_us <= 0) break;
+        int wait_ms = left_us > 100000 ? 100 : (int)((left_us + 999) / 1000);
+        rd_kafka_event_t *ev = rd_kafka_queue_poll(q, wait_ms);
+        if (!ev) continue;
+        if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_REBALANCE)
+            rebalance(rk, rd_kafka_event_error(ev), rd_kafka_event_topic_partition_list(ev),
+                      opaque);
+        rd_kafka_event_destroy(ev);
+    }
+    int closed = rd_kafka_consumer_closed(rk);
+    rd_kafka_queue_destroy(q);
+    return closed;
 }

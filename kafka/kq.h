@@ -59,4 +59,26 @@ char kq_property_scope(const char *name);
 int kq_set(rd_kafka_conf_t *conf, const char *name, const char *value,
            char *errstr, size_t errstr_size);
 
+/* The last header called name of m, NUL-terminated into buf (cut to
+ * cap - 1 bytes), or NULL when m has none. */
+const char *kq_header_string(const rd_kafka_message_t *m, const char *name, char *buf,
+                             size_t cap);
+
+/* Closes a consumer by deadline_us (clock_mono_us). rd_kafka_consumer_close
+ * waits without a bound for the group to wind down: the revoke, the
+ * commit, the LeaveGroup and every request in flight to the coordinator,
+ * each held up to socket.timeout.ms (60 s) when the coordinator is slow
+ * or does not answer, and rd_kafka_destroy waits the same way. Here the
+ * close runs on a queue of its own, served until the consumer is closed
+ * or the deadline passes; a rebalance on the way goes to rebalance(rk,
+ * err, partitions, opaque), as it would to the rebalance callback.
+ * Returns 1 when closed, 0 when the deadline passed first (destroying rk
+ * would wait again: leave it to the process's exit), -1 when the close
+ * could not start (errstr says why). */
+int kq_consumer_close_by(rd_kafka_t *rk, int64_t deadline_us,
+                         void (*rebalance)(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                                           rd_kafka_topic_partition_list_t *parts,
+                                           void *opaque),
+                         void *opaque, char *errstr, size_t errstr_size);
+
 #endif

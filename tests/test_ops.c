@@ -1387,6 +1387,100 @@ static void test_readyz_follows_brokers(void **state)
     assert_int_equal(h_stop(w, SIGTERM, 60), 0);
 }
 
+/* ---- a stop bounded with the broker frozen ------------------------------------------ */
+
+/* A broker that takes connections and answers nothing (frozen with
+ * SIGSTOP here; an overloaded or half-dead broker, or one starved of CPU,
+ * looks the same) must not hold the stop past worker.drain_timeout_ms:
+ * the commit and the consumer's close give up at the drain deadline and
+ * the process exits 0. librdkafka's own close (and its destroy) waited for
+ * the group to wind down without a bound: this stop took minutes. */
+static void test_stop_with_frozen_broker(void **state)
+{
+    (void)state;
+    int port = h_free_port();
+    const char *cfg = write_config("frozen", port, NULL);
+    FILE *f = fopen(cfg, "a");
+    assert_non_null(f);
+    fprintf(f, "worker = { drain_timeout_ms = 2000; };\n");
+    fclose(f);
+    pid_t w = start_worker(cfg, "frozen");
+    char *body = NULL;
+    assert_int_equal(wait_ready(port, 200, 60, &body), 200);
+    free(body);
+    /* Work done first: the group has a member, offsets, connections. */
+    rd_kafka_t *p = h_producer(brokers);
+    static char ids[10][32];
+    for (int i = 0; i < 10; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "frozen-%d", i);
+        produce_job(p, "ops.frozen.jobs", ids[i], IN_W);
+    }
+    assert_int_equal(rd_kafka_flush(p, 30000), 0);
+    rd_kafka_destroy(p);
+    assert_int_equal(wait_keys("frozen", ids, 10, 90), 10);
+    int64_t committed = 0;
+    for (double until = h_now() + 60; h_now() < until && committed < 10; h_sleep_ms(100))
+        committed = h_committed_sum(brokers, "g-frozen", "ops.frozen.jobs", PARTS);
+    assert_int_equal(committed, 10);
+
+    assert_int_equal(kill(broker_pid, SIGSTOP), 0);
+    h_sleep_ms(1000); /* requests in flight to the frozen broker */
+    int st = h_stop(w, SIGTERM, 30);
+    assert_int_equal(kill(broker_pid, SIGCONT), 0);
+    char log[300];
+    snprintf(log, sizeof(log), "%s/frozen.worker.log", h_dir());
+    if (st != 0)
+        fail_msg("the worker %s SIGTERM with the broker frozen (see %s)",
+                 st < 0 ? "was still running 30 s after" : "exited non-zero after", log);
+    char *text = read_file(log);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "event=consumer_close_timeout"));
+    free(text);
+}
+
+/* ---- a stop bounded when a step never returns ---------------------------------------- */
+
+/* An executor that never returns (debug.hang_id) cannot be joined, and the
+ * watchdog (rule 7) only watches the running loop: the stop waited for it
+ * forever. The stop's guard ends the process drain_timeout_ms + 5 s after
+ * the signal, non-zero, naming the step it was stuck in. */
+static void test_stop_with_hung_executor(void **state)
+{
+    (void)state;
+    int port = h_free_port();
+    const char *cfg = write_config("stuck", port, NULL);
+    FILE *f = fopen(cfg, "a");
+    assert_non_null(f);
+    fprintf(f, "worker = { drain_timeout_ms = 1000; };\ndebug = { hang_id = \"stuck-0\"; };\n");
+    fclose(f);
+    pid_t w = start_worker(cfg, "stuck");
+    char *body = NULL;
+    assert_int_equal(wait_ready(port, 200, 60, &body), 200);
+    free(body);
+    rd_kafka_t *p = h_producer(brokers);
+    produce_job(p, "ops.stuck.jobs", "stuck-0", IN_W);
+    assert_int_equal(rd_kafka_flush(p, 30000), 0);
+    rd_kafka_destroy(p);
+    char log[300];
+    snprintf(log, sizeof(log), "%s/stuck.worker.log", h_dir());
+    char *text = NULL;
+    for (double until = h_now() + 60; h_now() < until; h_sleep_ms(50)) {
+        free(text);
+        text = read_file(log);
+        if (text && strstr(text, "event=debug_hang")) break;
+    }
+    assert_non_null(text);
+    assert_non_null(strstr(text, "event=debug_hang"));
+    free(text);
+    int st = h_stop(w, SIGTERM, 30);
+    if (st != 2) fail_msg("the stop with a hung executor: exit %d (want 2; -1: still running "
+                          "30 s after SIGTERM); see %s", st, log);
+    text = read_file(log);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "event=stop_stuck step=executors"));
+    free(text);
+}
+
 /* ---- end of the control channel's input ---------------------------------------------- */
 
 /* End of the control channel's input leaves the broker serving. */
@@ -1469,7 +1563,9 @@ static int setup(void **state)
                                   "ops.flip.jobs,ops.flip.results,ops.flip.dlq,"
                                   "ops.early.jobs,ops.early.results,ops.early.dlq,"
                                   "ops.idle.jobs,ops.idle.results,ops.idle.dlq,"
-                                  "ops.sick.jobs,ops.sick.results,ops.sick.dlq",
+                                  "ops.sick.jobs,ops.sick.results,ops.sick.dlq,"
+                                  "ops.frozen.jobs,ops.frozen.results,ops.frozen.dlq,"
+                                  "ops.stuck.jobs,ops.stuck.results,ops.stuck.dlq",
                                   PARTS);
     if (broker_pid < 0) return -1;
     if (h_start_redis(&redis_port) < 0) return -1;
@@ -1505,6 +1601,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_idle_sockets_do_not_block_probes),
         cmocka_unit_test(test_readyz_names_the_failure),
         cmocka_unit_test(test_readyz_follows_brokers),
+        cmocka_unit_test(test_stop_with_frozen_broker),
+        cmocka_unit_test(test_stop_with_hung_executor),
         cmocka_unit_test(test_broker_outlives_stdin),
     };
     /* KINFER_TEST_FILTER=test_ready* runs only the matching cases. */

@@ -42,6 +42,9 @@ struct intake {
     int draining;
     int pipeline_stopped;      /* executors and sink stopped: nothing more completes */
     int n_assigned;
+    int coop;                  /* the group's protocol is cooperative (known once assigned) */
+    int64_t close_by_us;       /* closing: everything must end by then; 0 before */
+    int closed;                /* the consumer closed in time (else destroyed without) */
 };
 
 static void sleep_ms(int ms)
@@ -145,23 +148,6 @@ static void dead_letter(struct intake *in, struct job *j, const struct intake_re
     LOG_W("dead_letter", "topic=%s partition=%" PRId32 " offset=%" PRId64 " error=\"%s\"",
           j->topic, j->partition, j->offset, why);
     jobq_push(in->c.sink, j);
-}
-
-/* The record's content-type header, NUL-terminated into buf, or NULL. */
-static const char *content_type(const rd_kafka_message_t *m, char *buf, size_t cap)
-{
-    rd_kafka_headers_t *hdrs = NULL;
-    const void *val;
-    size_t size;
-    if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR) return NULL;
-    if (rd_kafka_header_get_last(hdrs, "content-type", &val, &size) !=
-            RD_KAFKA_RESP_ERR_NO_ERROR ||
-        !val)
-        return NULL;
-    if (size >= cap) size = cap - 1;
-    memcpy(buf, val, size);
-    buf[size] = '\0';
-    return buf;
 }
 
 /* Fails j with invalid_input, answers it, and returns -1. */
@@ -482,7 +468,7 @@ static void take_record(struct intake *in, const rd_kafka_message_t *m)
         .key_len = m->key_len,
         .value = m->payload,
         .value_len = m->len,
-        .content_type = content_type(m, ctbuf, sizeof(ctbuf)),
+        .content_type = kq_header_string(m, "content-type", ctbuf, sizeof(ctbuf)),
         .timestamp_ms = rd_kafka_message_timestamp(m, &tstype),
     };
     intake_admit(in, &r);
@@ -577,6 +563,9 @@ static void on_revoke(struct intake *in, rd_kafka_topic_partition_list_t *parts,
         /* Once the executors and sink have stopped (the close at the end of
          * a drain) nothing more can finish: don't wait for it. */
         int64_t budget_ms = in->pipeline_stopped ? 0 : in->c.cfg->kafka.revoke_timeout_ms;
+        if (in->close_by_us && budget_ms > (in->close_by_us - clock_mono_us()) / 1000)
+            budget_ms = (in->close_by_us - clock_mono_us()) / 1000;
+        if (budget_ms < 0) budget_ms = 0;
         int64_t give_up = clock_mono_us() + budget_ms * 1000;
         for (;;) {
             intake_collect(in);
@@ -594,7 +583,8 @@ static void on_revoke(struct intake *in, rd_kafka_topic_partition_list_t *parts,
             stats_alive(in->c.stats, STATS_LOOP_POLL);
             sleep_ms(2);
         }
-        offsets_commit(in->consumer, "revoke");
+        if (in->close_by_us) offsets_commit_by(in->consumer, "revoke", in->close_by_us);
+        else offsets_commit(in->consumer, "revoke");
     }
     for (int i = 0; i < parts->cnt; i++)
         offsets_drop(in->c.offsets, parts->elems[i].topic, parts->elems[i].partition);
@@ -613,11 +603,16 @@ static void unassign(rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts, int
     }
 }
 
+/* While closing, this asks librdkafka nothing it can do without: each
+ * query (protocol, assignment) waits on the group's thread without a
+ * bound. The protocol is the last one seen, the revoke's count is known. */
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque)
 {
     struct intake *in = opaque;
-    int coop = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+    int coop = in->close_by_us ? in->coop
+                               : strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+    in->coop = coop;
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         rd_kafka_error_t *e = NULL;
         if (coop) e = rd_kafka_incremental_assign(rk, parts);
@@ -641,6 +636,10 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         LOG_E("rebalance_error", "error=\"%s\"", rd_kafka_err2str(err));
         on_revoke(in, parts, 1);
         unassign(rk, parts, coop);
+    }
+    if (in->close_by_us && err != RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        in->n_assigned = coop && in->n_assigned > parts->cnt ? in->n_assigned - parts->cnt : 0;
+        return;
     }
     rd_kafka_topic_partition_list_t *a = NULL;
     if (rd_kafka_assignment(rk, &a) == RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -814,15 +813,34 @@ struct intake *intake_new(const struct intake_conf *c, char *errstr, size_t errs
     return in;
 }
 
-void intake_close(struct intake *in)
+/* Not rd_kafka_consumer_close, which waits for the group without a
+ * bound (kq.h). */
+int intake_close(struct intake *in, int64_t deadline_us)
 {
-    offsets_commit(in->consumer, "shutdown");
-    rd_kafka_consumer_close(in->consumer);
+    in->close_by_us = deadline_us > 0 ? deadline_us : 1;
+    offsets_commit_by(in->consumer, "shutdown", in->close_by_us);
+    char err[256];
+    int rc = kq_consumer_close_by(in->consumer, in->close_by_us, rebalance_cb, in, err,
+                                  sizeof(err));
+    in->closed = rc == 1;
+    if (rc < 0) LOG_W("consumer_close_failed", "error=\"%s\"", err);
+    else if (!in->closed)
+        LOG_W("consumer_close_timeout", "note=\"the group did not wind down in time (its "
+              "coordinator slow or away): leaving it to the session timeout; what was not "
+              "committed runs again\"");
+    return in->closed ? 0 : -1;
 }
 
 void intake_destroy(struct intake *in)
 {
     if (!in) return;
+    if (in->close_by_us && !in->closed) {
+        /* A consumer whose close did not finish is left to the process's
+         * exit (kq.h). Nothing polls it, so only its log callback runs
+         * again, and that one touches no stats once they are cleared. */
+        in->kq.stats = NULL;
+        return;
+    }
     if (in->consumer) rd_kafka_destroy(in->consumer);
     tokenizer_scratch_destroy(in->tok_scratch);
     free(in->tok_ids);

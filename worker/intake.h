@@ -122,8 +122,12 @@ void intake_pipeline_stopped(struct intake *in);
 /* Whether the bounded ranges are all done (never, without ranges). */
 int intake_ranges_done(struct intake *in);
 
-/* Commits synchronously and closes the consumer (leaving the group). */
-void intake_close(struct intake *in);
+/* Commits and closes the consumer (leaving the group), all by deadline_us
+ * (clock_mono_us): a coordinator that does not answer cannot hold the
+ * stop past it. Returns 0 when closed, -1 when given up (logged; the
+ * consumer is then destroyed without a close, the group drops the member
+ * at its session timeout, and what was not committed runs again). */
+int intake_close(struct intake *in, int64_t deadline_us);
 
 /* Frees in and its consumer. Accepts NULL. */
 void intake_destroy(struct intake *in);

@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 
+#include "../base/clock.h"
 #include "../base/log.h"
 #include "offtrack.h"
 
@@ -139,4 +140,37 @@ void offsets_commit(rd_kafka_t *rk, const char *when)
     rd_kafka_resp_err_t err = rd_kafka_commit(rk, NULL, 0);
     if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
         LOG_W("commit_failed", "when=%s error=\"%s\"", when, rd_kafka_err2str(err));
+}
+
+int offsets_commit_by(rd_kafka_t *rk, const char *when, int64_t deadline_us)
+{
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    if (!q) return -1;
+    rd_kafka_resp_err_t err = rd_kafka_commit_queue(rk, NULL, q, NULL, NULL);
+    int answered = err != RD_KAFKA_RESP_ERR_NO_ERROR;
+    while (!answered) {
+        int64_t left_us = deadline_us - clock_mono_us();
+        if (left_us <= 0) break;
+        int wait_ms = left_us > 100000 ? 100 : (int)((left_us + 999) / 1000);
+        rd_kafka_event_t *ev = rd_kafka_queue_poll(q, wait_ms);
+        if (!ev) continue;
+        if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_OFFSET_COMMIT) {
+            err = rd_kafka_event_error(ev);
+            answered = 1;
+        }
+        rd_kafka_event_destroy(ev);
+    }
+    /* Destroying the queue with the commit still in flight is safe: its
+     * answer is dropped when it comes. */
+    rd_kafka_queue_destroy(q);
+    if (!answered) {
+        LOG_W("commit_timeout", "when=%s note=\"the group coordinator did not answer in time; "
+              "what was not committed runs again\"", when);
+        return -1;
+    }
+    if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
+        LOG_W("commit_failed", "when=%s error=\"%s\"", when, rd_kafka_err2str(err));
+        return -1;
+    }
+    return 0;
 }

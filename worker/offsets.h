@@ -55,4 +55,12 @@ void offsets_commit(rd_kafka_t *rk, const char *when);
 void offsets_restart_fetch(struct offsets *o, rd_kafka_t *consumer,
                            const rd_kafka_topic_partition_list_t *a);
 
+/* The same, waiting for the coordinator's answer only until deadline_us
+ * (clock_mono_us): a coordinator that does not answer (down, overloaded,
+ * slow) holds a synchronous commit for librdkafka's socket.timeout.ms
+ * (60 s) and more. Past the deadline the commit is left in flight and
+ * logged; what it carried stays uncommitted and runs again (rule 2).
+ * Returns 0 once committed (or nothing to commit), -1 otherwise. */
+int offsets_commit_by(rd_kafka_t *rk, const char *when, int64_t deadline_us);
+
 #endif

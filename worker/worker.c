@@ -17,10 +17,12 @@
 #include "worker.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../base/clock.h"
@@ -116,6 +118,7 @@ struct worker {
     atomic_size_t lightened;   /* exec -> intake: rows shed by jobs that ran */
     int64_t started_us;
     int64_t stop_by_us;        /* the drain deadline once stopping; 0 before */
+    struct stop_guard *guard;  /* once stopping */
 };
 
 /* The finished jobs by outcome, from the stats (the one telemetry path). */
@@ -278,6 +281,72 @@ static void tick(struct worker *w, struct ticks *t)
     }
 }
 
+/* The stop's last resort. Each step of the stop has its own bound (the
+ * drain, the flush, the consumer's close), but a step that blocks where
+ * no bound reaches (a thread that never returns to be joined, a library
+ * call that waits on something that never comes) would hold the process
+ * past its supervisor's grace period, with nothing in the log. The guard
+ * thread ends the process STOP_GRACE_US after the drain deadline if the
+ * stop is still running, naming the step it was in. Like the watchdog
+ * (rule 7) it loses nothing: no offset past unfinished work was stored. */
+#define STOP_GRACE_US 5000000
+
+struct stop_guard {
+    pthread_t thr;
+    atomic_int done;
+    int64_t by_us;
+    int drain_timeout_ms;
+    _Atomic(const char *) step;
+};
+
+static void *guard_main(void *arg)
+{
+    struct stop_guard *g = arg;
+    while (!atomic_load(&g->done)) {
+        if (clock_mono_us() >= g->by_us) {
+            LOG_E("stop_stuck", "step=%s drain_timeout_ms=%d grace_ms=%d note=\"exiting: the "
+                  "stop did not finish in time; unfinished jobs stay uncommitted and run "
+                  "again\"", atomic_load(&g->step), g->drain_timeout_ms,
+                  STOP_GRACE_US / 1000);
+            fflush(stderr);
+            _exit(WORKER_EXIT_FATAL);
+        }
+        struct timespec ts = {0, 20 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+/* Starts the guard for a stop that must end by by_us; NULL if it could
+ * not (logged: the stop goes on unguarded). */
+static struct stop_guard *guard_start(int64_t by_us, int drain_timeout_ms)
+{
+    struct stop_guard *g = calloc(1, sizeof(*g));
+    if (g) {
+        atomic_init(&g->done, 0);
+        atomic_init(&g->step, "drain");
+        g->by_us = by_us;
+        g->drain_timeout_ms = drain_timeout_ms;
+        if (pthread_create(&g->thr, NULL, guard_main, g) == 0) return g;
+        free(g);
+    }
+    LOG_W("thread_failed", "thread=stop_guard note=\"the stop runs without its last bound\"");
+    return NULL;
+}
+
+static void guard_step(struct stop_guard *g, const char *step)
+{
+    if (g) atomic_store(&g->step, step);
+}
+
+static void guard_stop(struct stop_guard *g)
+{
+    if (!g) return;
+    atomic_store(&g->done, 1);
+    pthread_join(g->thr, NULL);
+    free(g);
+}
+
 /* Creates every stage, consumers last so nothing arrives before there is
  * somewhere for it to go. Returns 0, or -1 (logged). */
 static int setup(struct worker *w)
@@ -427,6 +496,7 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
           intake_inflight_rows(w->intake));
     int64_t drain_us = (int64_t)c->worker.drain_timeout_ms * 1000;
     w->stop_by_us = clock_mono_us() + drain_us;
+    w->guard = guard_start(w->stop_by_us + STOP_GRACE_US, c->worker.drain_timeout_ms);
     /* What comes after the drain (stopping threads, flushing, committing,
      * leaving the group, the heartbeat's DEL) gets a fifth of the budget,
      * at most a second. */
@@ -441,15 +511,21 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
         exec_cut(w->exec);
         sink_cut(w->sink);
     }
+    guard_step(w->guard, "executors");
     exec_stop(w->exec);
     w->exec = NULL;
+    guard_step(w->guard, "sink");
     sink_stop(w->sink);
     intake_pipeline_stopped(w->intake);
-    int64_t left_ms = (w->stop_by_us - clock_mono_us()) / 1000;
+    /* The flush leaves half the tail to the commit and the close. */
+    guard_step(w->guard, "flush");
+    int64_t left_ms = (w->stop_by_us - tail_us / 2 - clock_mono_us()) / 1000;
     sink_flush(w->sink, left_ms < 5000 ? (left_ms > 0 ? (int)left_ms : 0) : 5000);
     intake_collect(w->intake);
     size_t left = intake_pending(w->intake);
-    intake_close(w->intake);
+    guard_step(w->guard, "consumer_close");
+    intake_close(w->intake, w->stop_by_us);
+    guard_step(w->guard, "teardown");
     if (w->ranges && w->opts.progress) report_progress(w, 1);
     log_stats(w);
     LOG_I("stopped", "unfinished=%zu note=\"unfinished jobs stay uncommitted and run again\"",
@@ -457,6 +533,7 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
     rc = fatal || atomic_load(&w->fatal) ? WORKER_EXIT_FATAL : WORKER_EXIT_OK;
 out:
     teardown(w);
+    guard_stop(w->guard);
     free(w);
     return rc;
 }
