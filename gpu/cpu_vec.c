@@ -12,14 +12,18 @@
  *
  * exp: n = round(s log2 e), r = s - n ln2 in two pieces (Cody-Waite),
  * exp(r) by its Taylor series to r^7 (|r| <= 0.35: truncation 5e-9
- * relative), 2^n put in the exponent bits.
+ * relative), 2^n put in the exponent bits in two halves (so that
+ * denormal results round once).
  *
  * GELU: 0.5 x erfc(-x / sqrt 2), with erfc(z) for z >= 0 as
  * t exp(-z^2 + q(t)), t = 1 / (1 + z/2) and q the degree-9 Chebyshev fit
  * of the classic "erfcc" formula (relative error under 1.2e-7 for every
  * z >= 0). -z^2 = -x^2/2 is kept exact as a sum of two floats (x split
  * into its top 12 bits and the rest), so the error of z^2's rounding
- * (a few 1e-6 relative near the underflow) does not reach the result. */
+ * (a few 1e-6 relative near the underflow) does not reach the result;
+ * erfc/2 is carried scaled by 2^24, so it stays normal wherever the
+ * GELU is. Measured: within 4.6e-7 relative over the float range, the
+ * fit's 1.2e-7 plus float rounding in q. */
 #include "cpu_vec.h"
 
 #include <math.h>
@@ -61,16 +65,27 @@ typedef double vd8 __attribute__((vector_size(64)));
 /* The widest instruction set the CPU has: 2 AVX-512F, 1 AVX2 (each with
  * FMA, which those copies contract a * b + c into), 0 neither. */
 #ifdef KI_X86
+static int cpu_level(void)
+{
+    __builtin_cpu_init();
+    int fma = __builtin_cpu_supports("fma");
+    return fma && __builtin_cpu_supports("avx512f") ? 2
+           : fma && __builtin_cpu_supports("avx2") ? 1
+                                                  : 0;
+}
+
+static int level = -1; /* set once; the same answer on every thread */
+
 static int isa(void)
 {
-    static int level = -1; /* the same answer on every thread: a benign race */
-    if (level < 0) {
-        __builtin_cpu_init();
-        int fma = __builtin_cpu_supports("fma");
-        level = fma && __builtin_cpu_supports("avx512f") ? 2
-                : fma && __builtin_cpu_supports("avx2") ? 1
-                                                       : 0;
-    }
+    if (level < 0) level = cpu_level();
+    return level;
+}
+
+int cpuv_level(int cap)
+{
+    int l = cpu_level();
+    level = cap >= 0 && cap < l ? cap : l;
     return level;
 }
 #define DISPATCH(fn, ...)                  \
@@ -82,6 +97,11 @@ static int isa(void)
     } while (0)
 #else
 #define DISPATCH(fn, ...) fn##_base(__VA_ARGS__)
+int cpuv_level(int cap)
+{
+    (void)cap;
+    return 0;
+}
 #endif
 
 void cpuv_exp(float *y, const float *x, size_t n)

@@ -38,16 +38,21 @@ INLINE vf sel(vi m, vf a, vf b)
     return (vf)((m & (vi)a) | (~m & (vi)b));
 }
 
-/* exp(a + b) for |b| <= 1.5, without rounding a + b first: n comes from
- * the rounded sum, r = (a - n ln2_hi) + b - n ln2_lo. 0 when a + b is
- * below ln(FLT_MIN), inf above ln(FLT_MAX); NaN stays NaN. */
-INLINE vf vexp2(vf a, vf b)
+/* exp(a + b) * 2^k for |b| <= 1.5, without rounding a + b first: n
+ * comes from the rounded sum, r = (a - n ln2_hi) + b - n ln2_lo, and
+ * 2^(n + k) is applied in two halves so that neither leaves the normal
+ * range (denormal results come out of the last multiply, rounded once).
+ * 0 below 2^-150, inf above FLT_MAX; NaN stays NaN. */
+INLINE vf vexp2(vf a, vf b, int k)
 {
     const vf magic = splat(12582912.0f); /* 1.5 * 2^23: adding it rounds to an integer */
     vf s = a + b;
-    vi under = s < splat(-87.336544f), over = s > splat(88.72283f);
-    a = sel(under | over, splat(0.0f), a);
-    b = sel(under | over, splat(0.0f), b);
+    vi under = s < splat(-(150.0f + (float)k) * 0.693147181f);
+    vi over = s > splat((128.0f - (float)k) * 0.693147181f);
+    a = sel(under, splat(0.0f), a);
+    a = sel(over, splat(0.0f), a);
+    b = sel(under, splat(0.0f), b);
+    b = sel(over, splat(0.0f), b);
     s = a + b;
     vf n = (s * splat(1.44269504f) + magic) - magic;
     vf r = ((a - n * splat(0.693145751953125f)) + b) - n * splat(1.428606765330187045e-6f);
@@ -59,8 +64,9 @@ INLINE vf vexp2(vf a, vf b)
     p = p * r + splat(0.5f);
     p = p * r + splat(1.0f);
     p = p * r + splat(1.0f);
-    vi e = (__builtin_convertvector(n, vi) + 127) << 23;
-    vf y = p * (vf)e;
+    vi nt = __builtin_convertvector(n, vi) + k;
+    vi n1 = nt >> 1, n2 = nt - n1;
+    vf y = (p * (vf)((n1 + 127) << 23)) * (vf)((n2 + 127) << 23);
     y = sel(under, splat(0.0f), y);
     return sel(over, splat(INFINITY), y);
 }
@@ -86,18 +92,21 @@ INLINE vf vgelu(vf x)
     vf xl = ax - xh;
     vf hi = (xh * xh) * splat(-0.5f);
     vf lo = (xl * (ax + xh)) * splat(-0.5f) + q;
-    vf e = splat(0.5f) * t * vexp2(hi, lo); /* erfc(|z|) / 2 */
-    return x * sel(x < splat(0.0f), e, splat(1.0f) - e);
+    /* erfc(|z|) / 2, scaled by 2^24 so that it stays a normal float
+     * wherever the GELU does (x up to 20 times it) */
+    vf e = (splat(0.5f) * t) * vexp2(hi, lo, 24);
+    vf neg = (x * e) * splat(0x1p-24f);
+    return sel(x < splat(0.0f), neg, x * (splat(1.0f) - e * splat(0x1p-24f)));
 }
 
 static void cpuv_exp(float *y, const float *x, size_t n)
 {
     size_t i = 0;
-    for (; i + VL <= n; i += VL) st(y + i, vexp2(ld(x + i), splat(0.0f)));
+    for (; i + VL <= n; i += VL) st(y + i, vexp2(ld(x + i), splat(0.0f), 0));
     if (i < n) {
         float t[VL] = {0};
         memcpy(t, x + i, (n - i) * sizeof(float));
-        st(t, vexp2(ld(t), splat(0.0f)));
+        st(t, vexp2(ld(t), splat(0.0f), 0));
         memcpy(y + i, t, (n - i) * sizeof(float));
     }
 }
@@ -153,7 +162,7 @@ static void cpuv_softmax_row(float *x, size_t w)
     }
     vf acc = splat(0.0f), vm = splat(mx);
     for (i = 0; i + VL <= w; i += VL) {
-        vf e = vexp2(ld(x + i) - vm, splat(0.0f));
+        vf e = vexp2(ld(x + i) - vm, splat(0.0f), 0);
         acc += e;
         st(x + i, e);
     }
@@ -161,7 +170,7 @@ static void cpuv_softmax_row(float *x, size_t w)
         float t[VL];
         for (int k = 0; k < VL; k++) t[k] = -INFINITY;
         memcpy(t, x + i, (w - i) * sizeof(float));
-        vf e = vexp2(ld(t) - vm, splat(0.0f)); /* the padding's exp is 0 */
+        vf e = vexp2(ld(t) - vm, splat(0.0f), 0); /* the padding's exp is 0 */
         acc += e;
         st(t, e);
         memcpy(x + i, t, (w - i) * sizeof(float));
