@@ -6,9 +6,9 @@
  * Precision: float32 arithmetic throughout, row sums of layernorm in
  * double lanes; cpuv_exp is within 1e-7 relative of exp on normal
  * results (denormals below, 0 under 2^-150); the GELU is within 6e-7
- * relative (measured 4.6e-7, about 4 ulp) of the exact erf GELU wherever the result is a
- * normal float (tests/test_cpu_vec.c checks both over the float range,
- * for every copy). */
+ * relative (measured 4.6e-7, about 4 ulp) of the exact erf GELU
+ * wherever the result is a normal float (tests/test_cpu_vec.c checks
+ * both over the float range, for every copy). */
 #ifndef KINFER_CPU_VEC_H
 #define KINFER_CPU_VEC_H
 

@@ -174,7 +174,8 @@ static void test_rows(void **state)
             for (size_t i = 0; i < w; i++) sum += exp(x[i] - mx);
             for (size_t i = 0; i < w; i++) {
                 double ref = exp(x[i] - mx) / sum, e = fabs(y[i] - ref) / 1e-6;
-                if (!(e <= 1.0)) fail_msg("softmax w %zu [%zu] %.9g vs %.9g", w, i, (double)y[i], ref);
+                if (!(e <= 1.0))
+                    fail_msg("softmax w %zu [%zu] %.9g vs %.9g", w, i, (double)y[i], ref);
                 if (e > worst) worst = e;
             }
             /* layernorm of a row around 1e4 with a spread of about 1 */
@@ -190,7 +191,8 @@ static void test_rows(void **state)
             for (size_t i = 0; i < w; i++) {
                 double ref = (x[i] - mean) / sqrt(var + 1e-5) * g[i] + b[i];
                 double e = fabs(y[i] - ref) / 2e-6 / (fabs(ref) > 1 ? fabs(ref) : 1);
-                if (!(e <= 1.0)) fail_msg("layernorm w %zu [%zu] %.9g vs %.9g", w, i, (double)y[i], ref);
+                if (!(e <= 1.0))
+                    fail_msg("layernorm w %zu [%zu] %.9g vs %.9g", w, i, (double)y[i], ref);
                 if (e > worst) worst = e;
             }
         }
