@@ -8,7 +8,8 @@
  * (a whole function per instruction set, helpers included, so that no
  * vector operation is lowered for a smaller target than its caller's).
  * A row's tail (fewer than 16 values) goes through the same code in a
- * padded block, so every element is computed the same way.
+ * padded block, so every element is computed the same way. (Other
+ * compilers and machines get the plain copy alone.)
  *
  * exp: n = round(s log2 e), r = s - n ln2 in two pieces (Cody-Waite),
  * exp(r) by its Taylor series to r^7 (|r| <= 0.35: truncation 5e-9
@@ -27,6 +28,7 @@
 #include "cpu_vec.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -41,7 +43,7 @@ typedef double vd8 __attribute__((vector_size(64)));
 #pragma GCC diagnostic ignored "-Wpsabi"
 #define INLINE static inline __attribute__((always_inline))
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define KI_X86 1
 #pragma GCC push_options
 #pragma GCC target("avx512f,fma")
@@ -74,19 +76,25 @@ static int cpu_level(void)
                                                   : 0;
 }
 
-static int level = -1; /* set once; the same answer on every thread */
+/* -1 until the first call; every thread computes the same answer. */
+static atomic_int level = -1;
 
 static int isa(void)
 {
-    if (level < 0) level = cpu_level();
-    return level;
+    int l = atomic_load_explicit(&level, memory_order_relaxed);
+    if (l < 0) {
+        l = cpu_level();
+        atomic_store_explicit(&level, l, memory_order_relaxed);
+    }
+    return l;
 }
 
 int cpuv_level(int cap)
 {
     int l = cpu_level();
-    level = cap >= 0 && cap < l ? cap : l;
-    return level;
+    l = cap >= 0 && cap < l ? cap : l;
+    atomic_store(&level, l);
+    return l;
 }
 #define DISPATCH(fn, ...)                  \
     do {                                   \
