@@ -530,6 +530,13 @@ fi
 
 # ---- 6. a text encoder ------------------------------------------------------------------------
 ENC_ROWS=""
+# The CPU backend's own account of a pass: the share of its time in
+# cblas_sgemm and its GFLOP/s against the machine's measured cblas_sgemm
+# (1024^3, same threads), from `kinfer bench encode`.
+gemm_note() {
+  [ -n "$(kv gemm_share "$1")" ] || { echo "GEMM share not measured (not the CPU backend)"; return; }
+  echo "GEMM $(P=0 calc "100 * $(kv gemm_share "$1")")% of the time, $(P=0 calc "100 * $(kv peak_frac "$1")")% of cblas_sgemm's measured $(kv sgemm_peak_gflops "$1") GFLOP/s"
+}
 if [ "$BENCH_ENC" = 1 ]; then
   write_cfg enc-alone enc-true minilm
   ENC_ALONE=""
@@ -542,14 +549,14 @@ if [ "$BENCH_ENC" = 1 ]; then
           "$t" "$ENC_SECONDS" 2>"$work/torch.err") || die "torch: $(tail -n3 "$work/torch.err")"
     echo "$T" >>"$OUT/raw.log"
     say "  kinfer $(kv seqs_per_s "$E") seq/s, PyTorch $(kv seqs_per_s "$T") seq/s"
-    ENC_ROWS+="| encoder 6 x 384 (MiniLM-L6 shape), forward pass alone, $t thread(s) | $(kv seqs_per_s "$E") seq/s, $(k "$(kv tokens_per_s "$E")")k tokens/s, $(kv gflops "$E") GFLOP/s | PyTorch $(kv version "$T"), same batches and threads: $(kv seqs_per_s "$T") seq/s: **kinfer at $(pct "$(kv seqs_per_s "$E")" "$(kv seqs_per_s "$T")")%**; $(kv batches "$E") batches of $(kv mean_batch_rows "$E") rows, $(kv mean_tokens "$E") tokens per text |"$'\n'
+    ENC_ROWS+="| encoder 6 x 384 (MiniLM-L6 shape), forward pass alone, $t thread(s) | $(kv seqs_per_s "$E") seq/s, $(k "$(kv tokens_per_s "$E")")k tokens/s, $(kv gflops "$E") GFLOP/s | PyTorch $(kv version "$T"), same batches and threads: $(kv seqs_per_s "$T") seq/s: **kinfer at $(pct "$(kv seqs_per_s "$E")" "$(kv seqs_per_s "$T")")%**; $(gemm_note "$E"); $(kv batches "$E") batches of $(kv mean_batch_rows "$E") rows, $(kv mean_tokens "$E") tokens per text |"$'\n'
     ENC_ALONE=$(max "${ENC_ALONE:-0}" "$(kv seqs_per_s "$E")")
   done
   # The worker's own layout: one single-threaded pass per core at once.
   E=$($K bench encode -c "$work/enc-alone.cfg" --jobs "$ENC_SEQS" --threads 1 \
         --parallel "$NCPU" --seconds "$ENC_SECONDS") || die "bench encode"
   echo "$E" >>"$OUT/raw.log"
-  ENC_ROWS+="| encoder forward pass alone, $NCPU one-thread passes at once | $(kv seqs_per_s "$E") seq/s, $(k "$(kv tokens_per_s "$E")")k tokens/s, $(kv gflops "$E") GFLOP/s | as $NCPU executors run it (batching.executors 0, worker.blas_threads 1) |"$'\n'
+  ENC_ROWS+="| encoder forward pass alone, $NCPU one-thread passes at once | $(kv seqs_per_s "$E") seq/s, $(k "$(kv tokens_per_s "$E")")k tokens/s, $(kv gflops "$E") GFLOP/s | as $NCPU executors run it (batching.executors 0, worker.blas_threads 1); $(gemm_note "$E") |"$'\n'
   ENC_ALONE=$(max "$ENC_ALONE" "$(kv seqs_per_s "$E")")
   for g in true false; do
     write_cfg "enc-$g" "enc-$g" minilm

@@ -16,6 +16,7 @@
  * ctx_alloc returned and its attention scratch is the caller's. */
 #include "backend.h"
 #include "backend_cpu_kv.h"
+#include "cpu_vec.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -23,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <unistd.h>
 
 struct bk_weight {
@@ -250,17 +253,17 @@ static int cpu_store_f32(void *cp, float *dst, const void *src, size_t n)
 
 /* act over n values in place. relu keeps NaN as PyTorch does. gelu uses
  * erfc(-x/sqrt 2), equal to 1 + erf(x/sqrt 2) but without its
- * cancellation for negative x. sigmoid takes the branch whose exp cannot
- * overflow. */
+ * cancellation for negative x (cpu_vec.c, vectorized, as relu). sigmoid
+ * takes the branch whose exp cannot overflow. */
 static void cpu_act_run(float *x, size_t n, enum bk_act act)
 {
     const float k = 0.7978845608028654f; /* sqrt(2/pi) */
     switch (act) {
     case BK_ACT_RELU:
-        for (size_t i = 0; i < n; i++) x[i] = x[i] < 0.0f ? 0.0f : x[i];
+        cpuv_bias_relu(x, NULL, n, 1);
         break;
     case BK_ACT_GELU:
-        for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * erfcf(-x[i] * 0.70710678118654752f);
+        cpuv_bias_gelu(x, NULL, n);
         break;
     case BK_ACT_GELU_TANH:
         for (size_t i = 0; i < n; i++) {
@@ -297,29 +300,6 @@ static int cpu_act(void *cp, void *x, size_t n, enum bk_act act)
     return 0;
 }
 
-/* Layernorm of one row of w values (biased variance, as PyTorch); sums in
- * double so wide rows lose no precision. g and b may be NULL (ones and
- * zeros). y may equal x. */
-static void cpu_layernorm_row(const float *g, const float *b, float eps, const float *x,
-                              float *y, size_t w)
-{
-    double mean = 0.0, var = 0.0;
-    for (size_t i = 0; i < w; i++) mean += x[i];
-    mean /= (double)w;
-    for (size_t i = 0; i < w; i++) {
-        double d = x[i] - mean;
-        var += d * d;
-    }
-    var /= (double)w;
-    double inv = 1.0 / sqrt(var + (double)eps);
-    for (size_t i = 0; i < w; i++) {
-        double v = (x[i] - mean) * inv;
-        if (g) v *= g[i];
-        if (b) v += b[i];
-        y[i] = (float)v;
-    }
-}
-
 static int cpu_layernorm(void *cp, void *yp, void *xp, const void *resp,
                          const struct bk_weight *g, const struct bk_weight *b, float eps,
                          size_t rows, size_t w)
@@ -327,12 +307,8 @@ static int cpu_layernorm(void *cp, void *yp, void *xp, const void *resp,
     (void)cp;
     float *x = xp, *y = yp;
     const float *res = resp;
-    for (size_t r = 0; r < rows; r++) {
-        float *row = x + r * w;
-        if (res)
-            for (size_t k = 0; k < w; k++) row[k] += res[r * w + k];
-        cpu_layernorm_row(W(g), W(b), eps, row, y + r * w, w);
-    }
+    for (size_t r = 0; r < rows; r++)
+        cpuv_layernorm_row(W(g), W(b), eps, x + r * w, res ? res + r * w : NULL, y + r * w, w);
     return 0;
 }
 
@@ -355,31 +331,11 @@ static int cpu_rmsnorm(void *cp, void *yp, void *xp, const void *resp, const str
     return 0;
 }
 
-/* Softmax of one row, shifted by its max so exp cannot overflow. -inf
- * entries (masked keys) get 0; a row of nothing but -inf is all 0. */
-static void cpu_softmax_row(float *x, size_t w)
-{
-    float mx = x[0];
-    for (size_t i = 1; i < w; i++)
-        if (x[i] > mx) mx = x[i];
-    if (mx == -INFINITY) {
-        memset(x, 0, w * sizeof(float));
-        return;
-    }
-    double sum = 0.0;
-    for (size_t i = 0; i < w; i++) {
-        x[i] = expf(x[i] - mx);
-        sum += x[i];
-    }
-    double inv = 1.0 / sum;
-    for (size_t i = 0; i < w; i++) x[i] = (float)(x[i] * inv);
-}
-
 static int cpu_softmax(void *cp, void *xp, size_t rows, size_t w)
 {
     (void)cp;
     float *x = xp;
-    for (size_t r = 0; r < rows; r++) cpu_softmax_row(x + r * w, w);
+    for (size_t r = 0; r < rows; r++) cpuv_softmax_row(x + r * w, w);
     return 0;
 }
 
@@ -401,9 +357,70 @@ static int cpu_l2norm(void *cp, void *xp, size_t rows, size_t w)
 
 /* ---- GEMM ------------------------------------------------------------------ */
 
+/* model_cpu_gemm_profile: nanoseconds spent in cblas_sgemm while on. */
+static atomic_int gemm_prof;
+static atomic_ullong gemm_ns;
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* cblas_sgemm, row-major, timed when profiling is on. */
+static void sgemm(int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                  const float *b, int ldb, float beta, float *c, int ldc)
+{
+    int prof = atomic_load_explicit(&gemm_prof, memory_order_relaxed);
+    uint64_t t0 = prof ? mono_ns() : 0;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
+                lda, b, ldb, beta, c, ldc);
+    if (prof) atomic_fetch_add_explicit(&gemm_ns, mono_ns() - t0, memory_order_relaxed);
+}
+
+void model_cpu_gemm_profile(int on)
+{
+    atomic_store(&gemm_prof, on);
+}
+
+double model_cpu_gemm_seconds(void)
+{
+    return (double)atomic_load(&gemm_ns) / 1e9;
+}
+
+double model_cpu_sgemm_peak(size_t n, double seconds)
+{
+    if (!n || n > 8192) return 0;
+    float *a = malloc(n * n * sizeof(float)), *b = malloc(n * n * sizeof(float));
+    float *c = malloc(n * n * sizeof(float));
+    double best = 0;
+    if (a && b && c) {
+        for (size_t i = 0; i < n * n; i++) {
+            a[i] = (float)(i % 7) * 0.25f - 0.75f;
+            b[i] = (float)(i % 5) * 0.5f - 1.0f;
+        }
+        uint64_t start = mono_ns();
+        for (int rep = 0; rep < 3 || (double)(mono_ns() - start) < seconds * 1e9; rep++) {
+            uint64_t t0 = mono_ns();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, (int)n, 1.0f, a,
+                        (int)n, b, (int)n, 0.0f, c, (int)n);
+            double s = (double)(mono_ns() - t0) / 1e9;
+            double gf = 2.0 * (double)n * (double)n * (double)n / s / 1e9;
+            if (s > 0 && gf > best) best = gf;
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}
+
 /* One cblas_sgemm per matrix of the batch (row-major; a weight is [n,k],
  * hence Trans): the bias is copied into C first and added through beta =
- * 1, the activation applied to C's rows afterwards. */
+ * 1 (OpenBLAS clears C for beta = 0, so the copy costs nothing more),
+ * the activation applied to C's rows afterwards, while they are in
+ * cache. */
 static int cpu_gemm(void *cp, const struct bk_gemm *g)
 {
     (void)cp;
@@ -427,8 +444,8 @@ static int cpu_gemm(void *cp, const struct bk_gemm *g)
             for (size_t r = 0; r < g->m; r++) memcpy(c + r * ldc, bias, g->n * sizeof(float));
             beta = 1.0f;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, trans ? CblasTrans : CblasNoTrans, (int)g->m,
-                    (int)g->n, (int)g->k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+        sgemm(trans, (int)g->m, (int)g->n, (int)g->k, alpha, a, (int)lda, b, (int)ldb, beta, c,
+              (int)ldc);
         if (g->act != BK_ACT_NONE)
             for (size_t r = 0; r < g->m; r++) cpu_act_run(c + r * ldc, g->n, g->act);
     }
@@ -456,7 +473,7 @@ static int cpu_embed(void *cp, void *xp, const struct bk_seqs *s, const struct b
             const float *ty = type->d + (s->types ? (size_t)s->types[t] : 0) * w;
             for (size_t k = 0; k < w; k++) row[k] += ty[k];
         }
-        if (ln) cpu_layernorm_row(W(g), W(b), eps, row, row, w);
+        if (ln) cpuv_layernorm_row(W(g), W(b), eps, row, NULL, row, w);
     }
     return 0;
 }
@@ -494,8 +511,8 @@ static int cpu_attention(void *cp, const struct bk_attention *a)
             const float *q = base + a->q_col + h * a->dh;
             const float *k = base + a->k_col + (h / group) * a->dh;
             const float *v = base + a->v_col + (h / group) * a->dh;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)L, (int)L, (int)a->dh,
-                        a->scale, q, (int)a->ld, k, (int)a->ld, 0.0f, scores, (int)L);
+            sgemm(1, (int)L, (int)L, (int)a->dh, a->scale, q, (int)a->ld, k, (int)a->ld, 0.0f,
+                  scores, (int)L);
             for (size_t r = 0; r < L; r++) {
                 float *row = scores + r * L;
                 if (bias)
@@ -507,11 +524,10 @@ static int cpu_attention(void *cp, const struct bk_attention *a)
                     }
                 if (a->causal)
                     for (size_t c = r + 1; c < L; c++) row[c] = -INFINITY;
-                cpu_softmax_row(row, L);
+                cpuv_softmax_row(row, L);
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)L, (int)a->dh, (int)L,
-                        1.0f, scores, (int)L, v, (int)a->ld, 0.0f,
-                        (float *)a->out + o * a->ldo + h * a->dh, (int)a->ldo);
+            sgemm(0, (int)L, (int)a->dh, (int)L, 1.0f, scores, (int)L, v, (int)a->ld, 0.0f,
+                  (float *)a->out + o * a->ldo + h * a->dh, (int)a->ldo);
         }
     }
     return 0;

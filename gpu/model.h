@@ -358,6 +358,19 @@ void model_ws_inject_fault(struct model_ws *ws);
  * are counted as free), for benchmarks. */
 double model_flops_per_row(const struct model *m);
 
+/* For benchmarks of the CPU backend: while profiling is on, every
+ * cblas_sgemm of every pass (projections and attention alike) is timed,
+ * and model_cpu_gemm_seconds is their total so far, summed over threads.
+ * Off by default; turn it on or off before passes start. */
+void model_cpu_gemm_profile(int on);
+double model_cpu_gemm_seconds(void);
+
+/* The machine's measured cblas_sgemm rate in GFLOP/s: the best of
+ * repeated n x n x n products for about `seconds`, with OpenBLAS's
+ * current threads (what the last runtime opened set). The yardstick a
+ * forward pass's GFLOP/s is compared with. */
+double model_cpu_sgemm_peak(size_t n, double seconds);
+
 /* Writes a demo 2-layer MLP to path as a safetensors file (F32): tensors
  * "0.weight" [hidden,in], "0.bias" [hidden], "2.weight" [out,hidden],
  * "2.bias" [out], drawn like PyTorch's nn.Linear init (uniform in

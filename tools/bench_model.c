@@ -139,7 +139,11 @@ int bench_gemm(const struct kcfg *c, const struct bench_opts *o)
  * (by length, then at max_batch_rows rows or max_batch_tokens padded
  * tokens); --parallel threads each run every batch, back to back, for
  * --seconds (whole passes), with --threads OpenBLAS threads per pass.
- * Prints sequences/s, tokens/s and the batches' padding. --dump FILE
+ * Prints sequences/s, tokens/s and the batches' padding; on the CPU
+ * backend also the share of the passes' time spent in cblas_sgemm
+ * (gemm_share, warm-up pass included) and the passes' GFLOP/s as a
+ * fraction of the machine's measured cblas_sgemm rate (1024^3 products
+ * with the same OpenBLAS threads; times --parallel). --dump FILE
  * writes the batches' ids, one JSON array of arrays per line, so PyTorch
  * can run the very same batches (bench/torch_encoder_bench.py). */
 
@@ -161,7 +165,7 @@ struct enc_run {
     unsigned slot;
     FILE *dump;             /* slot 0 only: where the warm-up pass writes the batches */
     size_t seqs, toks, passes;
-    double elapsed_s;
+    double elapsed_s, warm_s;   /* the timed passes; the warm-up pass */
     int rc;
 };
 
@@ -186,7 +190,9 @@ static void *enc_thread(void *arg)
     if (!ws) fprintf(stderr, "kinfer bench encode: %s\n", err);
     double t0 = 0;
     for (int phase = 0; phase < 2; phase++) {
+        if (phase == 0) t0 = bench_mono_s();
         if (phase == 1) {
+            r->warm_s = bench_mono_s() - t0;
             pthread_barrier_wait(st->start);
             t0 = bench_mono_s();
         }
@@ -296,6 +302,8 @@ int bench_encode(const struct kcfg *c, const struct bench_opts *o)
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, (unsigned)par);
     struct enc_set set = {m, ids, off, order, bstart, nb, max_rows, max_tok, o->seconds, &start};
+    int cpu = strcmp(model_runtime_backend(rt), "cpu") == 0;
+    if (cpu) model_cpu_gemm_profile(1);
     size_t started = 0;
     for (; started < par; started++) {
         runs[started] = (struct enc_run){.set = &set, .slot = (unsigned)started,
@@ -306,7 +314,7 @@ int bench_encode(const struct kcfg *c, const struct bench_opts *o)
         fprintf(stderr, "kinfer bench encode: cannot start %zu threads\n", par);
         exit(1); /* the started ones wait at the barrier for ever */
     }
-    double seqs_s = 0, toks_s = 0, passes_s = 0;
+    double seqs_s = 0, toks_s = 0, passes_s = 0, busy_s = 0;
     rc = 0;
     for (size_t k = 0; k < par; k++) {
         pthread_join(thr[k], NULL);
@@ -317,6 +325,14 @@ int bench_encode(const struct kcfg *c, const struct bench_opts *o)
         seqs_s += (double)runs[k].seqs / runs[k].elapsed_s;
         toks_s += (double)runs[k].toks / runs[k].elapsed_s;
         passes_s += (double)runs[k].passes / runs[k].elapsed_s;
+        busy_s += runs[k].warm_s + runs[k].elapsed_s;
+    }
+    char gemm[160] = "";
+    if (cpu && rc == 0 && busy_s > 0) {
+        model_cpu_gemm_profile(0);
+        double share = model_cpu_gemm_seconds() / busy_s, peak = model_cpu_sgemm_peak(1024, 1.0);
+        snprintf(gemm, sizeof(gemm), " gemm_share=%.3f sgemm_peak_gflops=%.1f peak_frac=%.3f",
+                 share, peak, peak > 0 ? flops * passes_s / 1e9 / (peak * (double)par) : 0.0);
     }
     pthread_barrier_destroy(&start);
     char dev[128];
@@ -324,11 +340,11 @@ int bench_encode(const struct kcfg *c, const struct bench_opts *o)
     if (rc == 0)
         printf("encode: model=%s backend=%s precision=%s threads=%d parallel=%zu layers=%zu "
                "hidden=%zu seqs=%zu batches=%zu mean_batch_rows=%.1f mean_tokens=%.1f "
-               "padded_ratio=%.3f seqs_per_s=%.1f tokens_per_s=%.0f gflops=%.2f device=\"%s\"\n",
+               "padded_ratio=%.3f seqs_per_s=%.1f tokens_per_s=%.0f gflops=%.2f%s device=\"%s\"\n",
                model_name(m), model_runtime_backend(rt), model_runtime_precision(rt), o->threads,
                par, e->layers, e->hidden, n, nb, (double)n / (double)nb,
                (double)off[n] / (double)n, 1.0 - (double)off[n] / (double)padded, seqs_s,
-               toks_s, flops * passes_s / 1e9, dev);
+               toks_s, flops * passes_s / 1e9, gemm, dev);
 out:
     if (dump) fclose(dump);
     textgen_fini(&tg);
