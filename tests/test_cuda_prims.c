@@ -3,7 +3,9 @@
  * through the backend_ops table, against float64 references written
  * here, on fresh random sizes and values, in fp32, tf32, fp16 and bf16:
  * the GEMM (weights with bias and every activation, activations with and
- * without trans_b, strided batches, padded leading dimensions), layernorm
+ * without trans_b, strided batches, padded leading dimensions), and the
+ * same on the backend's own GEMM kernel where the emulated cuBLASLt is
+ * told to have no algorithm (sizes of 1, or every shape), layernorm
  * and rmsnorm with a residual (x keeps the sum; y may be x), embeddings
  * with and without their LayerNorm, attention over a strided qkv (causal
  * or not, grouped-query, a relative-position bias), rope, the
