@@ -17,7 +17,10 @@
  * status codes: an attribute of the wrong size or a NULL buffer, a leading
  * dimension under the rows, shapes that do not chain, batch counts that
  * differ (INVALID_VALUE); types, orders, compute types and epilogues it has
- * no kernel for (NOT_SUPPORTED). The heuristic's algorithm assumes the
+ * no kernel for (NOT_SUPPORTED). The heuristic also answers NOT_SUPPORTED
+ * (no algorithm) for the shapes emu_lt_refuse names, as the library may
+ * for any shape (those with a size of 1 among them); the caller must then
+ * do without it. The heuristic's algorithm assumes the
  * alignments its preference allows (256 bytes unless told) and the bias
  * pointer's; a cublasLtMatmul whose pointers break the algorithm's
  * assumptions is answered INVALID_VALUE (a real kernel would read
@@ -103,6 +106,29 @@ static atomic_ulong n_matmuls;
 unsigned long emu_lt_matmuls(void)
 {
     return atomic_load(&n_matmuls);
+}
+
+/* Which shapes the heuristic has no algorithm for: an enum
+ * emu_lt_refusal, or -1 until set (then $KINFER_EMU_LT_REFUSE decides). */
+static atomic_int refusal = -1;
+
+void emu_lt_refuse(int which)
+{
+    atomic_store(&refusal, which);
+}
+
+static int refusal_now(void)
+{
+    int r = atomic_load(&refusal);
+    if (r >= 0) return r;
+    const char *v = getenv("KINFER_EMU_LT_REFUSE");
+    r = !v ? EMU_LT_REFUSE_NONE
+        : !strcmp(v, "ones") ? EMU_LT_REFUSE_ONES
+        : !strcmp(v, "all")  ? EMU_LT_REFUSE_ALL
+                             : EMU_LT_REFUSE_NONE;
+    int unset = -1;
+    atomic_compare_exchange_strong(&refusal, &unset, r);
+    return atomic_load(&refusal);
 }
 
 /* The emulated runtime defines this; without it, work runs at once. */
@@ -606,6 +632,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle,
     for (int i = 0; i < 4; i++) a.align[i] = pf->align[i] > 256 ? 256 : pf->align[i];
     a.align[4] = (p.epi & CUBLASLT_EPILOGUE_BIAS) ? align_of(d->bias) : (uint32_t)es;
     if (a.align[4] < es) return CUBLAS_STATUS_NOT_SUPPORTED;
+    /* No algorithm, as the library answers when it has none: the test
+     * hook's shapes. */
+    int refuse = refusal_now();
+    if (refuse == EMU_LT_REFUSE_ALL ||
+        (refuse == EMU_LT_REFUSE_ONES && (p.m == 1 || p.n == 1 || p.k == 1)))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     cublasLtMatmulHeuristicResult_t *r = &heuristicResultsArray[0];
     memset(r, 0, sizeof(*r));
     memcpy(&r->algo, &a, sizeof(a));

@@ -26,6 +26,14 @@ int emu_rt_enqueue(void *stream, void (*fn)(void *arg), const void *arg, size_t 
  * process started: lets a test tell that a GEMM went through cuBLASLt. */
 unsigned long emu_lt_matmuls(void);
 
+/* Makes the heuristic find no algorithm (NOT_SUPPORTED, no result) for
+ * some shapes, as the real library may: none (the default), those with
+ * m, n or k equal to 1, or all. Until it is called,
+ * $KINFER_EMU_LT_REFUSE ("ones" or "all") chooses. Applies to the
+ * heuristic calls that follow (a caller's cached algorithms stay). */
+enum emu_lt_refusal { EMU_LT_REFUSE_NONE = 0, EMU_LT_REFUSE_ONES, EMU_LT_REFUSE_ALL };
+void emu_lt_refuse(int which);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,6 @@
 // cuda_kernels.cu - the CUDA backend's kernels and their C launchers
-// (cuda_kernels.h), the primitives of backend.h that are not GEMMs.
+// (cuda_kernels.h): the primitives of backend.h that are not GEMMs, and a
+// plain tiled GEMM for the shapes cuBLASLt has no algorithm for.
 // Elementwise kernels use a grid-stride loop; row kernels give each row
 // one block and reduce in float32 through warp shuffles and a
 // shared-memory array of the warps' partial results; attention's softmax
@@ -352,6 +353,49 @@ __global__ void fault_kernel(int *p)
     *(volatile int *)p = 1;
 }
 
+// The GEMM of kc_gemm: C = act(alpha A op(B) + bias), one kTile x kTile
+// tile of C per block and one element per thread, A's and B's tiles
+// staged through shared memory in float32 (B's transposed on the way in
+// when its rows are C's columns, so both loads read consecutive
+// elements). Blocks stride over the tiles and the batch, so every thread
+// of a block runs the same loops and reaches the same barriers.
+constexpr int kTile = 16;
+static_assert(kTile * kTile == kThreads, "one thread per element of a tile");
+
+template <typename T>
+__global__ void gemm_kernel(const T *a, const T *b, const T *bias, T *c, struct kc_gemm_op g)
+{
+    __shared__ float as[kTile][kTile + 1], bs[kTile][kTile + 1];
+    const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
+    const size_t mt = (g.m + kTile - 1) / kTile, nt = (g.n + kTile - 1) / kTile;
+    for (size_t z = blockIdx.z; z < g.batch; z += gridDim.z)
+        for (size_t ti = blockIdx.y; ti < mt; ti += gridDim.y)
+            for (size_t tj = blockIdx.x; tj < nt; tj += gridDim.x) {
+                const T *az = a + z * g.sa, *bz = b + z * g.sb;
+                const size_t i = ti * kTile + ty, j = tj * kTile + tx;
+                float acc = 0.0f;
+                for (size_t k0 = 0; k0 < g.k; k0 += kTile) {
+                    as[ty][tx] = i < g.m && k0 + tx < g.k ? ld(az, i * g.lda + k0 + tx) : 0.0f;
+                    if (g.trans_b) {  // B [n,k]: row tj kTile + ty, column k0 + tx
+                        size_t jb = tj * kTile + ty;
+                        bs[tx][ty] = jb < g.n && k0 + tx < g.k ? ld(bz, jb * g.ldb + k0 + tx)
+                                                               : 0.0f;
+                    } else {  // B [k,n]: row k0 + ty, column j
+                        bs[ty][tx] = j < g.n && k0 + ty < g.k ? ld(bz, (k0 + ty) * g.ldb + j)
+                                                              : 0.0f;
+                    }
+                    __syncthreads();
+                    for (int q = 0; q < kTile; q++) acc += as[ty][q] * bs[q][tx];
+                    __syncthreads();
+                }
+                if (i < g.m && j < g.n) {
+                    float v = g.alpha * acc;
+                    if (bias) v += ld(bias, j);
+                    st(c + z * g.sc, i * g.ldc + j, act_fn(v, (int)g.act));
+                }
+            }
+}
+
 // A grid-stride loop needs no more blocks than the device can hold at once;
 // 4096 blocks of 256 fill an H100 (132 SMs x 2048 threads) several times.
 unsigned blocks_for(size_t n)
@@ -535,6 +579,23 @@ extern "C" cudaError_t kc_pool(cudaStream_t s, enum kc_type t, const void *x,
         else
             pool_kernel<<<(unsigned)n, kThreads, 0, s>>>((const T *)x, offsets, w, (int)mode,
                                                          (T *)y);
+    });
+}
+
+extern "C" cudaError_t kc_gemm(cudaStream_t s, enum kc_type t, const struct kc_gemm_op *g)
+{
+    if (g->m == 0 || g->n == 0 || g->batch == 0) return cudaSuccess;
+    if (!g->a || !g->b || !g->c || g->lda < g->k || g->ldc < g->n ||
+        g->ldb < (g->trans_b ? g->k : g->n) || (unsigned)g->act > KC_SILU)
+        return cudaErrorInvalidValue;
+    // Blocks stride over whatever the grid's limits leave out.
+    auto dim = [](size_t tiles, size_t most) { return (unsigned)(tiles < most ? tiles : most); };
+    dim3 grid(dim((g->n + kTile - 1) / kTile, 4096), dim((g->m + kTile - 1) / kTile, 4096),
+              dim(g->batch, 65535));
+    return with_type(t, [&](auto *p) {
+        using T = KC_T(p);
+        gemm_kernel<<<grid, kThreads, 0, s>>>((const T *)g->a, (const T *)g->b,
+                                              (const T *)g->bias, (T *)g->c, *g);
     });
 }
 

@@ -1,7 +1,7 @@
 /* cuda_kernels.h - the CUDA backend's own kernels, behind C launchers that
  * gpu/cuda_prims.c, gpu/cuda_lt.c and gpu/backend_cuda.c call: everything
  * but the GEMMs (cuBLASLt does those, gpu/cuda_lt.c, with a bias and some
- * activations fused in its epilogue). Each launcher checks its sizes (returning
+ * activations fused in its epilogue; kc_gemm where it has no algorithm). Each launcher checks its sizes (returning
  * cudaErrorInvalidValue for ones it cannot launch), computes its grid,
  * launches on the given stream and returns cudaGetLastError(), so a bad
  * launch is reported where it happened. Only files in gpu/ include this
@@ -126,6 +126,31 @@ cudaError_t kc_attn_scatter(cudaStream_t s, enum kc_type t, const void *ctxp,
  * y_f32, else of type t. Sums in float32. */
 cudaError_t kc_pool(cudaStream_t s, enum kc_type t, const void *x, const uint32_t *offsets,
                     size_t n, size_t w, enum kc_pool mode, void *y, int y_f32);
+
+/* A GEMM in the activation type, for the shapes cuBLASLt has no
+ * algorithm for (gpu/cuda_lt.c): for each of batch matrices z,
+ * C_z = act(alpha A_z op(B_z) + bias), row-major: A_z [m,k] at a + z sa
+ * (rows lda apart), B_z at b + z sb (sb 0: one B for the batch) either
+ * [n,k] (trans_b: a weight as nn.Linear keeps it, or activations) or
+ * [k,n], rows ldb apart, C_z [m,n] at c + z sc (rows ldc apart, columns
+ * past n untouched), bias n values or NULL. Products summed in float32;
+ * the bias and activation applied to the float32 sum before the one
+ * rounding to the type. C overlaps neither A nor B. A plain kernel (a
+ * 16 x 16 tile per block through shared memory), not a fast one. */
+struct kc_gemm_op {
+    size_t m, n, k, batch;
+    float alpha;
+    const void *a;
+    size_t lda, sa;
+    const void *b;
+    int trans_b;
+    size_t ldb, sb;
+    const void *bias;
+    enum kc_act act;
+    void *c;
+    size_t ldc, sc;
+};
+cudaError_t kc_gemm(cudaStream_t s, enum kc_type t, const struct kc_gemm_op *g);
 
 /* Writes through an address no allocation owns: an illegal-address
  * fault, sticky for the process's context. The fault tests' kernel. */

@@ -19,7 +19,10 @@
  * activation, type, and each pointer's alignment (cuBLASLt assumes 256
  * bytes unless told). The heuristic is asked once per key; the least
  * recently used plan gives its slot up. A key with no algorithm is cached
- * too and answers MODEL_EINVAL.
+ * too: its GEMMs run on the backend's own kernel (kc_gemm, float32
+ * accumulation, the bias and activation fused), since cuBLASLt may have
+ * nothing for a shape with a size of 1 (the one-row bucket, a one-label
+ * head) or an odd alignment.
  *
  * Threads: lt_load at open (main thread); cuda_gemm on the context's
  * executor thread. */
@@ -302,15 +305,20 @@ int cuda_gemm(void *cp, const struct bk_gemm *g)
     key.align[3] = bias ? align_log2(bias) : 0;
     struct lt_plan *p;
     if ((rc = plan_get(c, &key, bias, &p)) < 0) return rc;
-    if (!p->found)
-        return cx_refuse(c, "gemm: cuBLASLt has no algorithm for %zu x %zu x %zu (lda %zu, "
-                         "ldb %zu, ldc %zu, batch %zu%s%s) in %s", g->m, g->n, g->k, lda, ldb,
-                         ldc, batch, tb ? ", B transposed" : "", bias ? ", bias" : "",
-                         model_precision_name(be->prec));
+    const float alpha = g->alpha != 0.0f ? g->alpha : 1.0f, beta = 0.0f;
+    if (!p->found) {
+        /* No algorithm for the shape (cuBLASLt may have none where a size
+         * is 1): the backend's own kernel, bias and activation included. */
+        struct kc_gemm_op op = {.m = g->m, .n = g->n, .k = g->k, .batch = batch,
+                                .alpha = alpha, .a = g->a, .lda = lda, .sa = (size_t)key.sa,
+                                .b = B, .trans_b = tb, .ldb = ldb, .sb = (size_t)key.sb,
+                                .bias = bias, .act = cuda_kc_act((enum bk_act)g->act),
+                                .c = g->c, .ldc = ldc, .sc = (size_t)key.sc};
+        return CX(c, kc_gemm(c->stream, be->kt, &op));
+    }
     if (bias && (rc = CXLT(c, cl->MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                         &bias, sizeof(bias)))) < 0)
         return rc;
-    const float alpha = g->alpha != 0.0f ? g->alpha : 1.0f, beta = 0.0f;
     if ((rc = CXLT(c, cl->Matmul(c->lt, p->desc, &alpha, B, p->lay[0], g->a, p->lay[1], &beta,
                                  g->c, p->lay[2], g->c, p->lay[2], &p->algo, c->lt_ws,
                                  be->lt_ws_bytes, c->stream))) < 0)

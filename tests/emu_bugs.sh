@@ -17,6 +17,10 @@
 #                 test_gemm (padded leading dimensions).
 #   capture-alloc gpu/cuda_lt.c: a cudaMalloc in the GEMM, which runs
 #                 inside graph capture; caught by test_graphs.
+#   gemm-barrier  gpu/cuda_kernels.cu: the fallback GEMM loads the next
+#                 tiles of A and B without the __syncthreads() that waits
+#                 for every thread to be done with the last ones; caught
+#                 by test_gemm_fallback (the emulated cuBLASLt refusing).
 # Each bug is planted by replacing an exact anchor text that must occur
 # exactly once: if the source changes and the anchor disappears, this
 # script fails (it never passes without planting its bug).
@@ -79,7 +83,7 @@ EOF
 fails=0
 echo "emu_bugs: the unmodified copy"
 build
-for c in test_rowwise test_norms test_gemm test_graphs; do
+for c in test_rowwise test_norms test_gemm test_graphs test_gemm_fallback; do
   if run "$c"; then echo "  $c passes, as it should"
   else echo "  FAILED: $c fails on the unmodified sources"; fails=$((fails + 1)); fi
 done
@@ -123,6 +127,10 @@ mutant capture-alloc "$L" "$LO" test_graphs \
     if (cudaMalloc(&scratch, 256) != cudaSuccess) return cx_refuse(c, "gemm: no scratch");
     (void)cudaFree(scratch);
     size_t lda ='
+mutant gemm-barrier "$K" "$KO" test_gemm_fallback \
+  '                    for (int q = 0; q < kTile; q++) acc += as[ty][q] * bs[q][tx];
+                    __syncthreads();' \
+  '                    for (int q = 0; q < kTile; q++) acc += as[ty][q] * bs[q][tx];'
 
 if [ "$fails" -ne 0 ]; then echo "emu_bugs: $fails check(s) FAILED"; exit 1; fi
 echo "emu_bugs: every planted bug was caught, and the unmodified copy passes"

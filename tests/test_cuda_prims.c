@@ -3,7 +3,9 @@
  * through the backend_ops table, against float64 references written
  * here, on fresh random sizes and values, in fp32, tf32, fp16 and bf16:
  * the GEMM (weights with bias and every activation, activations with and
- * without trans_b, strided batches, padded leading dimensions), layernorm
+ * without trans_b, strided batches, padded leading dimensions), and the
+ * same on the backend's own GEMM kernel where the emulated cuBLASLt is
+ * told to have no algorithm (sizes of 1, or every shape), layernorm
  * and rmsnorm with a residual (x keeps the sum; y may be x), embeddings
  * with and without their LayerNorm, attention over a strided qkv (causal
  * or not, grouped-query, a relative-position bias), rope, the
@@ -29,11 +31,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../emu/emu_lt.h"
 #include "../gpu/backend.h"
 #include "../gpu/plan.h"
 #include "testutil.h"
@@ -199,12 +203,23 @@ static const enum model_precision precs[] = {MODEL_FP32, MODEL_TF32, MODEL_FP16,
 
 static int have_device;
 
+/* The emulated cuBLASLt's hooks (emu/emu_lt.h), found at run time: absent
+ * from a real device's build. */
+static void (*lt_refuse)(int which);
+static unsigned long (*lt_count)(void);
+
+static unsigned long lt_matmuls(void)
+{
+    return lt_count ? lt_count() : 0;
+}
+
 /* ---- gemm --------------------------------------------------------------- */
 
-static void gemm_case(struct env *e, int use_w, int trans_b, size_t batch, enum bk_act act,
-                      int bias)
+/* One GEMM of m x n x k against the float64 reference; returns how many
+ * cuBLASLt matmuls it took on the emulated device (0 elsewhere). */
+static unsigned long gemm_shape(struct env *e, size_t m, size_t n, size_t k, int use_w,
+                                int trans_b, size_t batch, enum bk_act act, int bias)
 {
-    size_t m = rnd(1, 40), n = rnd(1, 48), k = rnd(1, 64);
     size_t lda = k + (tu_rand64() % 2) * 8, ldc = n + (tu_rand64() % 2) * 8;
     size_t ldb = (use_w || trans_b ? k : n) + (use_w ? 0 : (tu_rand64() % 2) * 8);
     size_t brows = use_w || trans_b ? n : k, nb = batch ? batch : 1;
@@ -223,10 +238,12 @@ static void gemm_case(struct env *e, int use_w, int trans_b, size_t batch, enum 
                         .a = dA, .lda = lda, .stride_a = sa, .w = w, .b = dB,
                         .trans_b = trans_b, .ldb = ldb, .stride_b = sb, .bias = bw, .act = act,
                         .c = dC, .ldc = ldc, .stride_c = sc};
+    unsigned long lt0 = lt_matmuls();
     begin(e);
     int rc = B->gemm(e->c, &g);
     if (rc != 0) fail_msg("gemm: %d: %s", rc, B->ctx_error(e->c));
     end(e);
+    unsigned long lt = lt_matmuls() - lt0;
     float *got = fetch(e, dC, nb * sc);
     double *ref = malloc(nb * sc * sizeof(double));
     for (size_t b = 0; b < nb; b++)
@@ -254,6 +271,13 @@ static void gemm_case(struct env *e, int use_w, int trans_b, size_t batch, enum 
     B->weight_free(e->be, w);
     B->weight_free(e->be, bw);
     free(A), free(Bm), free(bv), free(C0), free(got), free(ref);
+    return lt;
+}
+
+static void gemm_case(struct env *e, int use_w, int trans_b, size_t batch, enum bk_act act,
+                      int bias)
+{
+    gemm_shape(e, rnd(1, 40), rnd(1, 48), rnd(1, 64), use_w, trans_b, batch, act, bias);
 }
 
 static void test_gemm(void **state)
@@ -272,6 +296,45 @@ static void test_gemm(void **state)
         gemm_case(e, 1, 1, 2, BK_ACT_NONE, 1);
         env_free(e);
     }
+}
+
+/* Shapes cuBLASLt has no algorithm for run on the backend's own kernel:
+ * the emulated heuristic refuses first every shape with a size of 1, then
+ * every shape; each GEMM must match the reference, without a cuBLASLt
+ * matmul where it was refused (and with one where it was not). Every
+ * operand form, activation, bias, batch and padded leading dimension, in
+ * every precision. On the emulated device only (a real cuBLASLt cannot
+ * be told to refuse). */
+static void test_gemm_fallback(void **state)
+{
+    (void)state;
+    if (!have_device || !lt_refuse) skip();
+    for (int mode = EMU_LT_REFUSE_ONES; mode <= EMU_LT_REFUSE_ALL; mode++) {
+        lt_refuse(mode);
+        for (size_t p = 0; p < N_PRECS; p++) {
+            struct env *e = env_new(precs[p], 0);
+            for (int i = 0; i < 24; i++) {
+                /* i % 8: which of m, n, k are 1 (bit 0, 1, 2); the rest
+                 * random, over a tile of the kernel now and then. */
+                size_t m = i & 1 ? 1 : rnd(2, 40), n = i & 2 ? 1 : rnd(2, 48),
+                       k = i & 4 ? 1 : rnd(2, 70);
+                int use_w = i % 3 == 0, trans_b = use_w || i % 3 == 1;
+                size_t batch = i % 4 == 3 ? rnd(2, 3) : 0;
+                enum bk_act act = (enum bk_act)(i % BK_N_ACTS);
+                unsigned long lt = gemm_shape(e, m, n, k, use_w, trans_b, batch, act, i % 2);
+                /* a shared weight over a contiguous batch is m x batch rows */
+                int refused = mode == EMU_LT_REFUSE_ALL || n == 1 || k == 1 ||
+                              (m == 1 && !(use_w && batch > 1));
+                if (refused && lt != 0)
+                    fail_msg("%zux%zux%zu: cuBLASLt ran %lu matmul(s) it had refused", m, n, k,
+                             lt);
+                if (!refused && lt == 0)
+                    fail_msg("%zux%zux%zu: no cuBLASLt matmul for a shape it takes", m, n, k);
+            }
+            env_free(e);
+        }
+    }
+    lt_refuse(EMU_LT_REFUSE_NONE);
 }
 
 /* ---- norms ---------------------------------------------------------------- */
@@ -736,10 +799,13 @@ int main(int argc, char **argv)
         return 77;
     }
     have_device = 1;
+    *(void **)&lt_refuse = dlsym(RTLD_DEFAULT, "emu_lt_refuse");
+    *(void **)&lt_count = dlsym(RTLD_DEFAULT, "emu_lt_matmuls");
     fprintf(stderr, "test_cuda_prims: %s\n", what); /* the device (or "emulated") */
     tu_seed(argv[0]);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm),      cmocka_unit_test(test_norms),
+        cmocka_unit_test(test_gemm),      cmocka_unit_test(test_gemm_fallback),
+        cmocka_unit_test(test_norms),
         cmocka_unit_test(test_embed),     cmocka_unit_test(test_attention),
         cmocka_unit_test(test_rope),      cmocka_unit_test(test_rowwise),
         cmocka_unit_test(test_pool),      cmocka_unit_test(test_graphs),
