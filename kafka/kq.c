@@ -119,7 +119,9 @@ rd_kafka_conf_t *kq_conf_new(const struct kcfg *c, enum kq_role role,
          * 2.0.2 (Debian 12) aborts when a cooperative consumer closes during
          * a rebalance (librdkafka issue #4312), which turns a SIGTERM into a
          * crash. The rebalance callback handles both protocols, so a newer
-         * librdkafka can opt in through kafka.properties. */
+         * librdkafka can opt in through kafka.properties. Hand-over times,
+         * and why the embedded broker gains nothing from cooperative:
+         * docs/reliability.md, "Scale-out and scale-in". */
         {"partition.assignment.strategy", "range,roundrobin"},
         {"enable.partition.eof", "false"},
         /* How long the group waits for a member that stopped heartbeating

@@ -51,6 +51,7 @@ echo "   127.0.0.1:$rport"
 
 mport=$(free_port)
 set_args=(--set "kafka.brokers=$brokers" --set "redis.port=$rport" --set kafka.properties.fetch.wait.max.ms=10
+          --set kafka.properties.session.timeout.ms=4000 --set kafka.properties.heartbeat.interval.ms=500
           --set "metrics.listen=127.0.0.1:$mport")
 echo "== kinfer worker -c worker.cfg ${set_args[*]}"
 $K worker -c worker.cfg "${set_args[@]}" "${demo_sets[@]}" 2>"$work/worker.log" &

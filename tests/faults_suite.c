@@ -176,6 +176,113 @@ static void test_kill9_recovery(void **state)
     f_finish_clean(&r);
 }
 
+/* Partitions a worker's log says it owns: every partitions_assigned count
+ * minus every partitions_revoked and partitions_lost count (an eager
+ * revoke takes all, a cooperative one a subset: the sum serves both). */
+static int owned_in_log(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int owned = 0;
+    while (fgets(line, sizeof(line), f)) {
+        int sign = strstr(line, "event=partitions_assigned") ? 1
+                   : strstr(line, "event=partitions_revoked") || strstr(line, "event=partitions_lost")
+                       ? -1
+                       : 0;
+        const char *c = sign ? strstr(line, " count=") : NULL;
+        if (c) owned += sign * atoi(c + 7);
+    }
+    fclose(f);
+    return owned;
+}
+
+/* Scale-out and scale-in (docs/reliability.md, "Scale-out and scale-in"):
+ * one worker owns the partitions while jobs arrive at 100 a second; a second
+ * joins, and the figure is the seconds from its start until every
+ * partition is owned again, split between the two, and how long some
+ * partition had no owner; then the second gets SIGTERM and the figure is
+ * the seconds until the first owns them all again. The workers run with
+ * the embedded broker's membership settings (README, "The embedded
+ * broker and group membership"): session.timeout.ms 4000,
+ * heartbeat.interval.ms 500. The mock group waits session.timeout.ms
+ * minus one second for members before each assignment, so kinfer's own
+ * 10000 takes 9 s here. The bound asserted is generous (the machines are
+ * shared); the figures are printed. */
+static void test_scale_handover(void **state)
+{
+    (void)state;
+    struct f_run r;
+    const char *suite_props = f_session_props;
+    f_session_props = "( \"session.timeout.ms\", \"4000\" ), ( \"heartbeat.interval.ms\", \"500\" )";
+    f_run_init(&r, "handover", 3000, NULL);
+    f_session_props = suite_props;
+    f_start_sampler(&r);
+    f_produce_paced(&r, 0, 100.0);
+    char log_a[300], log_b[300];
+    snprintf(log_a, sizeof(log_a), "%s/handover.a.log", h_dir());
+    snprintf(log_b, sizeof(log_b), "%s/handover.b.log", h_dir());
+    pid_t a = f_spawn_worker(&r, "a", NULL);
+    for (double until = h_now() + 60; owned_in_log(log_a) != F_PARTS && h_now() < until;)
+        h_sleep_ms(50);
+    assert_int_equal(owned_in_log(log_a), F_PARTS);
+    h_sleep_ms(1000);
+
+    /* Scale-out. */
+    double t_out = h_now(), unowned_since = 0, unowned_s = 0;
+    pid_t b = f_spawn_worker(&r, "b", NULL);
+    double out_s = -1;
+    while (h_now() < t_out + 60) {
+        int oa = owned_in_log(log_a), ob = owned_in_log(log_b);
+        double now = h_now();
+        if (oa + ob < F_PARTS && !unowned_since) unowned_since = now;
+        if (oa + ob == F_PARTS && unowned_since) {
+            unowned_s += now - unowned_since;
+            unowned_since = 0;
+        }
+        if (oa + ob == F_PARTS && oa > 0 && ob > 0) {
+            out_s = now - t_out;
+            break;
+        }
+        h_sleep_ms(20);
+    }
+    assert_true(out_s >= 0);
+    h_sleep_ms(1000);
+
+    /* Scale-in: the second leaves cleanly. */
+    double t_in = h_now();
+    assert_int_equal(kill(b, SIGTERM), 0);
+    double in_s = -1;
+    while (h_now() < t_in + 60) {
+        if (owned_in_log(log_a) == F_PARTS) {
+            in_s = h_now() - t_in;
+            break;
+        }
+        h_sleep_ms(20);
+    }
+    /* Its exit status, without a second signal. */
+    int st = -1;
+    for (double until = h_now() + 30; h_now() < until; h_sleep_ms(20))
+        if (waitpid(b, &st, WNOHANG) == b) {
+            h_forget(b);
+            break;
+        }
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    fprintf(stderr,
+            "FIGURES handover: scale_out_s=%.2f (partitions without an owner %.2f s) "
+            "scale_in_s=%.2f\n",
+            out_s, unowned_s, in_s);
+    assert_true(in_s >= 0);
+    /* Generous bounds: about 3 s each on an idle machine. */
+    assert_true(out_s < 5.0);
+    assert_true(in_s < 5.0);
+    pthread_join(r.producer, NULL);
+    assert_int_equal(atomic_load(&r.produced), r.n);
+    assert_int_equal(f_wait_all(&r, 180), r.n);
+    assert_int_equal(h_stop(a, SIGTERM, 30), 0);
+    f_finish_clean(&r);
+}
+
 /* Redis stopped for 10 s mid-load, then restarted (with what it had
  * acknowledged): nothing lost, committed offsets never rewind. */
 static void test_redis_outage(void **state)
@@ -536,7 +643,7 @@ static int setup(void **state)
     (void)state;
     f_make_model();
     char topics[2048];
-    const char *const names[] = {"crash", "recover", "rdown", "rhole", "term", "hostile", "poison", "hang",
+    const char *const names[] = {"crash", "recover", "handover", "rdown", "rhole", "term", "hostile", "poison", "hang",
                                  "slow", "soak"};
     f_topics(topics, sizeof(topics), names, sizeof(names) / sizeof(names[0]));
     if (h_start_broker(f_kinfer_bin(), topics, F_PARTS, f_brokers, sizeof(f_brokers)) < 0)
@@ -564,6 +671,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crash_kill9_repeatedly),
         cmocka_unit_test(test_kill9_recovery),
+        cmocka_unit_test(test_scale_handover),
         cmocka_unit_test(test_redis_outage),
         cmocka_unit_test(test_redis_blackhole),
         cmocka_unit_test(test_sigterm_no_duplicates),
