@@ -13,7 +13,13 @@
  *     same ids decoded one at a time as generation does (gen/stop.c's
  *     gen_detok): every piece released is valid UTF-8 and together they
  *     are the whole decoding;
- *   - files refused with a message naming what is not supported.
+ *   - files refused with a message naming what is not supported;
+ *   - the SentencePiece demo decoder folder (decoder_write_demo_tok):
+ *     its tokenizer loads, puts <s> first, keeps demo words whole, falls
+ *     back to bytes, decodes back, and has config.json's vocab_size ids;
+ *     the folder loads as a decoder, and sampled generations (random
+ *     weights: many byte tokens, runs cut anywhere) stream valid UTF-8
+ *     pieces that join into the final text.
  *
  * Runs from the repository root; folders under a temporary directory
  * removed at the end. */
@@ -31,7 +37,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../gen/engine.h"
 #include "../gen/stop.h"
+#include "../gpu/decoder.h"
+#include "../gpu/model.h"
 #include "../text/tokenizer.h"
 #include "../text/unicode.h"
 #include "testutil.h"
@@ -430,6 +439,162 @@ static void test_refused(void **state)
     tokenizer_destroy(t);
 }
 
+/* ---- the demo folder ---------------------------------------------------------------- */
+
+static void test_demo_folder(void **state)
+{
+    (void)state;
+    char dir[128], err[512] = "", p[200];
+    snprintf(dir, sizeof(dir), "%s/demo", tmpdir);
+    if (decoder_write_demo_tok(dir, 1, 32, 4, 2, 64, 3, DECODER_DEMO_SENTENCEPIECE, err,
+                               sizeof(err)) < 0)
+        fail_msg("%s", err);
+    struct tokenizer *t = tokenizer_load(dir, NULL, err, sizeof(err));
+    if (!t) fail_msg("%s", err);
+    assert_string_equal(tokenizer_kind_name(t), "BPE");
+    snprintf(p, sizeof(p), "%s/config.json", dir);
+    json_error_t jerr;
+    json_t *cfg = json_load_file(p, 0, &jerr);
+    assert_non_null(cfg);
+    assert_int_equal(json_integer_value(json_object_get(cfg, "vocab_size")),
+                     tokenizer_vocab_size(t));
+    assert_int_equal(json_integer_value(json_object_get(cfg, "bos_token_id")),
+                     tokenizer_token_id(t, "<s>"));
+    assert_int_equal(json_integer_value(json_object_get(cfg, "eos_token_id")),
+                     tokenizer_token_id(t, "</s>"));
+    json_decref(cfg);
+    struct tokenizer_scratch *s = tokenizer_scratch_new(0);
+    int32_t ids[64];
+    char got[256];
+    int n = tokenizer_encode(t, s, "the movie", 9, NULL, 0, 0, 0, ids, NULL, 64, NULL, err,
+                             sizeof(err));
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], tokenizer_token_id(t, "<s>"));
+    assert_int_equal(ids[1], tokenizer_token_id(t, "\xe2\x96\x81the"));
+    assert_int_equal(ids[2], tokenizer_token_id(t, "\xe2\x96\x81movie"));
+    n = tokenizer_encode(t, s, "a\xF0\x9F\x98\x80", 5, NULL, 0, 0, 0, ids, NULL, 64, NULL, err,
+                         sizeof(err));
+    assert_int_equal(n, 6); /* <s> ▁a and the emoji's four bytes */
+    assert_int_equal(ids[2], tokenizer_token_id(t, "<0xF0>"));
+    assert_int_equal(ids[5], tokenizer_token_id(t, "<0x80>"));
+    static const char *const texts[] = {"the job was great", "Kafka and Redis.",
+                                        "  two  spaces\n\tand \xc3\xa9 \xe4\xb8\xad", ""};
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        size_t len = strlen(texts[i]);
+        n = tokenizer_encode(t, s, texts[i], len, NULL, 0, 0, 0, ids, NULL, 64, NULL, err,
+                             sizeof(err));
+        assert_true(n >= 1);
+        int dl = tokenizer_decode(t, ids, (size_t)n, got, sizeof(got));
+        /* a text that starts with a space gets no second one, and the
+         * decoder's Strip takes the first */
+        size_t skip = texts[i][0] == ' ';
+        assert_int_equal(dl, (int)(len - skip));
+        assert_memory_equal(got, texts[i] + skip, len - skip);
+    }
+    tokenizer_scratch_destroy(s);
+    tokenizer_destroy(t);
+}
+
+/* What one generation streamed and returned. */
+struct gen_out {
+    char streamed[4096], text[4096];
+    size_t streamed_len, text_len, n_tokens;
+    int done, bytes;
+};
+
+static void gen_piece(void *arg, void *user, const char *text, size_t len)
+{
+    (void)arg;
+    struct gen_out *o = user;
+    assert_true(len > 0 && o->streamed_len + len < sizeof(o->streamed));
+    assert_int_equal(uni_utf8_check(text, len), len);
+    memcpy(o->streamed + o->streamed_len, text, len);
+    o->streamed_len += len;
+}
+
+static void gen_done(void *arg, const struct gen_result *r)
+{
+    struct tokenizer *t = arg;
+    struct gen_out *o = r->user;
+    assert_int_equal(r->status, GEN_OK);
+    assert_true(r->text_len < sizeof(o->text));
+    assert_int_equal(uni_utf8_check(r->text, r->text_len), r->text_len);
+    memcpy(o->text, r->text, r->text_len);
+    o->text_len = r->text_len;
+    o->n_tokens = r->n_tokens;
+    for (size_t i = 0; i < r->n_tokens; i++) {
+        const char *tok = tokenizer_id_token(t, r->tokens[i]);
+        o->bytes += tok && !strncmp(tok, "<0x", 3);
+    }
+    o->done = 1;
+}
+
+static void test_demo_generate(void **state)
+{
+    (void)state;
+    char dir[128], err[512] = "";
+    snprintf(dir, sizeof(dir), "%s/demo_gen", tmpdir);
+    if (decoder_write_demo_tok(dir, 1, 32, 4, 2, 64, 11, DECODER_DEMO_SENTENCEPIECE, err,
+                               sizeof(err)) < 0)
+        fail_msg("%s", err);
+    struct model_runtime_conf c;
+    model_runtime_conf_defaults(&c);
+    c.backend = "cpu";
+    struct model_runtime *rt = model_runtime_new(&c, err, sizeof(err));
+    if (!rt) fail_msg("runtime: %s", err);
+    struct model_spec spec = {0};
+    snprintf(spec.name, sizeof(spec.name), "demo");
+    snprintf(spec.path, sizeof(spec.path), "%s", dir);
+    struct decoder *d = decoder_load(rt, &spec, err, sizeof(err));
+    if (!d) fail_msg("decoder: %s", err);
+    struct tokenizer *t = tokenizer_load(dir, NULL, err, sizeof(err));
+    if (!t) fail_msg("tokenizer: %s", err);
+    const struct decoder_info *in = decoder_info(d);
+    assert_int_equal(in->vocab, tokenizer_vocab_size(t));
+    assert_int_equal(in->bos_id, tokenizer_token_id(t, "<s>"));
+    assert_int_equal(in->n_eos, 1);
+    assert_int_equal(in->eos_ids[0], tokenizer_token_id(t, "</s>"));
+    struct gen_engine_conf ec = {.max_waiting = 8, .max_seqs = 4, .max_batch_tokens = 256,
+                                 .max_ctx = 256, .block_tokens = 16,
+                                 .kv_bytes = (size_t)8 << 20};
+    struct gen_engine_cb cb = {.on_done = gen_done, .on_piece = gen_piece, .arg = t};
+    struct gen_engine *e = gen_engine_new(d, t, 0, &ec, &cb, err, sizeof(err));
+    if (!e) fail_msg("engine: %s", err);
+    struct tokenizer_scratch *s = tokenizer_scratch_new(0);
+    static const char prompt[] = "[INST] the movie was great \xe4\xb8\xad [/INST]";
+    int32_t ids[64];
+    int n = tokenizer_encode(t, s, prompt, strlen(prompt), NULL, 0, 0, 0, ids, NULL, 64, NULL,
+                             err, sizeof(err));
+    assert_true(n > 1);
+    assert_int_equal(ids[0], in->bos_id);
+    static struct gen_out outs[8];
+    memset(outs, 0, sizeof(outs));
+    for (int i = 0; i < 8; i++) {
+        struct gen_request r = {.prompt = ids, .n_prompt = (size_t)n, .seed = 100 + (uint64_t)i,
+                                .max_tokens = 48, .end_ids = in->eos_ids, .n_end = in->n_eos,
+                                .user = &outs[i]};
+        gen_sampling_defaults(&r.sampling);
+        r.sampling.temperature = 1.5f;
+        char why[256];
+        if (gen_engine_submit(e, &r, why, sizeof(why)) != 0) fail_msg("submit: %s", why);
+    }
+    for (int k = 0; k < 10000 && gen_engine_step(e) > 0; k++) continue;
+    int bytes = 0;
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(outs[i].done, 1);
+        assert_int_equal(outs[i].streamed_len, outs[i].text_len);
+        assert_memory_equal(outs[i].streamed, outs[i].text, outs[i].text_len);
+        bytes += outs[i].bytes;
+    }
+    printf("  8 generations, %d byte tokens among them\n", bytes);
+    assert_true(bytes > 0); /* the byte runs were exercised */
+    tokenizer_scratch_destroy(s);
+    gen_engine_destroy(e);
+    tokenizer_destroy(t);
+    decoder_destroy(d);
+    model_runtime_destroy(rt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -438,6 +603,8 @@ int main(void)
         cmocka_unit_test(test_roundtrip_incremental),
         cmocka_unit_test(test_incremental_bytes),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_demo_folder),
+        cmocka_unit_test(test_demo_generate),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -282,7 +282,7 @@ int bpe_sp_decode(const struct bpe_tok *t, const int32_t *ids, size_t n, char *b
     }
     /* joined; a copy that does not fit stops at the last whole character */
     size_t total = 0, room = cap ? cap - 1 : 0, wrote = 0;
-    int whole = 1;
+    int whole = cap > 0; /* still copying */
     for (size_t i = 0; i < l[cur].n; i++) {
         const unsigned char *p = (const unsigned char *)l[cur].b.p + l[cur].off[i];
         size_t m = l[cur].len[i];
