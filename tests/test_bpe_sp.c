@@ -13,6 +13,8 @@
  *     same ids decoded one at a time as generation does (gen/stop.c's
  *     gen_detok): every piece released is valid UTF-8 and together they
  *     are the whole decoding;
+ *   - 1 MiB inputs (one long word, spaces, emoji as bytes, <unk> runs)
+ *     encode, decode back, and leave the scratch small again;
  *   - files refused with a message naming what is not supported;
  *   - the SentencePiece demo decoder folder (decoder_write_demo_tok):
  *     its tokenizer loads, puts <s> first, keeps demo words whole, falls
@@ -376,6 +378,49 @@ static void test_incremental_bytes(void **state)
     free(out);
 }
 
+/* ---- long inputs ---------------------------------------------------------------------- */
+
+static void test_long_inputs(void **state)
+{
+    (void)state;
+    size_t big = 1 << 20;
+    char *text = malloc(big + 1), *back = malloc(big + 16);
+    int32_t *ids = malloc((big + 2) * sizeof(int32_t));
+    assert_true(text && back && ids);
+    struct tokenizer_scratch *s = tokenizer_scratch_new(0);
+    static const char *const units[] = {"a", "ab", " ", "\xf0\x9f\x98\x80", "\n", "the ",
+                                        "\xe4\xb8\xad"};
+    for (int k = 0; k < N_SETTINGS; k++)
+        for (size_t u = 0; u < sizeof(units) / sizeof(units[0]); u++) {
+            size_t ul = strlen(units[u]), n = big / ul;
+            for (size_t i = 0; i < n; i++) memcpy(text + i * ul, units[u], ul);
+            char err[256] = "";
+            int r = tokenizer_encode(toks[k], s, text, n * ul, NULL, 0, 0, 0, ids, NULL, big + 2,
+                                     NULL, err, sizeof(err));
+            if (r < 0) fail_msg("%s unit %zu: %s", settings[k], u, err);
+            assert_true(r >= 1);
+            int dl = tokenizer_decode(toks[k], ids, (size_t)r, back, big + 16);
+            /* split's emoji have no byte tokens: one <unk> each (not
+             * fused), which decodes to nothing; a text that starts with a
+             * space gets no "▁" in front, so the decoder takes that space */
+            if (k == 2 && u == 3) {
+                assert_int_equal(r, (int)n + 2);
+                assert_int_equal(dl, 0);
+            } else {
+                size_t skip = units[u][0] == ' ' && k != 0;
+                assert_int_equal(dl, (int)(n * ul - skip));
+                assert_memory_equal(back, text + skip, n * ul - skip);
+            }
+            printf("  %-7s 1 MiB of \"%s\": %d ids, scratch %zu bytes after\n", settings[k],
+                   units[u][0] == '\n' ? "\\n" : units[u], r, tokenizer_scratch_bytes(s));
+            assert_true(tokenizer_scratch_bytes(s) < big / 2);
+        }
+    tokenizer_scratch_destroy(s);
+    free(text);
+    free(back);
+    free(ids);
+}
+
 /* ---- refused files ---------------------------------------------------------------- */
 
 static void test_refused(void **state)
@@ -602,6 +647,7 @@ int main(void)
         cmocka_unit_test(test_golden_decodes),
         cmocka_unit_test(test_roundtrip_incremental),
         cmocka_unit_test(test_incremental_bytes),
+        cmocka_unit_test(test_long_inputs),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_demo_folder),
         cmocka_unit_test(test_demo_generate),

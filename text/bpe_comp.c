@@ -3,10 +3,10 @@
  * alone or after Split steps; NFC; the ByteLevel decoder) or
  * SentencePiece-style (Metaspace or no pre-tokenizer; NFC, Prepend and
  * Replace; the decoder steps Replace, ByteFallback, Fuse, Strip and
- * Metaspace). Everything is checked to be something bpe.c and bpe_sp.c
- * run before anything is built, so anything else (a Lowercase normalizer,
- * a Whitespace pre-tokenizer, a regex Replace) is refused with a message
- * naming it.
+ * Metaspace). Each component is checked to be one bpe.c and bpe_sp.c
+ * run, so anything else (a Lowercase normalizer, a Whitespace
+ * pre-tokenizer, a Regex Replace, a ByteLevel decoder after Metaspace) is
+ * refused at load with a message naming it.
  *
  * Threads: whichever thread calls a loader. Ownership: what is read is
  * owned by the bpe_tok (steps' strings, compiled regexes). */
