@@ -242,7 +242,7 @@ static void bpe_word(struct bpe_enc *e, const unsigned char *w, size_t n)
         }
     }
     if (t->sp && t->ignore_merges) {
-        int32_t id = bpe_find(t, (const char *)w, n);
+        int32_t id = bpe_find_model(t, (const char *)w, n);
         if (id >= 0) {
             bpe_push(e, id);
             return;

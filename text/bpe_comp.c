@@ -441,7 +441,7 @@ int bpe_json_components(struct bpe_tok *t, const json_t *root, const char *path,
     for (int b = 0; b < 256; b++) {
         static const char hex[] = "0123456789ABCDEF";
         char s[6] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>'};
-        t->bf_id[b] = t->byte_fallback ? bpe_find(t, s, 6) : -1;
+        t->bf_id[b] = t->byte_fallback ? bpe_find_model(t, s, 6) : -1;
     }
     return 0;
 }

@@ -178,6 +178,8 @@ struct bpe_tok {
      * Metaspace (meta 1: its replacement character, prepend scheme,
      * split), byte fallback's <0xNN> ids (-1: absent), decoder steps */
     int sp;
+    size_t n_model;           /* ids below are model.vocab's (the rest: added tokens,
+                                 which the model itself never looks up) */
     int byte_fallback;
     int32_t bf_id[256];
     struct bpe_step nstep[BPE_MAX_STEPS];
@@ -291,6 +293,15 @@ static inline int32_t bpe_find(const struct bpe_tok *t, const char *s, size_t n)
             memcmp(t->pool + t->tok_off[id], s, n) == 0)
             return id;
     }
+}
+
+/* The id of the model's token s (n bytes), or -1: bpe_find without the
+ * added tokens outside model.vocab, as the reference's model sees its
+ * vocabulary. */
+static inline int32_t bpe_find_model(const struct bpe_tok *t, const char *s, size_t n)
+{
+    int32_t id = bpe_find(t, s, n);
+    return id >= 0 && (size_t)id < t->n_model ? id : -1;
 }
 
 /* The merge of (a, b): its rank with *new_id set, or UINT32_MAX. */

@@ -470,6 +470,7 @@ struct bpe_tok *bpe_from_json(const char *dir, const json_t *root, const char *p
         x->id = (int32_t)id;
     }
     if (bpe_build_vocab(t, src, n, path, errstr, errstr_size)) goto fail;
+    t->n_model = nv;
     bpe_byte_maps(t);
     size_t nm = json_array_size(merges);
     if (bpe_alloc_merges(t, nm, path, errstr, errstr_size)) goto fail;
@@ -612,6 +613,7 @@ struct bpe_tok *bpe_from_files(const char *dir, size_t *max_tokens, char *errstr
         n++;
     }
     if (bpe_build_vocab(t, src, n, vp, errstr, errstr_size)) goto fail;
+    t->n_model = nv;
     bpe_byte_maps(t);
     size_t lines = 0;
     for (size_t i = 0; i < mlen; i++) lines += mbuf[i] == '\n';

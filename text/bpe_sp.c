@@ -108,7 +108,7 @@ size_t bpe_sp_symbols(const struct bpe_tok *t, const unsigned char *w, size_t n,
     for (size_t i = 0; i < n;) {
         size_t cl = 1;
         while (i + cl < n && (w[i + cl] & 0xC0) == 0x80) cl++;
-        int32_t id = bpe_find(t, (const char *)w + i, cl);
+        int32_t id = bpe_find_model(t, (const char *)w + i, cl);
         if (id >= 0) {
             if (pending) ids[ns++] = t->model_unk;
             pending = 0;
