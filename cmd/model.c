@@ -4,7 +4,9 @@
  * distilbert a
  * small random encoder folder of that family (model_write_demo_encoder)
  * for text jobs, or with --kind llama a small random decoder folder
- * (gpu/decoder.h's decoder_write_demo) for generation jobs.
+ * (gpu/decoder.h's decoder_write_demo_tok) for generation jobs, its
+ * tokenizer byte-level BPE or, with --tokenizer sentencepiece, Llama 2's
+ * SentencePiece BPE with byte fallback.
  *
  * Threads: the main thread. */
 #include <getopt.h>
@@ -31,7 +33,9 @@ static const char usage[] =
     "(--labels 1: a cross-encoder, sigmoid scores). --kind llama writes a\n"
     "small random Llama decoder folder (config.json, generation_config.json,\n"
     "model.safetensors, a byte-level BPE tokenizer.json, tokenizer_config.json\n"
-    "with a ChatML chat_template). Point a model's path at it.\n"
+    "with a ChatML chat_template; with --tokenizer sentencepiece a Llama 2 /\n"
+    "Mistral SentencePiece BPE with byte fallback, <s> in front of every text\n"
+    "and an [INST] chat_template). Point a model's path at it.\n"
     "\n"
     "  -o, --output PATH   file (mlp) or folder (bert) to write\n"
     "  --seed S            random seed (default 1)\n"
@@ -46,6 +50,7 @@ static const char usage[] =
     "  --intermediate N    feed-forward size (default 4 x hidden)\n"
     "llama: --layers, --hidden, --heads, --intermediate as encoders, and\n"
     "  --kv-heads N        key/value heads (default heads / 2 when even)\n"
+    "  --tokenizer T       bytelevel (default) or sentencepiece\n"
     "  --labels N          a classifier with N labels (default 0: embeddings)\n";
 
 int cmd_model(int argc, char **argv)
@@ -65,8 +70,8 @@ int cmd_model(int argc, char **argv)
         {"kind", required_argument, 0, 'k'},   {"layers", required_argument, 0, 'L'},
         {"heads", required_argument, 0, 'A'},  {"intermediate", required_argument, 0, 'I'},
         {"labels", required_argument, 0, 'C'}, {"kv-heads", required_argument, 0, 'K'},
-        {0, 0, 0, 0}};
-    const char *path = NULL, *kind = "mlp";
+        {"tokenizer", required_argument, 0, 'T'}, {0, 0, 0, 0}};
+    const char *path = NULL, *kind = "mlp", *tokenizer = NULL;
     long in = 64, hidden = -1, out = 16, seed = 1;
     long layers = 2, heads = 4, inter = 0, labels = 0, kv_heads = 0;
     int ch;
@@ -80,6 +85,7 @@ int cmd_model(int argc, char **argv)
         case 'O': if (cli_parse_long("model", "--out", optarg, 1, 1 << 20, &out) < 0) return 1; break;
         case 'S': if (cli_parse_long("model", "--seed", optarg, 0, 1L << 40, &seed) < 0) return 1; break;
         case 'k': kind = optarg; break;
+        case 'T': tokenizer = optarg; break;
         case 'L': if (cli_parse_long("model", "--layers", optarg, 1, 64, &layers) < 0) return 1; break;
         case 'A': if (cli_parse_long("model", "--heads", optarg, 1, 256, &heads) < 0) return 1; break;
         case 'I': if (cli_parse_long("model", "--intermediate", optarg, 1, 16384, &inter) < 0) return 1; break;
@@ -94,18 +100,30 @@ int cmd_model(int argc, char **argv)
         return 1;
     }
     char err[512];
+    if (tokenizer && strcmp(kind, "llama") != 0) {
+        fprintf(stderr, "kinfer model demo: --tokenizer is for --kind llama\n");
+        return 1;
+    }
     if (strcmp(kind, "llama") == 0) {
+        int sp = tokenizer && strcmp(tokenizer, "sentencepiece") == 0;
+        if (tokenizer && !sp && strcmp(tokenizer, "bytelevel") != 0) {
+            fprintf(stderr, "kinfer model demo: --tokenizer '%s': bytelevel or sentencepiece\n",
+                    tokenizer);
+            return 1;
+        }
         if (hidden < 0) hidden = 64;
         if (!inter) inter = 3 * hidden;
         if (!kv_heads) kv_heads = heads % 2 ? heads : heads / 2;
-        if (decoder_write_demo(path, (size_t)layers, (size_t)hidden, (size_t)heads,
-                               (size_t)kv_heads, (size_t)inter, (uint64_t)seed, err,
-                               sizeof(err)) < 0) {
+        if (decoder_write_demo_tok(path, (size_t)layers, (size_t)hidden, (size_t)heads,
+                                   (size_t)kv_heads, (size_t)inter, (uint64_t)seed,
+                                   sp ? DECODER_DEMO_SENTENCEPIECE : DECODER_DEMO_BYTELEVEL, err,
+                                   sizeof(err)) < 0) {
             fprintf(stderr, "kinfer model demo: %s\n", err);
             return 1;
         }
         printf("wrote %s/: llama decoder, %ld layers, hidden %ld, %ld heads (%ld key/value), "
-               "intermediate %ld\n", path, layers, hidden, heads, kv_heads, inter);
+               "intermediate %ld, %s tokenizer\n", path, layers, hidden, heads, kv_heads, inter,
+               sp ? "SentencePiece BPE" : "byte-level BPE");
         return 0;
     }
     if (strcmp(kind, "mlp") != 0) {

@@ -114,4 +114,13 @@ int decoder_write_demo(const char *dir, size_t layers, size_t hidden, size_t hea
                        size_t kv_heads, size_t inter, uint64_t seed, char *errstr,
                        size_t errstr_size);
 
+/* The tokenizer a demo folder gets: byte-level BPE with ChatML specials
+ * (Qwen's kind), or SentencePiece BPE with byte fallback and <s> in front
+ * (Llama 2's and Mistral's kind). */
+enum decoder_demo_tok { DECODER_DEMO_BYTELEVEL, DECODER_DEMO_SENTENCEPIECE };
+/* As decoder_write_demo, with the tokenizer tok. */
+int decoder_write_demo_tok(const char *dir, size_t layers, size_t hidden, size_t heads,
+                           size_t kv_heads, size_t inter, uint64_t seed,
+                           enum decoder_demo_tok tok, char *errstr, size_t errstr_size);
+
 #endif

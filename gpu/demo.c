@@ -230,6 +230,99 @@ out:
     return rc;
 }
 
+int demo_sp_write(const char *dir, size_t *vocab, char *errstr, size_t errstr_size)
+{
+    static const char sp[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's space */
+    static const char *const specials[] = {"<unk>", "<s>", "</s>"};
+    char path[4200];
+    int rc = -1;
+    json_t *v = json_object(), *merges = json_array(), *root = NULL;
+    char *text = NULL;
+    if (!v || !merges) goto oom;
+    size_t n = 0;
+    for (size_t i = 0; i < 3; i++)
+        if (json_object_set_new(v, specials[i], json_integer((json_int_t)n++))) goto oom;
+    for (int b = 0; b < 256; b++) {
+        char t[8];
+        snprintf(t, sizeof(t), "<0x%02X>", b);
+        if (json_object_set_new(v, t, json_integer((json_int_t)n++))) goto oom;
+    }
+    if (json_object_set_new(v, sp, json_integer((json_int_t)n++))) goto oom;
+    for (int c = 33; c < 127; c++) {
+        char one[2] = {(char)c, '\0'};
+        if (json_object_set_new(v, one, json_integer((json_int_t)n++))) goto oom;
+    }
+    for (size_t w = 0; w < sizeof(demo_words) / sizeof(demo_words[0]); w++) {
+        const char *word = demo_words[w];
+        if (!strncmp(word, "##", 2)) continue;
+        /* the word by a chain of merges (prefix + next character), then
+         * "▁" + the word by one more */
+        char prev[64], next[2] = {0, 0}, merged[64];
+        prev[0] = word[0];
+        prev[1] = '\0';
+        for (const char *q = word + 1;; q++) {
+            int last = *q == '\0';
+            const char *l = last ? sp : prev, *r = last ? prev : next;
+            next[0] = *q;
+            snprintf(merged, sizeof(merged), "%s%s", l, r);
+            if (!json_object_get(v, merged) &&
+                (json_object_set_new(v, merged, json_integer((json_int_t)n++)) ||
+                 json_array_append_new(merges, json_pack("[s, s]", l, r))))
+                goto oom;
+            if (last) break;
+            memcpy(prev, merged, strlen(merged) + 1);
+        }
+    }
+    json_error_t jerr;
+    root = json_loads(
+        "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, \"normalizer\": null,"
+        " \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\","
+        " \"prepend_scheme\": \"first\", \"split\": false},"
+        " \"post_processor\": {\"type\": \"TemplateProcessing\","
+        " \"single\": [{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}},"
+        " {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}],"
+        " \"pair\": [{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}},"
+        " {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}},"
+        " {\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 1}},"
+        " {\"Sequence\": {\"id\": \"B\", \"type_id\": 1}}],"
+        " \"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [1], \"tokens\": [\"<s>\"]}}},"
+        " \"decoder\": {\"type\": \"Sequence\", \"decoders\": ["
+        " {\"type\": \"Replace\", \"pattern\": {\"String\": \"\\u2581\"}, \"content\": \" \"},"
+        " {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"},"
+        " {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}]}}",
+        0, &jerr);
+    json_t *added = json_array();
+    if (!root || !added || json_object_set_new(root, "added_tokens", added)) goto oom;
+    for (size_t i = 0; i < 3; i++)
+        if (json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id",
+                                                   (int)i, "content", specials[i],
+                                                   "single_word", 0, "lstrip", 0, "rstrip", 0,
+                                                   "normalized", 0, "special", 1)))
+            goto oom;
+    if (json_object_set_new(root, "model",
+                            json_pack("{s:s, s:n, s:s, s:n, s:n, s:b, s:b, s:b, s:O, s:O}", "type",
+                                      "BPE", "dropout", "unk_token", "<unk>",
+                                      "continuing_subword_prefix", "end_of_word_suffix",
+                                      "fuse_unk", 1, "byte_fallback", 1, "ignore_merges", 0,
+                                      "vocab", v, "merges", merges)))
+        goto oom;
+    if (!(text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_COMPACT))) goto oom;
+    if (demo_path_in(path, sizeof(path), dir, "tokenizer.json") < 0 ||
+        demo_write_text(path, text, errstr, errstr_size) < 0)
+        goto out;
+    *vocab = n;
+    rc = 0;
+    goto out;
+oom:
+    snprintf(errstr, errstr_size, "%s: out of memory writing tokenizer.json", dir);
+out:
+    free(text);
+    json_decref(root);
+    json_decref(v);
+    json_decref(merges);
+    return rc;
+}
+
 /* XLM-R's tokenizer as Hugging Face saves it: tokenizer.json with a
  * SentencePiece Unigram model (<s> <pad> </s> <unk> first, <mask> last;
  * then the word boundary U+2581, letters, digits and punctuation, each

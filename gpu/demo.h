@@ -1,6 +1,7 @@
 /* demo.h - what the demo writers (gpu/demo.c, gpu/demo_llama.c) share:
- * the seeded generator's draws, paths and text files, and the byte-level
- * BPE tokenizer.json of the demo words. Internal to them.
+ * the seeded generator's draws, paths and text files, and the
+ * tokenizer.json files of the demo words (byte-level BPE, SentencePiece
+ * BPE). Internal to them.
  *
  * Threads: any; nothing is shared. */
 #ifndef KINFER_DEMO_H
@@ -25,5 +26,15 @@ int demo_write_text(const char *path, const char *text, char *errstr, size_t err
  * number of ids. 0, or -1 with errstr filled. */
 int demo_bpe_write(const char *dir, const char *const *specials, size_t n_specials,
                    json_t *post, size_t *vocab, char *errstr, size_t errstr_size);
+
+/* dir/tokenizer.json as Hugging Face converts a Llama 2 / Mistral
+ * SentencePiece BPE: <unk> <s> </s> (ids 0..2), the 256 byte tokens
+ * <0x00>..<0xFF>, "▁" and the printable ASCII characters, then each demo
+ * word, bare and after "▁", built by a chain of merges one character at a
+ * time; Metaspace (prepend_scheme "first", no split), byte_fallback,
+ * fuse_unk, <s> in front (TemplateProcessing), the Replace, ByteFallback,
+ * Fuse, Strip decoder. *vocab gets the number of ids. 0, or -1 with
+ * errstr filled. */
+int demo_sp_write(const char *dir, size_t *vocab, char *errstr, size_t errstr_size);
 
 #endif

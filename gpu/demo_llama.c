@@ -2,9 +2,12 @@
  * folder as Hugging Face lays one out - config.json (LlamaForCausalLM,
  * grouped-query attention), generation_config.json, model.safetensors
  * (F32, drawn from the seed: the same seed, the same bytes),
- * tokenizer.json (byte-level BPE over the demo words, with the ChatML
- * specials <|endoftext|> <|im_start|> <|im_end|> as ids 0..2) and
- * tokenizer_config.json (those specials, and a ChatML chat_template).
+ * tokenizer.json and tokenizer_config.json, either byte-level BPE over
+ * the demo words with the ChatML specials <|endoftext|> <|im_start|>
+ * <|im_end|> as ids 0..2 and a ChatML chat_template (Qwen's kind), or a
+ * SentencePiece BPE with byte fallback, <unk> <s> </s> as ids 0..2, <s>
+ * put in front of every prompt and an [INST] chat_template (Llama 2's
+ * and Mistral's kind).
  * The weights are random: the text it generates is not language.
  *
  * Threads: any; nothing is shared. */
@@ -24,12 +27,14 @@
 static const char *const demo_llama_specials[] = {"<|endoftext|>", "<|im_start|>",
                                                   "<|im_end|>"};
 
-/* The files other than the weights. */
+/* The files other than the weights and tokenizer.json; sp: the
+ * SentencePiece tokenizer's ids and settings. */
 static int demo_llama_texts(const char *dir, size_t vocab, size_t layers, size_t hidden,
-                            size_t heads, size_t kv_heads, size_t inter, char *errstr,
+                            size_t heads, size_t kv_heads, size_t inter, int sp, char *errstr,
                             size_t errstr_size)
 {
     char path[4200];
+    json_int_t bos = sp ? 1 : 0;
     json_t *cfg = json_pack(
         "{s:[s], s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:n, s:s, s:b, s:b, s:b, "
         "s:I, s:I, s:s}",
@@ -39,11 +44,23 @@ static int demo_llama_texts(const char *dir, size_t vocab, size_t layers, size_t
         (json_int_t)kv_heads, "intermediate_size", (json_int_t)inter, "max_position_embeddings",
         (json_int_t)512, "rms_norm_eps", 1e-6, "rope_theta", 10000.0, "rope_scaling",
         "hidden_act", "silu", "tie_word_embeddings", 0, "attention_bias", 0, "mlp_bias", 0,
-        "bos_token_id", (json_int_t)0, "eos_token_id", (json_int_t)2, "torch_dtype", "float32");
-    json_t *gen = json_pack("{s:I, s:[I, I], s:b, s:f, s:f, s:I}", "bos_token_id", (json_int_t)0,
-                            "eos_token_id", (json_int_t)2, (json_int_t)0, "do_sample", 1,
-                            "temperature", 0.7, "top_p", 0.8, "top_k", (json_int_t)20);
-    json_t *tok = json_pack(
+        "bos_token_id", bos, "eos_token_id", (json_int_t)2, "torch_dtype", "float32");
+    json_t *gen = sp ? json_pack("{s:I, s:I, s:b, s:f, s:f, s:I}", "bos_token_id", bos,
+                                 "eos_token_id", (json_int_t)2, "do_sample", 1, "temperature",
+                                 0.7, "top_p", 0.8, "top_k", (json_int_t)20)
+                     : json_pack("{s:I, s:[I, I], s:b, s:f, s:f, s:I}", "bos_token_id", bos,
+                                 "eos_token_id", (json_int_t)2, (json_int_t)0, "do_sample", 1,
+                                 "temperature", 0.7, "top_p", 0.8, "top_k", (json_int_t)20);
+    /* the SentencePiece kind's template leaves <s> to the tokenizer, which
+     * puts it in front of every text */
+    json_t *tok = sp ? json_pack(
+        "{s:s, s:s, s:s, s:n, s:I, s:b, s:b, s:s}", "bos_token", "<s>", "eos_token", "</s>",
+        "unk_token", "<unk>", "pad_token", "model_max_length", (json_int_t)512, "add_bos_token",
+        1, "add_eos_token", 0, "chat_template",
+        "{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + "
+        "message['content'] + ' [/INST]' }}{% else %}{{ ' ' + message['content'] + '</s>' }}"
+        "{% endif %}{% endfor %}")
+                     : json_pack(
         "{s:s, s:s, s:s, s:n, s:I, s:b, s:s}", "eos_token", "<|im_end|>", "pad_token",
         "<|endoftext|>", "unk_token", "<|endoftext|>", "bos_token", "model_max_length",
         (json_int_t)512, "add_bos_token", 0, "chat_template",
@@ -80,6 +97,14 @@ int decoder_write_demo(const char *dir, size_t layers, size_t hidden, size_t hea
                        size_t kv_heads, size_t inter, uint64_t seed, char *errstr,
                        size_t errstr_size)
 {
+    return decoder_write_demo_tok(dir, layers, hidden, heads, kv_heads, inter, seed,
+                                  DECODER_DEMO_BYTELEVEL, errstr, errstr_size);
+}
+
+int decoder_write_demo_tok(const char *dir, size_t layers, size_t hidden, size_t heads,
+                           size_t kv_heads, size_t inter, uint64_t seed,
+                           enum decoder_demo_tok tok, char *errstr, size_t errstr_size)
+{
     if (!layers || !heads || !kv_heads || !inter || heads % kv_heads || hidden % heads ||
         (hidden / heads) % 2 || layers > 64 || hidden > 4096 || inter > 16384) {
         snprintf(errstr, errstr_size,
@@ -93,8 +118,10 @@ int decoder_write_demo(const char *dir, size_t layers, size_t hidden, size_t hea
         return -1;
     }
     size_t vocab = 0;
-    if (demo_bpe_write(dir, demo_llama_specials, 3, NULL, &vocab, errstr, errstr_size) < 0 ||
-        demo_llama_texts(dir, vocab, layers, hidden, heads, kv_heads, inter, errstr,
+    int sp = tok == DECODER_DEMO_SENTENCEPIECE;
+    if ((sp ? demo_sp_write(dir, &vocab, errstr, errstr_size)
+            : demo_bpe_write(dir, demo_llama_specials, 3, NULL, &vocab, errstr, errstr_size)) < 0 ||
+        demo_llama_texts(dir, vocab, layers, hidden, heads, kv_heads, inter, sp, errstr,
                          errstr_size) < 0)
         return -1;
     size_t H = hidden, K = kv_heads * (hidden / heads), I = inter;

@@ -667,10 +667,11 @@ static void test_refused(void **state)
     static const struct {
         const char *what, *norm, *pre, *post, *model, *merges, *want;
     } rows[] = {
-        {"Metaspace", "null", "{\"type\": \"Metaspace\"}", "null", "", "\"a b\"",
-         "pre_tokenizer \"Metaspace\" is not supported"},
-        {"no pre-tokenizer", "null", "null", "null", "", "\"a b\"",
-         "pre_tokenizer \"null\" is not supported"},
+        {"a Metaspace of two characters", "null",
+         "{\"type\": \"Metaspace\", \"replacement\": \"ab\"}", "null", "", "\"a b\"",
+         "Metaspace.replacement is not one character"},
+        {"Whitespace", "null", "{\"type\": \"Whitespace\"}", "null", "", "\"a b\"",
+         "pre_tokenizer \"Whitespace\" is not supported"},
         {"Lowercase", "{\"type\": \"Lowercase\"}", bl, "null", "", "\"a b\"",
          "normalizer \"Lowercase\" is not supported"},
         {"dropout", "null", bl, "null", "\"dropout\": 0.1,", "\"a b\"", "BPE dropout"},

@@ -1,6 +1,7 @@
-/* bpe.c - byte-level BPE behind the tokenizer interface (tokenizer_impl.h's
- * table, model.type "BPE"): encoding and decoding as bpe_impl.h describes,
- * the loaders being in bpe_load.c.
+/* bpe.c - BPE behind the tokenizer interface (tokenizer_impl.h's table,
+ * model.type "BPE"), byte-level or SentencePiece-style: encoding and
+ * decoding as bpe_impl.h describes, the loaders being in bpe_load.c and
+ * the SentencePiece-style steps in bpe_sp.c.
  *
  * Encoding keeps only the current sequence's ids and the current piece's
  * symbols and merge queue, all in the caller's scratch; nothing is cached
@@ -60,13 +61,16 @@ struct bpe_scratch {
     struct bpe_cand *heap;
     size_t heap_cap, heap_n;
     pcre2_match_data *md;
+    struct bpe_buf nb[2];        /* the Prepend/Replace normalizer's output */
+    struct bpe_buf mb;           /* Metaspace's output */
+    int32_t *init;               /* a word's first symbols (SentencePiece-style) */
+    size_t init_cap;
 };
 
 /* ---- scratch ----------------------------------------------------------------------- */
 
-/* Grows *p to hold need elements of elem bytes (doubling); 0, or -1 with
- * *p and *cap untouched. */
-static int bpe_grow(void *pp, size_t *cap, size_t need, size_t elem)
+/* See bpe_impl.h. */
+int bpe_grow(void *pp, size_t *cap, size_t need, size_t elem)
 {
     void **p = pp;
     if (need <= *cap) return 0;
@@ -130,6 +134,10 @@ static void bpe_scratch_destroy(void *p)
     free(s->sym);
     free(s->heap);
     pcre2_match_data_free(s->md);
+    free(s->nb[0].p);
+    free(s->nb[1].p);
+    free(s->mb.p);
+    free(s->init);
     free(s);
 }
 
@@ -143,6 +151,9 @@ struct bpe_enc {
     int rx_rc;                   /* PCRE2's code when a match failed */
     void (*piece_fn)(void *ctx, const char *piece, size_t n); /* bpe_pre_tokenize's */
     void *piece_ctx;
+    const char *text0;           /* the sequence's raw text */
+    const char *norm0;           /* the normalized segment being split */
+    int seg0;                    /* it starts at the raw text's start */
 };
 
 static void bpe_push(struct bpe_enc *e, int32_t id)
@@ -214,7 +225,7 @@ static void bpe_word(struct bpe_enc *e, const unsigned char *w, size_t n)
         e->piece_fn(e->piece_ctx, (const char *)w, n);
         return;
     }
-    if (t->ignore_merges) {
+    if (t->ignore_merges && !t->sp) {
         if (bpe_grow(&s->word, &s->word_cap, 2 * n, 1)) {
             e->err = TOKENIZER_ERR_NOMEM;
             return;
@@ -230,18 +241,34 @@ static void bpe_word(struct bpe_enc *e, const unsigned char *w, size_t n)
             return;
         }
     }
-    if (n == 1) {
+    if (t->sp && t->ignore_merges) {
+        int32_t id = bpe_find_model(t, (const char *)w, n);
+        if (id >= 0) {
+            bpe_push(e, id);
+            return;
+        }
+    }
+    if (n == 1 && !t->sp) {
         int32_t id = t->byte_id[w[0]] >= 0 ? t->byte_id[w[0]] : t->model_unk;
         if (id >= 0) bpe_push(e, id);
         return;
     }
     if (n > INT32_MAX / 2 || bpe_grow(&s->sym, &s->sym_cap, n, sizeof(*s->sym)) ||
-        bpe_grow(&s->heap, &s->heap_cap, 2 * n, sizeof(*s->heap))) {
+        bpe_grow(&s->heap, &s->heap_cap, 2 * n, sizeof(*s->heap)) ||
+        (t->sp && bpe_grow(&s->init, &s->init_cap, n, sizeof(int32_t)))) {
         e->err = TOKENIZER_ERR_NOMEM;
         return;
     }
     int32_t ns = 0;
-    for (size_t i = 0; i < n; i++) {
+    if (t->sp) {
+        size_t k = bpe_sp_symbols(t, w, n, s->init);
+        for (size_t i = 0; i < k; i++) {
+            s->sym[ns] = (struct bpe_sym){s->init[i], ns - 1, -1, 1};
+            if (ns > 0) s->sym[ns - 1].next = ns;
+            ns++;
+        }
+    }
+    for (size_t i = 0; i < n && !t->sp; i++) {
         int32_t id = t->byte_id[w[i]];
         if (id < 0) {
             if (t->model_unk < 0) continue;
@@ -336,12 +363,34 @@ static void bpe_bytelevel(struct bpe_enc *e, const unsigned char *p, size_t n)
     else bpe_word(e, p, n);
 }
 
-/* The pre-tokenizer's Split steps from level on, then ByteLevel. */
+static void bpe_word_ctx(void *ctx, const unsigned char *w, size_t n)
+{
+    bpe_word(ctx, w, n);
+}
+
+/* The SentencePiece-style pre-tokenizer: Metaspace, or the piece whole.
+ * For prepend_scheme "first", a piece starts the original text when it
+ * starts a normalized segment that starts the raw text. */
+static void bpe_sp_pre(struct bpe_enc *e, const unsigned char *p, size_t n)
+{
+    const struct bpe_tok *t = e->t;
+    if (!t->meta) {
+        bpe_word(e, p, n);
+        return;
+    }
+    int at0 = e->seg0 && (const char *)p == e->norm0;
+    if (bpe_sp_metaspace(t, (const char *)p, n, at0, &e->s->mb, bpe_word_ctx, e))
+        e->err = TOKENIZER_ERR_NOMEM;
+}
+
+/* The pre-tokenizer's Split steps from level on, then ByteLevel (or the
+ * SentencePiece-style pre-tokenizer). */
 static void bpe_pre(struct bpe_enc *e, size_t level, const unsigned char *p, size_t n)
 {
     const struct bpe_tok *t = e->t;
     if (level == t->n_split) {
-        bpe_bytelevel(e, p, n);
+        if (t->sp) bpe_sp_pre(e, p, n);
+        else bpe_bytelevel(e, p, n);
         return;
     }
     bpe_split_by(e, t->split[level].re, t->split[level].removed, level + 1, p, n, bpe_pre);
@@ -436,6 +485,7 @@ static void bpe_plain(struct bpe_enc *e, const unsigned char *p, size_t n)
 {
     const struct bpe_tok *t = e->t;
     struct bpe_scratch *s = e->s;
+    e->seg0 = (const char *)p == e->text0;
     if (t->nfc) {
         size_t ascii = 0;
         while (ascii < n && p[ascii] < 0x80) ascii++;
@@ -470,6 +520,15 @@ static void bpe_plain(struct bpe_enc *e, const unsigned char *p, size_t n)
             n = (size_t)m;
         }
     }
+    if (t->n_nstep) {
+        const char *q;
+        if (bpe_sp_normalize(t, (const char *)p, n, s->nb, &q, &n)) {
+            e->err = TOKENIZER_ERR_NOMEM;
+            return;
+        }
+        p = (const unsigned char *)q;
+    }
+    e->norm0 = (const char *)p;
     bpe_added_split(e, &t->norm, p, n, bpe_pre0);
 }
 
@@ -484,6 +543,7 @@ static int bpe_run(struct bpe_enc *e, const char *text, size_t len, struct bpe_i
         return TOKENIZER_ERR_UTF8;
     }
     e->out = out;
+    e->text0 = text;
     out->n = 0;
     bpe_added_split(e, &e->t->raw, (const unsigned char *)text, len, bpe_plain);
     if (e->err) {
@@ -506,7 +566,8 @@ int bpe_pre_tokenize(const struct bpe_tok *t, void *scratch, const char *text, s
                      void (*fn)(void *ctx, const char *piece, size_t n), void *ctx)
 {
     if (uni_utf8_check(text, len) != len) return TOKENIZER_ERR_UTF8;
-    struct bpe_enc e = {.t = t, .s = scratch, .piece_fn = fn, .piece_ctx = ctx};
+    struct bpe_enc e = {.t = t, .s = scratch, .piece_fn = fn, .piece_ctx = ctx, .seg0 = 1,
+                        .norm0 = text};
     if (len) bpe_pre(&e, 0, (const unsigned char *)text, len);
     return e.err;
 }
@@ -523,6 +584,10 @@ static void bpe_give_back(struct bpe_scratch *s)
     bpe_trim(&s->word, &s->word_cap, 1);
     bpe_trim(&s->sym, &s->sym_cap, sizeof(*s->sym));
     bpe_trim(&s->heap, &s->heap_cap, sizeof(*s->heap));
+    bpe_trim(&s->nb[0].p, &s->nb[0].cap, 1);
+    bpe_trim(&s->nb[1].p, &s->nb[1].cap, 1);
+    bpe_trim(&s->mb.p, &s->mb.cap, 1);
+    bpe_trim(&s->init, &s->init_cap, sizeof(int32_t));
     s->a.n = s->b.n = 0;
 }
 
@@ -643,6 +708,7 @@ static void bpe_emit(char *buf, size_t cap, size_t *total, const void *src, size
 static int bpe_decode(const void *model, const int32_t *ids, size_t n, char *buf, size_t cap)
 {
     const struct bpe_tok *t = model;
+    if (t->n_dstep) return bpe_sp_decode(t, ids, n, buf, cap);
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || (size_t)ids[i] >= t->n_ids) return TOKENIZER_ERR_ARG;
     size_t raw = 0, kept = 0;
@@ -756,7 +822,8 @@ static size_t bpe_scratch_bytes(const void *scratch)
     const struct bpe_scratch *s = scratch;
     if (!s) return 0;
     return (s->a.cap + s->b.cap + s->u32_cap) * sizeof(int32_t) + s->norm_cap + s->pre_cap +
-           s->word_cap + s->sym_cap * sizeof(*s->sym) + s->heap_cap * sizeof(*s->heap);
+           s->word_cap + s->sym_cap * sizeof(*s->sym) + s->heap_cap * sizeof(*s->heap) +
+           s->nb[0].cap + s->nb[1].cap + s->mb.cap + s->init_cap * sizeof(int32_t);
 }
 
 const struct tokenizer_impl bpe_tokenizer_impl = {

@@ -1,9 +1,13 @@
-/* bpe_impl.h - byte-level BPE (GPT-2, RoBERTa, Llama 3, Qwen) as Hugging
- * Face's `tokenizers` runs it, id for id (tests/test_bpe.c checks that
- * against goldens from the library itself): what text/bpe.c (encoding,
- * decoding, the interface's table) and text/bpe_load.c (tokenizer.json,
- * or vocab.json + merges.txt) share. Private to those two files; callers
- * use tokenizer.h.
+/* bpe_impl.h - BPE as Hugging Face's `tokenizers` runs it, id for id
+ * (tests/test_bpe.c and tests/test_bpe_sp.c check that against goldens
+ * from the library itself), in two flavours: byte-level (GPT-2, RoBERTa,
+ * Llama 3, Qwen) and SentencePiece-style (Llama 2, Mistral, TinyLlama:
+ * characters, "▁" for the space, byte fallback). What text/bpe.c
+ * (encoding, decoding, the interface's table), text/bpe_load.c
+ * (tokenizer.json's model, or vocab.json + merges.txt), text/bpe_comp.c
+ * (tokenizer.json's normalizer, pre-tokenizer and decoder), text/bpe_post.c
+ * (added tokens, templates) and text/bpe_sp.c (the SentencePiece-style
+ * steps) share. Private to those files; callers use tokenizer.h.
  *
  * Encoding, as the reference does it:
  *   1. added tokens whose "normalized" is false are found in the raw text
@@ -21,6 +25,16 @@
  *   6. the post-processor lays out the specials and type ids (held as a
  *      template: RobertaProcessing, TemplateProcessing, ByteLevel and none
  *      all become one), after truncation (longest_first) when asked.
+ * SentencePiece-style (no ByteLevel anywhere; bpe_sp.c): step 2 may also
+ * Prepend and Replace (Llama 2's first form: "▁" before the text, every
+ * space "▁"); step 4 is Metaspace (spaces become "▁", one is put in front
+ * as prepend_scheme says, split before each "▁" if asked) or nothing;
+ * step 5 starts from the piece's characters, and a character without a
+ * token becomes its bytes' <0xNN> tokens (byte_fallback, when all are in
+ * the vocabulary) or the unk token (runs fused with fuse_unk); decoding
+ * runs the decoder's steps (Replace, ByteFallback, Fuse, Strip, Metaspace)
+ * over the tokens' strings.
+ *
  * Regexes run on PCRE2 (UTF, UCP, JIT); the reference runs Oniguruma,
  * whose \s is Unicode's White_Space: PCRE2's lacks U+0085, so \s and \S
  * are rewritten to include it (bpe_load.c).
@@ -43,6 +57,7 @@
 #define BPE_MAX_SPLITS 4          /* Split steps before ByteLevel */
 #define BPE_TMPL_MAX 16           /* items of a post-processing template */
 #define BPE_ADDED_MAX_BYTES 256   /* longest added token matched in text */
+#define BPE_MAX_STEPS 8           /* normalizer or decoder steps */
 #define BPE_FNV_OFFSET 0xcbf29ce484222325ull
 #define BPE_FNV_PRIME 0x100000001b3ull
 
@@ -86,6 +101,36 @@ struct bpe_split {
     int removed;
 };
 
+/* A normalizer or decoder step of the SentencePiece-style flavour
+ * (bpe_comp.c reads them, bpe_sp.c runs them). from, to: Replace's
+ * pattern and content, Prepend's text (to), Strip's and Metaspace's
+ * character (from); owned. */
+enum bpe_step_kind {
+    BPE_N_PREPEND,
+    BPE_N_REPLACE,
+    BPE_D_REPLACE,
+    BPE_D_BYTEFALLBACK,
+    BPE_D_FUSE,
+    BPE_D_STRIP,
+    BPE_D_METASPACE,
+};
+
+enum bpe_prepend { BPE_PREPEND_NEVER, BPE_PREPEND_ALWAYS, BPE_PREPEND_FIRST };
+
+struct bpe_step {
+    int kind;
+    char *from, *to;
+    size_t from_len, to_len;
+    int left, right;          /* Strip: characters taken at the start, at the end */
+    int prepend;              /* Metaspace decoder: enum bpe_prepend */
+};
+
+/* A growable byte buffer (a scratch's). */
+struct bpe_buf {
+    char *p;
+    size_t n, cap;
+};
+
 struct bpe_tok {
     /* vocabulary: id -> token, and an open-addressing table back */
     char *pool;
@@ -126,8 +171,26 @@ struct bpe_tok {
     struct bpe_template single, pair;
     int32_t *tids;            /* the templates' special ids */
     size_t n_tids;
-    /* decoder: 1 ByteLevel, 0 none (tokens joined by spaces) */
+    /* decoder: 1 ByteLevel, 0 none (tokens joined by spaces, unless
+     * n_dstep says otherwise) */
     int dec_bytelevel;
+    /* the SentencePiece-style flavour (sp 1): normalizer steps after NFC,
+     * Metaspace (meta 1: its replacement character, prepend scheme,
+     * split), byte fallback's <0xNN> ids (-1: absent), decoder steps */
+    int sp;
+    size_t n_model;           /* ids below are model.vocab's (the rest: added tokens,
+                                 which the model itself never looks up) */
+    int byte_fallback;
+    int32_t bf_id[256];
+    struct bpe_step nstep[BPE_MAX_STEPS];
+    size_t n_nstep;
+    int meta;
+    char meta_rep[4];
+    size_t meta_rep_len;
+    int meta_prepend;         /* enum bpe_prepend */
+    int meta_split;
+    struct bpe_step dstep[BPE_MAX_STEPS];
+    size_t n_dstep;
     int32_t cls, sep, pad, unk, mask; /* the interface's specials */
 };
 
@@ -160,6 +223,53 @@ void bpe_destroy(struct bpe_tok *t);
 int bpe_pre_tokenize(const struct bpe_tok *t, void *scratch, const char *text, size_t len,
                      void (*fn)(void *ctx, const char *piece, size_t n), void *ctx);
 
+/* Grows *pp to hold need elements of elem bytes (doubling); 0, or -1
+ * with *pp and *cap untouched (bpe.c). */
+int bpe_grow(void *pp, size_t *cap, size_t need, size_t elem);
+
+/* ---- bpe_comp.c: tokenizer.json's components, for the loaders ---- */
+
+/* key of o as a boolean into *out (absent or null: untouched). 0, or -1
+ * with errstr filled. */
+int bpe_json_bool(const json_t *o, const char *key, int *out, const char *path,
+                  const char *where, char *errstr, size_t errstr_size);
+/* root's normalizer, pre_tokenizer and decoder into t (whose model,
+ * byte_fallback included, is read): byte-level when the pre-tokenizer
+ * holds ByteLevel, SentencePiece-style when it is Metaspace or none. 0,
+ * or -1 with errstr filled naming what is not supported. */
+int bpe_json_components(struct bpe_tok *t, const json_t *root, const char *path, char *errstr,
+                        size_t errstr_size);
+/* ByteLevel with GPT-2's regex, as the slow files have it. */
+int bpe_bytelevel_gpt2(struct bpe_tok *t, const char *path, char *errstr, size_t errstr_size);
+/* Frees the steps' strings. */
+void bpe_steps_free(struct bpe_step *st, size_t n);
+
+/* ---- bpe_sp.c: the SentencePiece-style steps, for bpe.c ---- */
+
+/* p[0..n) through the normalizer steps (t->n_nstep > 0), ping-ponging
+ * between b[0] and b[1]; *out points into one of them. 0, or -1 (out of
+ * memory). */
+int bpe_sp_normalize(const struct bpe_tok *t, const char *p, size_t n, struct bpe_buf b[2],
+                     const char **out, size_t *out_n);
+/* Metaspace over one piece p[0..n) (at0: it starts the original text,
+ * for prepend_scheme "first"): spaces to the replacement, one put in
+ * front as the scheme says, then split before each replacement if asked;
+ * fn(ctx, word, len) for each word, in order, from mb. 0, or -1 (out of
+ * memory). */
+int bpe_sp_metaspace(const struct bpe_tok *t, const char *p, size_t n, int at0, struct bpe_buf *mb,
+                     void (*fn)(void *ctx, const unsigned char *w, size_t n), void *ctx);
+/* The first symbols of the word w[0..n) (valid UTF-8) as the reference
+ * makes them: each character's token; else its bytes' <0xNN> tokens if
+ * byte_fallback and all exist; else the unk token (consecutive ones
+ * fused with fuse_unk; a pending unk is written when the next character
+ * with a token comes, or at the end, after any byte tokens between), or
+ * nothing without one. ids has room for n. Returns the count. */
+size_t bpe_sp_symbols(const struct bpe_tok *t, const unsigned char *w, size_t n, int32_t *ids);
+/* tokenizer_decode for a tokenizer with decoder steps: the non-special
+ * tokens' strings through t->dstep, joined, written like snprintf but
+ * never ending in half a character. Length, or a tokenizer_err. */
+int bpe_sp_decode(const struct bpe_tok *t, const int32_t *ids, size_t n, char *buf, size_t cap);
+
 /* FNV-1a over n bytes from h. */
 static inline uint64_t bpe_hash(const char *s, size_t n, uint64_t h)
 {
@@ -183,6 +293,15 @@ static inline int32_t bpe_find(const struct bpe_tok *t, const char *s, size_t n)
             memcmp(t->pool + t->tok_off[id], s, n) == 0)
             return id;
     }
+}
+
+/* The id of the model's token s (n bytes), or -1: bpe_find without the
+ * added tokens outside model.vocab, as the reference's model sees its
+ * vocabulary. */
+static inline int32_t bpe_find_model(const struct bpe_tok *t, const char *s, size_t n)
+{
+    int32_t id = bpe_find(t, s, n);
+    return id >= 0 && (size_t)id < t->n_model ? id : -1;
 }
 
 /* The merge of (a, b): its rank with *new_id set, or UINT32_MAX. */

@@ -1,12 +1,13 @@
-/* bpe_load.c - the byte-level BPE loaders (bpe_impl.h): a tokenizer.json
+/* bpe_load.c - the BPE loaders (bpe_impl.h): a tokenizer.json
  * whose model.type is "BPE", or, without one, RoBERTa's slow files
  * (vocab.json + merges.txt, with tokenizer_config.json's specials and
  * add_prefix_space). Every component is checked to be one bpe.c runs
- * before anything is built, so anything else (a Metaspace pre-tokenizer,
- * a Lowercase normalizer, BPE dropout, a BertProcessing) is refused with a
- * message naming it.
+ * before anything is built, so anything else (BPE dropout, a
+ * continuing_subword_prefix, a BertProcessing) is refused with a message
+ * naming it.
  *
- * The added tokens' tries and the templates are built by bpe_post.c.
+ * The normalizer, pre-tokenizer and decoder are read by bpe_comp.c, the
+ * added tokens' tries and the templates built by bpe_post.c.
  *
  * Threads: whichever thread calls a loader; nothing here is shared.
  * Ownership: a bpe_tok owns everything it points to; files are read into
@@ -21,10 +22,6 @@
 #include "unicode.h"
 
 #define BPE_MAX_TOKENS ((size_t)1 << 24)
-
-/* GPT-2's regex; ByteLevel's use_regex splits with it. */
-static const char bpe_gpt2_re[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 void bpe_seterr(char *errstr, size_t errstr_size, const char *fmt, ...)
 {
@@ -59,6 +56,8 @@ void bpe_destroy(struct bpe_tok *t)
     free(t->norm.te);
     free(t->aflags);
     free(t->tids);
+    bpe_steps_free(t->nstep, t->n_nstep);
+    bpe_steps_free(t->dstep, t->n_dstep);
     free(t);
 }
 
@@ -186,213 +185,6 @@ static size_t bpe_longest(const struct bpe_tok *t)
     return m;
 }
 
-/* ---- regexes ---------------------------------------------------------------------- */
-
-/* Compiles a pattern the reference runs on Oniguruma: \s there is
- * White_Space, which with PCRE2's UCP lacks U+0085, so \s gains it (in a
- * class and out) and \S outside a class becomes [^\s\x{85}]. A \S inside
- * a class is refused (it has no such rewrite). literal: a String pattern.
- * Returns the code, or NULL with errstr filled. */
-static pcre2_code *bpe_compile(const char *pat, size_t n, int literal, const char *path,
-                               const char *where, char *errstr, size_t errstr_size)
-{
-    char *out = malloc(n * 12 + 1);
-    if (!out) {
-        bpe_seterr(errstr, errstr_size, "%s: out of memory", path);
-        return NULL;
-    }
-    size_t o = 0;
-    if (literal) {
-        memcpy(out, pat, n);
-        o = n;
-    } else {
-        int in_class = 0;
-        for (size_t i = 0; i < n; i++) {
-            char c = pat[i];
-            if (c == '\\' && i + 1 < n) {
-                char d = pat[i + 1];
-                if (d == 's') {
-                    const char *r = in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
-                    memcpy(out + o, r, strlen(r));
-                    o += strlen(r);
-                } else if (d == 'S') {
-                    if (in_class) {
-                        free(out);
-                        bpe_seterr(errstr, errstr_size, "%s: %s: \\S inside a character class "
-                                   "is not supported", path, where);
-                        return NULL;
-                    }
-                    memcpy(out + o, "[^\\s\\x{85}]", 11);
-                    o += 11;
-                } else {
-                    out[o++] = c;
-                    out[o++] = d;
-                }
-                i++;
-                continue;
-            }
-            if (c == '[' && !in_class) {
-                in_class = 1;
-                out[o++] = c;
-                /* a ] right after [ or [^ is a literal */
-                if (i + 1 < n && pat[i + 1] == '^') out[o++] = pat[++i];
-                if (i + 1 < n && pat[i + 1] == ']') out[o++] = pat[++i];
-                continue;
-            }
-            if (c == ']' && in_class) in_class = 0;
-            out[o++] = c;
-        }
-    }
-    int err;
-    PCRE2_SIZE eoff;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)out, o,
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK |
-                                       (literal ? PCRE2_LITERAL : 0),
-                                   &err, &eoff, NULL);
-    free(out);
-    if (!re) {
-        PCRE2_UCHAR msg[160];
-        pcre2_get_error_message(err, msg, sizeof(msg));
-        bpe_seterr(errstr, errstr_size, "%s: %s: the pattern does not compile: %s", path, where,
-                   (const char *)msg);
-        return NULL;
-    }
-    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* an interpreter is the fallback */
-    return re;
-}
-
-/* ---- the other components ------------------------------------------------------- */
-
-static int bpe_json_bool(const json_t *o, const char *key, int *out, const char *path,
-                         const char *where, char *errstr, size_t errstr_size)
-{
-    const json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_boolean(v)) {
-        bpe_seterr(errstr, errstr_size, "%s: %s.%s is not true or false", path, where, key);
-        return -1;
-    }
-    *out = json_is_true(v);
-    return 0;
-}
-
-/* normalizer: none or NFC (also as a Sequence of one). */
-static int bpe_json_norm(struct bpe_tok *t, const json_t *n, const char *path, char *errstr,
-                         size_t errstr_size)
-{
-    if (!n || json_is_null(n)) return 0;
-    const char *type = bpe_type(n);
-    if (type && !strcmp(type, "Sequence")) {
-        const json_t *list = json_object_get(n, "normalizers");
-        if (json_is_array(list) && json_array_size(list) == 0) return 0;
-        if (json_is_array(list) && json_array_size(list) == 1)
-            return bpe_json_norm(t, json_array_get(list, 0), path, errstr, errstr_size);
-    } else if (type && !strcmp(type, "NFC")) {
-        t->nfc = 1;
-        return 0;
-    }
-    bpe_seterr(errstr, errstr_size, "%s: normalizer \"%s\" is not supported (none or NFC)", path,
-               type ? type : "?");
-    return -1;
-}
-
-/* One ByteLevel pre-tokenizer (or decoder/post-processor) object's
- * settings. */
-static int bpe_json_bytelevel(struct bpe_tok *t, const json_t *o, const char *path,
-                              char *errstr, size_t errstr_size)
-{
-    int aps = 1, rx = 1;
-    if (bpe_json_bool(o, "add_prefix_space", &aps, path, "pre_tokenizer", errstr, errstr_size) ||
-        bpe_json_bool(o, "use_regex", &rx, path, "pre_tokenizer", errstr, errstr_size))
-        return -1;
-    t->add_prefix_space = aps;
-    if (rx && !(t->bl_re = bpe_compile(bpe_gpt2_re, strlen(bpe_gpt2_re), 0, path,
-                                       "ByteLevel's regex", errstr, errstr_size)))
-        return -1;
-    return 0;
-}
-
-/* A Split step: {"pattern": {"Regex"|"String": ...}, "behavior":
- * "Isolated"|"Removed", "invert": false}. */
-static int bpe_json_split(struct bpe_tok *t, const json_t *o, const char *path, char *errstr,
-                          size_t errstr_size)
-{
-    const json_t *pat = json_object_get(o, "pattern");
-    const json_t *rx = json_object_get(pat, "Regex"), *str = json_object_get(pat, "String");
-    const char *beh = json_string_value(json_object_get(o, "behavior"));
-    int invert = 0;
-    if (bpe_json_bool(o, "invert", &invert, path, "pre_tokenizer.Split", errstr, errstr_size))
-        return -1;
-    const json_t *p = rx ? rx : str;
-    if (!json_is_string(p) || !beh || (strcmp(beh, "Isolated") && strcmp(beh, "Removed")) ||
-        invert || t->n_split == BPE_MAX_SPLITS) {
-        bpe_seterr(errstr, errstr_size, "%s: pre_tokenizer Split: only a Regex or String pattern, "
-                   "behavior Isolated or Removed, invert false, at most %d steps, are supported "
-                   "(behavior \"%s\")", path, BPE_MAX_SPLITS, beh ? beh : "?");
-        return -1;
-    }
-    struct bpe_split *s = &t->split[t->n_split];
-    s->removed = !strcmp(beh, "Removed");
-    if (!(s->re = bpe_compile(json_string_value(p), json_string_length(p), str != NULL, path,
-                              "pre_tokenizer Split's pattern", errstr, errstr_size)))
-        return -1;
-    t->n_split++;
-    return 0;
-}
-
-/* pre_tokenizer: ByteLevel, or a Sequence of Split steps ending in
- * ByteLevel. */
-static int bpe_json_pre(struct bpe_tok *t, const json_t *pre, const char *path, char *errstr,
-                        size_t errstr_size)
-{
-    const char *type = bpe_type(pre);
-    if (type && !strcmp(type, "ByteLevel")) return bpe_json_bytelevel(t, pre, path, errstr, errstr_size);
-    if (type && !strcmp(type, "Sequence")) {
-        const json_t *list = json_object_get(pre, "pretokenizers");
-        size_t n = json_array_size(list);
-        if (json_is_array(list) && n > 0 && !strcmp(bpe_type(json_array_get(list, n - 1)) ?
-                                                    bpe_type(json_array_get(list, n - 1)) : "",
-                                                "ByteLevel")) {
-            for (size_t i = 0; i + 1 < n; i++) {
-                const json_t *x = json_array_get(list, i);
-                const char *ty = bpe_type(x);
-                if (!ty || strcmp(ty, "Split")) {
-                    bpe_seterr(errstr, errstr_size, "%s: pre_tokenizer Sequence holds \"%s\"; "
-                               "only Split steps then ByteLevel are supported", path,
-                               ty ? ty : "?");
-                    return -1;
-                }
-                if (bpe_json_split(t, x, path, errstr, errstr_size)) return -1;
-            }
-            return bpe_json_bytelevel(t, json_array_get(list, n - 1), path, errstr, errstr_size);
-        }
-    }
-    bpe_seterr(errstr, errstr_size, "%s: pre_tokenizer \"%s\" is not supported: byte-level BPE "
-               "needs ByteLevel, alone or after Split steps (a Metaspace/SentencePiece BPE is "
-               "not byte-level)", path, type ? type : "null");
-    return -1;
-}
-
-/* decoder: ByteLevel (also inside a Sequence of one) or none. */
-static int bpe_json_dec(struct bpe_tok *t, const json_t *d, const char *path, char *errstr,
-                        size_t errstr_size)
-{
-    if (!d || json_is_null(d)) return 0;
-    const char *type = bpe_type(d);
-    if (type && !strcmp(type, "ByteLevel")) {
-        t->dec_bytelevel = 1;
-        return 0;
-    }
-    if (type && !strcmp(type, "Sequence")) {
-        const json_t *list = json_object_get(d, "decoders");
-        if (json_is_array(list) && json_array_size(list) == 1)
-            return bpe_json_dec(t, json_array_get(list, 0), path, errstr, errstr_size);
-    }
-    bpe_seterr(errstr, errstr_size, "%s: decoder \"%s\" is not supported (ByteLevel or none)", path,
-               type ? type : "?");
-    return -1;
-}
-
 /* model options other than vocab and merges. */
 static int bpe_json_model_opts(struct bpe_tok *t, const json_t *m, const char *path,
                                char *errstr, size_t errstr_size)
@@ -411,15 +203,11 @@ static int bpe_json_model_opts(struct bpe_tok *t, const json_t *m, const char *p
             return -1;
         }
     }
-    int bf = 0;
     if (bpe_json_bool(m, "fuse_unk", &t->fuse_unk, path, "model", errstr, errstr_size) ||
-        bpe_json_bool(m, "byte_fallback", &bf, path, "model", errstr, errstr_size) ||
+        bpe_json_bool(m, "byte_fallback", &t->byte_fallback, path, "model", errstr,
+                      errstr_size) ||
         bpe_json_bool(m, "ignore_merges", &t->ignore_merges, path, "model", errstr, errstr_size))
         return -1;
-    if (bf) {
-        bpe_seterr(errstr, errstr_size, "%s: model.byte_fallback is true: not supported", path);
-        return -1;
-    }
     const json_t *unk = json_object_get(m, "unk_token");
     t->model_unk = -1;
     if (unk && !json_is_null(unk)) {
@@ -682,6 +470,7 @@ struct bpe_tok *bpe_from_json(const char *dir, const json_t *root, const char *p
         x->id = (int32_t)id;
     }
     if (bpe_build_vocab(t, src, n, path, errstr, errstr_size)) goto fail;
+    t->n_model = nv;
     bpe_byte_maps(t);
     size_t nm = json_array_size(merges);
     if (bpe_alloc_merges(t, nm, path, errstr, errstr_size)) goto fail;
@@ -717,10 +506,8 @@ struct bpe_tok *bpe_from_json(const char *dir, const json_t *root, const char *p
         goto fail;
     }
     if (bpe_json_model_opts(t, model, path, errstr, errstr_size) ||
-        bpe_json_norm(t, json_object_get(root, "normalizer"), path, errstr, errstr_size) ||
-        bpe_json_pre(t, json_object_get(root, "pre_tokenizer"), path, errstr, errstr_size) ||
+        bpe_json_components(t, root, path, errstr, errstr_size) ||
         bpe_json_post(t, json_object_get(root, "post_processor"), path, errstr, errstr_size) ||
-        bpe_json_dec(t, json_object_get(root, "decoder"), path, errstr, errstr_size) ||
         bpe_set_added(t, ad, na, path, errstr, errstr_size))
         goto fail;
     bpe_cls_sep(t);
@@ -826,6 +613,7 @@ struct bpe_tok *bpe_from_files(const char *dir, size_t *max_tokens, char *errstr
         n++;
     }
     if (bpe_build_vocab(t, src, n, vp, errstr, errstr_size)) goto fail;
+    t->n_model = nv;
     bpe_byte_maps(t);
     size_t lines = 0;
     for (size_t i = 0; i < mlen; i++) lines += mbuf[i] == '\n';
@@ -851,9 +639,7 @@ struct bpe_tok *bpe_from_files(const char *dir, size_t *max_tokens, char *errstr
             goto fail;
     }
     t->add_prefix_space = cfg.add_prefix_space;
-    if (!(t->bl_re = bpe_compile(bpe_gpt2_re, strlen(bpe_gpt2_re), 0, dir, "ByteLevel's regex",
-                                 errstr, errstr_size)))
-        goto fail;
+    if (bpe_bytelevel_gpt2(t, dir, errstr, errstr_size)) goto fail;
     t->dec_bytelevel = 1;
     struct bpe_added ad[7];
     size_t na = 0;

@@ -2,8 +2,9 @@
  * from a model folder, encode (pairs, truncation), decode, special
  * tokens. Callers never see which implementation answers; each one is a
  * file of its own that fills the table in tokenizer_impl.h (WordPiece,
- * text/wp_tokenizer.c; byte-level BPE, text/bpe.c; Unigram,
- * text/ug_tokenizer.c), and tokenizer_kind_name says which one runs.
+ * text/wp_tokenizer.c; BPE, byte-level or SentencePiece-style with byte
+ * fallback, text/bpe.c; Unigram, text/ug_tokenizer.c), and
+ * tokenizer_kind_name says which one runs.
  *
  * A folder is read as Hugging Face's save_pretrained writes it: when it
  * has tokenizer.json, that file's model.type picks the implementation
@@ -142,7 +143,9 @@ int tokenizer_text_blank(const char *text, size_t len);
 /* Turns n ids (borrowed) back into text as Hugging Face's tokenizers
  * decode with skip_special_tokens: special tokens are left out and the
  * rest joined by the model's decoder (WordPiece: a continuation's "##"
- * dropped, a space before every other token, " ." and the like tightened).
+ * dropped, a space before every other token, " ." and the like tightened;
+ * SentencePiece-style BPE: "▁" a space, a run of <0xNN> tokens its bytes
+ * when they are whole UTF-8 and one U+FFFD per token otherwise).
  * Writes at most cap - 1 bytes and a NUL into buf (the caller's; cap 0:
  * nothing), like snprintf. Returns the whole text's length in bytes (so a
  * result >= cap means buf holds a cut copy), or TOKENIZER_ERR_ARG for an

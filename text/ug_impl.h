@@ -110,7 +110,7 @@ static inline int64_t ug_trie_step(const struct ug_trie *trie, uint32_t node, un
     return e[lo].child;
 }
 
-/* A growable byte buffer of unigram.c and ug_decode.c. */
+/* A growable byte buffer of unigram.c. */
 struct ug_buf {
     char *p;
     size_t n, cap;
