@@ -186,6 +186,19 @@ __global__ void rope_kernel(T *x, size_t rows, size_t ldx, size_t col, size_t he
     (void)rows;
 }
 
+// One thread per output: silu of the row's gate times its up value, in
+// float32 (act_fn's overflow-safe silu).
+template <typename T>
+__global__ void swiglu_kernel(T *y, const T *x, size_t w, size_t total)
+{
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        size_t r = idx / w, j = idx % w;
+        const T *row = x + r * 2 * w;
+        st(y, idx, act_fn(ld(row, j), KC_SILU) * ld(row, w + j));
+    }
+}
+
 template <typename T>
 __global__ void softmax_kernel(T *x, size_t w)
 {
@@ -491,6 +504,17 @@ extern "C" cudaError_t kc_rope(cudaStream_t s, enum kc_type t, void *x, size_t r
     return with_type(t, [&](auto *p) {
         rope_kernel<<<blocks_for(total), kThreads, 0, s>>>((KC_T(p) *)x, rows, ld, col, heads, dh,
                                                            pos, inv_freq, total);
+    });
+}
+
+extern "C" cudaError_t kc_swiglu(cudaStream_t s, enum kc_type t, void *y, const void *x,
+                                 size_t rows, size_t w)
+{
+    size_t total = rows * w;
+    if (total == 0 || total / w != rows) return cudaErrorInvalidValue;
+    return with_type(t, [&](auto *p) {
+        using T = KC_T(p);
+        swiglu_kernel<<<blocks_for(total), kThreads, 0, s>>>((T *)y, (const T *)x, w, total);
     });
 }
 

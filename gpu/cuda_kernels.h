@@ -72,6 +72,12 @@ cudaError_t kc_l2norm(cudaStream_t s, enum kc_type t, void *x, size_t rows, size
 cudaError_t kc_rope(cudaStream_t s, enum kc_type t, void *x, size_t rows, size_t ld, size_t col,
                     size_t heads, size_t dh, const uint32_t *pos, const float *inv_freq);
 
+/* y = silu(gate) * up for each of rows rows: row r of x holds 2 w values,
+ * [gate (w) | up (w)] (one GEMM of the stacked projections), row r of y
+ * its w products. y must not overlap x. */
+cudaError_t kc_swiglu(cudaStream_t s, enum kc_type t, void *y, const void *x, size_t rows,
+                      size_t w);
+
 /* ---- packed sequences ------------------------------------------------
  * A batch of n sequences is packed: T tokens in all, sequence i being
  * tokens offsets[i] .. offsets[i+1]-1 (offsets: n + 1 entries, device

@@ -263,19 +263,20 @@ int cuda_pool(void *cp, void *y, const void *x, const struct bk_seqs *s, enum bk
     return CX(c, kc_pool(c->stream, c->be->kt, x, s->offsets, s->n, w, kp[mode], y, 0));
 }
 
-/* ---- decoding: not on this backend yet ------------------------------------ */
+/* ---- decoding ---------------------------------------------------------------- */
 
-/* The generation path runs on the CPU backend for now; these refuse, so
- * a decoder on CUDA fails its first step with a clear message. */
 int cuda_swiglu(void *cp, void *y, const void *x, size_t rows, size_t w)
 {
-    (void)y;
-    (void)x;
-    (void)rows;
-    (void)w;
-    return cx_refuse(cp, "swiglu: not on this backend yet");
+    struct cuda_ctx *c = cp;
+    int rc = cx_live(c);
+    if (rc < 0) return rc;
+    if (!y || !x || !rows || !w) return cx_refuse(c, "swiglu: %zu rows of %zu", rows, w);
+    return CX(c, kc_swiglu(c->stream, c->be->kt, y, x, rows, w));
 }
 
+/* The paged key/value cache runs on the CPU backend for now; these
+ * refuse, so a decoder on CUDA fails its first step with a clear
+ * message. */
 int cuda_kv_store(void *cp, const struct bk_kv *kv, const void *k, size_t ldk, const void *v,
                   size_t ldv, const struct bk_seqs *s)
 {

@@ -8,7 +8,7 @@
  * told to have no algorithm (sizes of 1, or every shape), layernorm
  * and rmsnorm with a residual (x keeps the sum; y may be x), embeddings
  * with and without their LayerNorm, attention over a strided qkv (causal
- * or not, grouped-query, a relative-position bias), rope, the
+ * or not, grouped-query, a relative-position bias), rope, swiglu, the
  * activations, softmax, l2norm, the four poolings, float32 loads and
  * stores; graphs (eager, captured, replayed, with new inputs each time);
  * the refusals (a bad leading dimension fails its pass only; ctx_alloc
@@ -613,6 +613,32 @@ static void test_rope(void **state)
     }
 }
 
+static void test_swiglu(void **state)
+{
+    (void)state;
+    if (!have_device) skip();
+    for (size_t p = 0; p < N_PRECS; p++) {
+        struct env *e = env_new(precs[p], 0);
+        size_t rows = rnd(1, 20), w = rnd(1, 700);
+        float *x = randv(e, rows * 2 * w, -6, 6);
+        void *dx = dev(e, rows * 2 * w * e->es), *dy = dev(e, rows * w * e->es);
+        load(e, dx, x, rows * 2 * w);
+        begin(e);
+        assert_int_equal(B->swiglu(e->c, dy, dx, rows, w), 0);
+        end(e);
+        float *got = fetch(e, dy, rows * w);
+        double *ref = malloc(rows * w * sizeof(double));
+        for (size_t r = 0; r < rows; r++)
+            for (size_t j = 0; j < w; j++) {
+                double g = x[r * 2 * w + j], u = x[r * 2 * w + w + j];
+                ref[r * w + j] = g / (1.0 + exp(-g)) * u;
+            }
+        check(e, "swiglu", got, ref, rows * w);
+        free(x), free(got), free(ref);
+        env_free(e);
+    }
+}
+
 static void test_rowwise(void **state)
 {
     (void)state;
@@ -807,7 +833,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gemm),      cmocka_unit_test(test_gemm_fallback),
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_embed),     cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_rope),      cmocka_unit_test(test_rowwise),
+        cmocka_unit_test(test_rope),      cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_rowwise),
         cmocka_unit_test(test_pool),      cmocka_unit_test(test_graphs),
         cmocka_unit_test(test_refusals_and_fault),
     };
