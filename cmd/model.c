@@ -20,11 +20,11 @@
 
 static const char usage[] =
     "usage: kinfer model demo -o PATH\n"
-    "       [--kind mlp|bert|roberta|xlm-roberta|mpnet|distilbert|llama] [options]\n"
+    "       [--kind mlp|bert|roberta|xlm-roberta|mpnet|distilbert|nomic-bert|llama] [options]\n"
     "\n"
     "--kind mlp (default) writes a small random MLP as safetensors (tensors\n"
     "0.weight, 0.bias, 2.weight, 2.bias: dense -> relu -> dense), the model\n"
-    "worker.cfg names. --kind bert (roberta, xlm-roberta, mpnet, distilbert)\n"
+    "worker.cfg names. --kind bert (roberta, xlm-roberta, mpnet, distilbert, nomic-bert)\n"
     "writes a small random encoder folder of that family as Hugging Face and\n"
     "sentence-transformers lay it out (config.json with the family's keys,\n"
     "model.safetensors with its tensor names, a WordPiece vocab.txt or for\n"

@@ -17,6 +17,7 @@ const struct arch *const arch_registry[] = {
     &arch_roberta,
     &arch_mpnet,
     &arch_distilbert,
+    &arch_nomic,
 };
 const size_t arch_registry_len = sizeof(arch_registry) / sizeof(arch_registry[0]);
 

@@ -197,6 +197,7 @@ extern const struct arch arch_bert;
 extern const struct arch arch_roberta;
 extern const struct arch arch_mpnet;
 extern const struct arch arch_distilbert;
+extern const struct arch arch_nomic;
 extern const struct arch_decoder arch_llama;
 
 #endif

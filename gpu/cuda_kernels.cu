@@ -186,6 +186,103 @@ __global__ void rope_kernel(T *x, size_t rows, size_t ldx, size_t col, size_t he
     (void)rows;
 }
 
+// One thread per output: silu of the row's gate times its up value, in
+// float32 (act_fn's overflow-safe silu).
+template <typename T>
+__global__ void swiglu_kernel(T *y, const T *x, size_t w, size_t total)
+{
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        size_t r = idx / w, j = idx % w;
+        const T *row = x + r * 2 * w;
+        st(y, idx, act_fn(ld(row, j), KC_SILU) * ld(row, w + j));
+    }
+}
+
+// One thread per (token, element of its key/value row).
+template <typename T>
+__global__ void kv_store_kernel(float *K, float *V, const T *k, size_t ldk, const T *v,
+                                size_t ldv, const uint32_t *seq, const uint32_t *pos,
+                                const uint32_t *tables, size_t table_w, size_t block_tokens,
+                                size_t blocks, size_t row, size_t total)
+{
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        size_t t = idx / row, e = idx % row, b = pos[t] / block_tokens;
+        if (b >= table_w) continue;
+        uint32_t blk = tables[(size_t)seq[t] * table_w + b];
+        if (blk >= blocks) continue;
+        size_t slot = (size_t)blk * block_tokens + pos[t] % block_tokens;
+        K[slot * row + e] = ld(k, t * ldk + e);
+        V[slot * row + e] = ld(v, t * ldv + e);
+    }
+}
+
+// One block of kThreads per (token, head). Positions are taken a tile of
+// kThreads at a time, one per thread: its score (q . k, float32), then
+// the tile's max and sum through block_reduce, rescaling what came before
+// (the online softmax), and each thread adds the tile's weighted values
+// into its own elements of the head's accumulator. Every decision that
+// ends the loop is the block's, so the barriers are met by every thread.
+template <typename T>
+__global__ void paged_attn_kernel(const T *q, size_t ldq, size_t heads, size_t group,
+                                  float scale, const float *K, const float *V,
+                                  const uint32_t *seq, const uint32_t *pos,
+                                  const uint32_t *tables, size_t table_w, size_t block_tokens,
+                                  size_t blocks, size_t row, size_t dh, size_t max_ctx, T *out,
+                                  size_t ldo)
+{
+    __shared__ float qs[KC_PAGED_MAX_DH], acc[KC_PAGED_MAX_DH], p[kThreads], red[kWarps];
+    __shared__ long long slots[kThreads];
+    size_t t = blockIdx.x / heads, h = blockIdx.x % heads, g = h / group;
+    size_t last = pos[t], sq = seq[t];
+    for (size_t e = threadIdx.x; e < dh; e += blockDim.x) {
+        qs[e] = ld(q, t * ldq + h * dh + e);
+        acc[e] = 0.0f;
+    }
+    __syncthreads();
+    int bad = last >= max_ctx;
+    float m = -INFINITY, l = 0.0f;
+    for (size_t j0 = 0; !bad && j0 <= last; j0 += blockDim.x) {
+        size_t j = j0 + threadIdx.x;
+        float sc = -INFINITY;
+        long long slot = -1;
+        if (j <= last) {
+            size_t b = j / block_tokens;
+            uint32_t blk = b < table_w ? tables[sq * table_w + b] : 0xffffffffu;
+            if (blk < blocks) {
+                slot = (long long)((size_t)blk * block_tokens + j % block_tokens);
+                const float *kr = K + (size_t)slot * row + g * dh;
+                float d = 0.0f;
+                for (size_t e = 0; e < dh; e++) d += qs[e] * kr[e];
+                sc = d * scale;
+            } else {
+                slot = -2;
+            }
+        }
+        slots[threadIdx.x] = slot;
+        if (block_reduce(slot == -2 ? 1.0f : 0.0f, 1, red) > 0.0f) {
+            bad = 1;
+            break;
+        }
+        float mn = fmaxf(m, block_reduce(sc, 1, red));
+        float pj = j <= last ? expf(sc - mn) : 0.0f;
+        p[threadIdx.x] = pj;
+        float corr = expf(m - mn);
+        l = l * corr + block_reduce(pj, 0, red); /* its barriers publish p and slots */
+        size_t n = last + 1 - j0 < blockDim.x ? last + 1 - j0 : blockDim.x;
+        for (size_t e = threadIdx.x; e < dh; e += blockDim.x) {
+            float a = acc[e] * corr;
+            for (size_t k = 0; k < n; k++) a += p[k] * V[(size_t)slots[k] * row + g * dh + e];
+            acc[e] = a;
+        }
+        m = mn;
+        __syncthreads(); /* the next tile overwrites p and slots */
+    }
+    T *o = out + t * ldo + h * dh;
+    for (size_t e = threadIdx.x; e < dh; e += blockDim.x) st(o, e, bad ? NAN : acc[e] / l);
+}
+
 template <typename T>
 __global__ void softmax_kernel(T *x, size_t w)
 {
@@ -491,6 +588,55 @@ extern "C" cudaError_t kc_rope(cudaStream_t s, enum kc_type t, void *x, size_t r
     return with_type(t, [&](auto *p) {
         rope_kernel<<<blocks_for(total), kThreads, 0, s>>>((KC_T(p) *)x, rows, ld, col, heads, dh,
                                                            pos, inv_freq, total);
+    });
+}
+
+extern "C" cudaError_t kc_swiglu(cudaStream_t s, enum kc_type t, void *y, const void *x,
+                                 size_t rows, size_t w)
+{
+    size_t total = rows * w;
+    if (total == 0 || total / w != rows) return cudaErrorInvalidValue;
+    return with_type(t, [&](auto *p) {
+        using T = KC_T(p);
+        swiglu_kernel<<<blocks_for(total), kThreads, 0, s>>>((T *)y, (const T *)x, w, total);
+    });
+}
+
+extern "C" cudaError_t kc_kv_store(cudaStream_t s, enum kc_type t, float *K, float *V,
+                                   const void *k, size_t ldk, const void *v, size_t ldv,
+                                   const uint32_t *seq, const uint32_t *pos, size_t tokens,
+                                   const uint32_t *tables, size_t table_w, size_t block_tokens,
+                                   size_t blocks, size_t row)
+{
+    size_t total = tokens * row;
+    if (total == 0 || total / row != tokens || block_tokens == 0 || table_w == 0)
+        return cudaErrorInvalidValue;
+    return with_type(t, [&](auto *p) {
+        using T = KC_T(p);
+        kv_store_kernel<<<blocks_for(total), kThreads, 0, s>>>(K, V, (const T *)k, ldk,
+                                                               (const T *)v, ldv, seq, pos,
+                                                               tables, table_w, block_tokens,
+                                                               blocks, row, total);
+    });
+}
+
+extern "C" cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const void *q,
+                                          size_t ldq, size_t tokens, size_t heads, size_t group,
+                                          float scale, const float *K, const float *V,
+                                          const uint32_t *seq, const uint32_t *pos,
+                                          const uint32_t *tables, size_t table_w,
+                                          size_t block_tokens, size_t blocks, size_t kv_heads,
+                                          size_t dh, size_t max_ctx, void *out, size_t ldo)
+{
+    size_t grid = tokens * heads;
+    if (grid == 0 || grid > 0x7fffffffu || group == 0 || dh == 0 || dh > KC_PAGED_MAX_DH ||
+        block_tokens == 0 || table_w == 0 || heads != kv_heads * group)
+        return cudaErrorInvalidValue;
+    return with_type(t, [&](auto *p) {
+        using T = KC_T(p);
+        paged_attn_kernel<<<(unsigned)grid, kThreads, 0, s>>>(
+            (const T *)q, ldq, heads, group, scale, K, V, seq, pos, tables, table_w,
+            block_tokens, blocks, kv_heads * dh, dh, max_ctx, (T *)out, ldo);
     });
 }
 

@@ -72,6 +72,12 @@ cudaError_t kc_l2norm(cudaStream_t s, enum kc_type t, void *x, size_t rows, size
 cudaError_t kc_rope(cudaStream_t s, enum kc_type t, void *x, size_t rows, size_t ld, size_t col,
                     size_t heads, size_t dh, const uint32_t *pos, const float *inv_freq);
 
+/* y = silu(gate) * up for each of rows rows: row r of x holds 2 w values,
+ * [gate (w) | up (w)] (one GEMM of the stacked projections), row r of y
+ * its w products. y must not overlap x. */
+cudaError_t kc_swiglu(cudaStream_t s, enum kc_type t, void *y, const void *x, size_t rows,
+                      size_t w);
+
 /* ---- packed sequences ------------------------------------------------
  * A batch of n sequences is packed: T tokens in all, sequence i being
  * tokens offsets[i] .. offsets[i+1]-1 (offsets: n + 1 entries, device
@@ -126,6 +132,38 @@ cudaError_t kc_attn_scatter(cudaStream_t s, enum kc_type t, const void *ctxp,
  * y_f32, else of type t. Sums in float32. */
 cudaError_t kc_pool(cudaStream_t s, enum kc_type t, const void *x, const uint32_t *offsets,
                     size_t n, size_t w, enum kc_pool mode, void *y, int y_f32);
+
+/* ---- the paged key/value cache ----------------------------------------
+ * The cache is float32: K and V each hold `blocks` blocks of block_tokens
+ * rows of row (kv_heads x dh) floats; tables (device memory) gives each
+ * sequence's table_w block ids, sequence i's row at i x table_w. A token
+ * t of a packed step (seq[t], pos[t]: device memory) lives in block
+ * tables[seq[t] table_w + pos[t] / block_tokens], row pos[t] %
+ * block_tokens. */
+
+/* Stores each of tokens tokens' key and value rows (k + t ldk, v + t ldv,
+ * row values of the activations' type) in its slot, as float32. A token
+ * whose position falls outside its table or whose block id is not below
+ * blocks is not stored (the attention then answers NaN for it). */
+cudaError_t kc_kv_store(cudaStream_t s, enum kc_type t, float *K, float *V, const void *k,
+                        size_t ldk, const void *v, size_t ldv, const uint32_t *seq,
+                        const uint32_t *pos, size_t tokens, const uint32_t *tables,
+                        size_t table_w, size_t block_tokens, size_t blocks, size_t row);
+
+/* Attention of each new token's query heads (q + t ldq + h dh) over its
+ * sequence's cached positions 0 .. pos[t]: softmax(scale q k^T) v into
+ * out + t ldo + h dh, head h reading cache head h / group. One block per
+ * (token, head), an online softmax over tiles of positions, so no scratch
+ * and any context length. dh is at most KC_PAGED_MAX_DH. A position at
+ * or past max_ctx, or one whose block the table does not hold, gives NaN
+ * rows (the runtime never passes one). */
+#define KC_PAGED_MAX_DH 256
+cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const void *q, size_t ldq,
+                               size_t tokens, size_t heads, size_t group, float scale,
+                               const float *K, const float *V, const uint32_t *seq,
+                               const uint32_t *pos, const uint32_t *tables, size_t table_w,
+                               size_t block_tokens, size_t blocks, size_t kv_heads, size_t dh,
+                               size_t max_ctx, void *out, size_t ldo);
 
 /* A GEMM in the activation type, for the shapes cuBLASLt has no
  * algorithm for (gpu/cuda_lt.c): for each of batch matrices z,

@@ -263,31 +263,49 @@ int cuda_pool(void *cp, void *y, const void *x, const struct bk_seqs *s, enum bk
     return CX(c, kc_pool(c->stream, c->be->kt, x, s->offsets, s->n, w, kp[mode], y, 0));
 }
 
-/* ---- decoding: not on this backend yet ------------------------------------ */
+/* ---- decoding ---------------------------------------------------------------- */
 
-/* The generation path runs on the CPU backend for now; these refuse, so
- * a decoder on CUDA fails its first step with a clear message. */
 int cuda_swiglu(void *cp, void *y, const void *x, size_t rows, size_t w)
 {
-    (void)y;
-    (void)x;
-    (void)rows;
-    (void)w;
-    return cx_refuse(cp, "swiglu: not on this backend yet");
+    struct cuda_ctx *c = cp;
+    int rc = cx_live(c);
+    if (rc < 0) return rc;
+    if (!y || !x || !rows || !w) return cx_refuse(c, "swiglu: %zu rows of %zu", rows, w);
+    return CX(c, kc_swiglu(c->stream, c->be->kt, y, x, rows, w));
+}
+
+/* The paged cache (float32, in blocks; backend.h's bk_kv): the token's
+ * slot is found on the device from its table, so what the host can check
+ * is the shapes; a slot the table does not hold shows as NaN in the
+ * attention's output (cuda_kernels.h). */
+static int kv_ok(struct cuda_ctx *c, const struct bk_kv *kv, const struct bk_seqs *s,
+                 const char *what)
+{
+    if (!kv || !kv->k || !kv->v || !kv->tables || !kv->block_tokens || !kv->kv_heads ||
+        !kv->dh || !kv->table_w || !kv->blocks)
+        return cx_refuse(c, "%s: no cache", what);
+    if (!s || !s->tokens || !s->seq || !s->pos || s->tokens > 0x7fffffffu)
+        return cx_refuse(c, "%s: an empty or incomplete batch of tokens", what);
+    return 0;
 }
 
 int cuda_kv_store(void *cp, const struct bk_kv *kv, const void *k, size_t ldk, const void *v,
                   size_t ldv, const struct bk_seqs *s)
 {
-    (void)kv;
-    (void)k;
-    (void)ldk;
-    (void)v;
-    (void)ldv;
-    (void)s;
-    return cx_refuse(cp, "paged attention: not on this backend yet");
+    struct cuda_ctx *c = cp;
+    int rc = cx_live(c);
+    if (rc < 0) return rc;
+    if ((rc = kv_ok(c, kv, s, "kv_store")) < 0) return rc;
+    size_t row = kv->kv_heads * kv->dh;
+    if (!k || !v || ldk < row || ldv < row)
+        return cx_refuse(c, "kv_store: rows of %zu with leading dimensions %zu and %zu", row,
+                         ldk, ldv);
+    return CX(c, kc_kv_store(c->stream, c->be->kt, kv->k, kv->v, k, ldk, v, ldv, s->seq, s->pos,
+                             s->tokens, kv->tables, kv->table_w, kv->block_tokens, kv->blocks,
+                             row));
 }
 
+/* The kernel keeps its scores in shared memory a tile at a time. */
 size_t cuda_paged_attention_scratch(void *be, size_t max_tokens, size_t max_ctx, size_t heads)
 {
     (void)be;
@@ -299,6 +317,19 @@ size_t cuda_paged_attention_scratch(void *be, size_t max_tokens, size_t max_ctx,
 
 int cuda_paged_attention(void *cp, const struct bk_paged_attention *a)
 {
-    (void)a;
-    return cx_refuse(cp, "paged attention: not on this backend yet");
+    struct cuda_ctx *c = cp;
+    int rc = cx_live(c);
+    if (rc < 0) return rc;
+    if (!a) return cx_refuse(c, "paged attention: no arguments");
+    if ((rc = kv_ok(c, a->kv, a->s, "paged attention")) < 0) return rc;
+    const struct bk_kv *kv = a->kv;
+    if (!a->q || !a->out || !a->heads || a->heads % kv->kv_heads || kv->dh > KC_PAGED_MAX_DH ||
+        a->ldq < a->heads * kv->dh || a->ldo < a->heads * kv->dh || !a->max_ctx)
+        return cx_refuse(c, "paged attention: %zu heads of %zu over %zu cache heads (at most "
+                         "%d values a head)", a->heads, kv->dh, kv->kv_heads, KC_PAGED_MAX_DH);
+    return CX(c, kc_paged_attention(c->stream, c->be->kt, a->q, a->ldq, a->s->tokens, a->heads,
+                                    a->heads / kv->kv_heads, a->scale, kv->k, kv->v, a->s->seq,
+                                    a->s->pos, kv->tables, kv->table_w, kv->block_tokens,
+                                    kv->blocks, kv->kv_heads, kv->dh, a->max_ctx, a->out,
+                                    a->ldo));
 }

@@ -447,6 +447,10 @@ static const struct demo_family demo_families[] = {
      {"attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin",
       "sa_layer_norm", "ffn.lin1", "ffn.lin2", "output_layer_norm"},
      0, 0, 0, "pre_classifier", "classifier", 0},
+    /* NomicBERT: its own config keys and tensors (demo_config,
+     * demo_nomic_tensors); an embedder only. */
+    {"nomic-bert", "nomic_bert", "NomicBertModel", NULL, "", "encoder.layers.",
+     {NULL}, 2, 0, 0, NULL, NULL, 0},
 };
 
 /* The demo's position rows for its 128 tokens. */
@@ -454,7 +458,7 @@ static const struct demo_family demo_families[] = {
 
 const char *model_demo_encoder_kinds(void)
 {
-    return "bert, roberta, xlm-roberta, mpnet, distilbert";
+    return "bert, roberta, xlm-roberta, mpnet, distilbert, nomic-bert";
 }
 
 /* config.json of family f into buf. */
@@ -471,6 +475,18 @@ static void demo_config(const struct demo_family *f, char *buf, size_t cap, size
                      "  \"n_heads\": %zu,\n  \"hidden_dim\": %zu,\n"
                      "  \"activation\": \"gelu\",\n  \"max_position_embeddings\": %d,\n"
                      "  \"sinusoidal_pos_embds\": false,\n  \"pad_token_id\": 0",
+                     arch, vocab, hidden, layers, heads, inter, DEMO_MAX_TOKENS);
+    else if (!strcmp(f->kind, "nomic-bert"))
+        n = snprintf(buf, cap,
+                     "{\n  \"model_type\": \"nomic_bert\",\n  \"architectures\": [\"%s\"],\n"
+                     "  \"vocab_size\": %zu,\n  \"n_embd\": %zu,\n  \"n_layer\": %zu,\n"
+                     "  \"n_head\": %zu,\n  \"n_inner\": %zu,\n"
+                     "  \"activation_function\": \"swiglu\",\n  \"n_positions\": %d,\n"
+                     "  \"type_vocab_size\": 2,\n  \"layer_norm_epsilon\": 1e-12,\n"
+                     "  \"rotary_emb_base\": 1000,\n  \"rotary_emb_fraction\": 1.0,\n"
+                     "  \"rotary_emb_interleaved\": false,\n  \"rotary_scaling_factor\": null,\n"
+                     "  \"prenorm\": false,\n  \"qkv_proj_bias\": false,\n"
+                     "  \"mlp_fc1_bias\": false,\n  \"mlp_fc2_bias\": false",
                      arch, vocab, hidden, layers, heads, inter, DEMO_MAX_TOKENS);
     else if (!strcmp(f->kind, "bert"))
         n = snprintf(buf, cap,
@@ -575,6 +591,10 @@ int model_write_demo_encoder(const char *dir, const char *kind, size_t layers, s
                  kind ? kind : "(none)", model_demo_encoder_kinds());
         return -1;
     }
+    if (n_labels && !f->classifier) {
+        snprintf(errstr, errstr_size, "%s demo: an embedder only (no --labels)", f->kind);
+        return -1;
+    }
     if (!layers || !hidden || !heads || hidden % heads || !intermediate || layers > 64 ||
         hidden > 4096 || intermediate > 16384 || n_labels > 64) {
         snprintf(errstr, errstr_size, "%s demo: bad sizes (layers %zu, hidden %zu, heads %zu, "
@@ -673,6 +693,30 @@ int model_write_demo_encoder(const char *dir, const char *kind, size_t layers, s
         nt++;                                                                            \
     } while (0)
     char nm[112];
+    if (!strcmp(f->kind, "nomic-bert")) {
+        /* NomicBertModel's names; no biases, as nomic-embed has none. */
+        static const char *const mods[] = {"attn.Wqkv", "attn.out_proj", "mlp.fc11",
+                                           "mlp.fc12", "mlp.fc2"};
+        TENSOR("", "embeddings.word_embeddings.weight", vocab, hidden, 0);
+        TENSOR("", "embeddings.token_type_embeddings.weight", 2, hidden, 0);
+        TENSOR("", "emb_ln.weight", hidden, 0, 1);
+        TENSOR("", "emb_ln.bias", hidden, 0, 2);
+        for (size_t l = 0; l < layers; l++) {
+            for (int k = 0; k < 5; k++) {
+                size_t d0 = k == 0 ? 3 * hidden : k < 2 || k == 4 ? hidden : intermediate;
+                size_t d1 = k == 4 ? intermediate : hidden;
+                snprintf(nm, sizeof(nm), "%s%zu.%s.weight", f->layer, l, mods[k]);
+                TENSOR("", nm, d0, d1, 0);
+            }
+            for (int k = 1; k <= 2; k++) {
+                snprintf(nm, sizeof(nm), "%s%zu.norm%d.weight", f->layer, l, k);
+                TENSOR("", nm, hidden, 0, 1);
+                snprintf(nm, sizeof(nm), "%s%zu.norm%d.bias", f->layer, l, k);
+                TENSOR("", nm, hidden, 0, 2);
+            }
+        }
+        goto write;
+    }
     TENSOR(px, "embeddings.word_embeddings.weight", vocab, hidden, 0);
     TENSOR(px, "embeddings.position_embeddings.weight", DEMO_MAX_TOKENS + f->pos_base, hidden, 0);
     if (f->type_vocab)
@@ -703,6 +747,7 @@ int model_write_demo_encoder(const char *dir, const char *kind, size_t layers, s
         TENSOR("", nm, n_labels, 0, 2);
     }
 #undef TENSOR
+write:
     if (demo_path_in(path, sizeof(path), dir, "model.safetensors") < 0) goto oom2;
     rc = st_write(path, t, nt, errstr, errstr_size);
     goto done;

@@ -1053,7 +1053,7 @@ static const struct {
     {{.what = "model_type gpt2", .kind = F_ROBERTA, .cfg_key = "model_type",
       .cfg_json = "\"gpt2\""},
      {"config.json: model_type \"gpt2\" is not one this build runs (bert, roberta, "
-      "xlm-roberta, camembert, mpnet, distilbert)"}},
+      "xlm-roberta, camembert, mpnet, distilbert, nomic_bert)"}},
 };
 
 /* Each bad folder is refused naming the model and the tensor or key. */

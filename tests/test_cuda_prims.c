@@ -8,7 +8,9 @@
  * told to have no algorithm (sizes of 1, or every shape), layernorm
  * and rmsnorm with a residual (x keeps the sum; y may be x), embeddings
  * with and without their LayerNorm, attention over a strided qkv (causal
- * or not, grouped-query, a relative-position bias), rope, the
+ * or not, grouped-query, a relative-position bias), rope, swiglu, the
+ * paged key/value cache (kv_store, paged_attention over scattered blocks,
+ * grouped-query, contexts of several tiles, NaN for a missing block), the
  * activations, softmax, l2norm, the four poolings, float32 loads and
  * stores; graphs (eager, captured, replayed, with new inputs each time);
  * the refusals (a bad leading dimension fails its pass only; ctx_alloc
@@ -39,6 +41,7 @@
 
 #include "../emu/emu_lt.h"
 #include "../gpu/backend.h"
+#include "../gpu/kvcache.h"
 #include "../gpu/plan.h"
 #include "testutil.h"
 
@@ -613,6 +616,190 @@ static void test_rope(void **state)
     }
 }
 
+static void test_swiglu(void **state)
+{
+    (void)state;
+    if (!have_device) skip();
+    for (size_t p = 0; p < N_PRECS; p++) {
+        struct env *e = env_new(precs[p], 0);
+        size_t rows = rnd(1, 20), w = rnd(1, 700);
+        float *x = randv(e, rows * 2 * w, -6, 6);
+        void *dx = dev(e, rows * 2 * w * e->es), *dy = dev(e, rows * w * e->es);
+        load(e, dx, x, rows * 2 * w);
+        begin(e);
+        assert_int_equal(B->swiglu(e->c, dy, dx, rows, w), 0);
+        end(e);
+        float *got = fetch(e, dy, rows * w);
+        double *ref = malloc(rows * w * sizeof(double));
+        for (size_t r = 0; r < rows; r++)
+            for (size_t j = 0; j < w; j++) {
+                double g = x[r * 2 * w + j], u = x[r * 2 * w + w + j];
+                ref[r * w + j] = g / (1.0 + exp(-g)) * u;
+            }
+        check(e, "swiglu", got, ref, rows * w);
+        free(x), free(got), free(ref);
+        env_free(e);
+    }
+}
+
+/* ---- the paged key/value cache ------------------------------------------------------ */
+
+/* One random case on e: n sequences, each with past[i] cached positions
+ * and k[i] new tokens (a prefill chunk or one decode token), blocks of
+ * the pool handed out by gpu/kvcache.c to interleaved sequences; the past
+ * is stored in one kv_store, then the new tokens, which attend. long: a
+ * context of several of the kernel's tiles of positions. */
+static void paged_case(struct env *e, int round, int longctx)
+{
+    char err[256];
+    size_t n = rnd(1, 4), kvh = rnd(1, 3), group = rnd(1, 3), heads = kvh * group;
+    size_t dh = longctx ? 2 * rnd(1, 64) : 2 * rnd(1, 8), bt = rnd(1, 6);
+    size_t max_ctx = longctx ? rnd(260, 600) : rnd(1, 40);
+    size_t past[4], k[4], total_new = 0, total_past = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = rnd(1, max_ctx);
+        k[i] = (i == 0 || tu_rand64() % 2) && !longctx ? rnd(1, len) : 1;
+        past[i] = len - k[i];
+        total_new += k[i];
+        total_past += past[i];
+    }
+    size_t width = (max_ctx + bt - 1) / bt, blocks = n * width + rnd(0, 3);
+    struct kvcache *kv = kvcache_new(blocks, bt, n, max_ctx, err, sizeof(err));
+    assert_non_null(kv);
+    int ids[4];
+    for (size_t i = 0; i < n; i++) ids[i] = kvcache_seq_new(kv);
+    for (size_t step = 0; step < max_ctx; step++)
+        for (size_t i = 0; i < n; i++)
+            if (step < past[i] + k[i]) assert_int_equal(kvcache_extend(kv, ids[i], 1), 0);
+    uint32_t *tables = malloc(n * width * sizeof(uint32_t));
+    assert_non_null(tables);
+    for (size_t i = 0; i < n; i++)
+        memcpy(tables + i * width, kvcache_table(kv, ids[i]), width * sizeof(uint32_t));
+    size_t row = kvh * dh, ldx = 2 * row + rnd(0, 3); /* [K | V | junk] rows */
+    float *Kd[4], *Vd[4];
+    for (size_t i = 0; i < n; i++) {
+        Kd[i] = randv(e, (past[i] + k[i]) * row, -1, 1);
+        Vd[i] = randv(e, (past[i] + k[i]) * row, -1, 1);
+    }
+    size_t cache_floats = blocks * bt * row;
+    struct bk_kv cache = {.k = dev(e, cache_floats * 4), .v = dev(e, cache_floats * 4),
+                          .blocks = blocks, .block_tokens = bt, .kv_heads = kvh, .dh = dh,
+                          .table_w = width};
+    void *dtab = dev(e, n * width * 4);
+    upload(e, dtab, tables, n * width * 4);
+    cache.tables = dtab;
+    for (int phase = 0; phase < 2; phase++) {
+        size_t T = phase ? total_new : total_past, t = 0;
+        if (!T) continue;
+        uint32_t *seq = malloc(T * 4), *pos = malloc(T * 4);
+        float *x = malloc(T * ldx * sizeof(float));
+        assert_true(seq && pos && x);
+        for (size_t i = 0; i < n; i++) {
+            size_t p0 = phase ? past[i] : 0, p1 = phase ? past[i] + k[i] : past[i];
+            for (size_t p = p0; p < p1; p++, t++) {
+                seq[t] = (uint32_t)i;
+                pos[t] = (uint32_t)p;
+                for (size_t c = 0; c < ldx; c++) x[t * ldx + c] = q(e, tu_randf(-1, 1));
+                memcpy(x + t * ldx, Kd[i] + p * row, row * 4);
+                memcpy(x + t * ldx + row, Vd[i] + p * row, row * 4);
+            }
+        }
+        void *dseq = dev(e, T * 4), *dpos = dev(e, T * 4), *dx = dev(e, T * ldx * e->es);
+        upload(e, dseq, seq, T * 4);
+        upload(e, dpos, pos, T * 4);
+        load(e, dx, x, T * ldx);
+        struct bk_seqs s = {.n = n, .tokens = T, .seq = dseq, .pos = dpos};
+        begin(e);
+        assert_int_equal(B->kv_store(e->c, &cache, dx, ldx, (char *)dx + row * e->es, ldx, &s), 0);
+        end(e);
+        free(seq), free(pos), free(x);
+    }
+    if (e->prec == MODEL_FP32 || e->prec == MODEL_TF32) { /* the cache, read back raw */
+        float *Kc = fetch(e, cache.k, cache_floats), *Vc = fetch(e, cache.v, cache_floats);
+        for (size_t i = 0; i < n; i++)
+            for (size_t p = 0; p < past[i] + k[i]; p++) {
+                size_t slot = (size_t)tables[i * width + p / bt] * bt + p % bt;
+                assert_memory_equal(Kc + slot * row, Kd[i] + p * row, row * 4);
+                assert_memory_equal(Vc + slot * row, Vd[i] + p * row, row * 4);
+            }
+        free(Kc), free(Vc);
+    }
+    size_t ldq = heads * dh + rnd(0, 3), ldo = heads * dh + rnd(0, 3), T = total_new;
+    float *qv = randv(e, T * ldq, -1, 1);
+    uint32_t *seq = malloc(T * 4), *pos = malloc(T * 4);
+    double *ref = calloc(T * ldo, sizeof(double)), *sc = malloc(max_ctx * sizeof(double));
+    assert_true(seq && pos && ref && sc);
+    size_t t = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t p = past[i]; p < past[i] + k[i]; p++, t++) {
+            seq[t] = (uint32_t)i;
+            pos[t] = (uint32_t)p;
+            for (size_t h = 0; h < heads; h++) {
+                size_t g = h / group;
+                double mx = -INFINITY, sum = 0;
+                for (size_t j = 0; j <= p; j++) {
+                    double dot = 0;
+                    for (size_t c = 0; c < dh; c++)
+                        dot += (double)qv[t * ldq + h * dh + c] * Kd[i][j * row + g * dh + c];
+                    sc[j] = dot / sqrt((double)dh);
+                    mx = fmax(mx, sc[j]);
+                }
+                for (size_t j = 0; j <= p; j++) sum += (sc[j] = exp(sc[j] - mx));
+                for (size_t c = 0; c < dh; c++) {
+                    double o = 0;
+                    for (size_t j = 0; j <= p; j++) o += sc[j] / sum * Vd[i][j * row + g * dh + c];
+                    ref[t * ldo + h * dh + c] = o;
+                }
+            }
+        }
+    void *dseq = dev(e, T * 4), *dpos = dev(e, T * 4);
+    void *dq = dev(e, T * ldq * e->es), *dout = dev(e, T * ldo * e->es);
+    upload(e, dseq, seq, T * 4);
+    upload(e, dpos, pos, T * 4);
+    load(e, dq, qv, T * ldq);
+    struct bk_seqs s = {.n = n, .tokens = T, .seq = dseq, .pos = dpos};
+    struct bk_paged_attention pa = {
+        .q = dq, .ldq = ldq, .heads = heads, .scale = (float)(1.0 / sqrt((double)dh)),
+        .kv = &cache, .s = &s, .max_ctx = max_ctx, .out = dout, .ldo = ldo,
+        .scratch = dev(e, B->paged_attention_scratch(e->be, T, max_ctx, heads))};
+    begin(e);
+    assert_int_equal(B->paged_attention(e->c, &pa), 0);
+    end(e);
+    float *got = fetch(e, dout, T * ldo);
+    for (size_t r = 0; r < T; r++) /* the padding columns are not compared */
+        for (size_t c = heads * dh; c < ldo; c++) got[r * ldo + c] = (float)ref[r * ldo + c];
+    char what[160];
+    snprintf(what, sizeof(what), "paged attention #%d: %zu seqs, %zu/%zu heads, dh %zu, block "
+             "%zu, context %zu", round, n, heads, kvh, dh, bt, max_ctx);
+    check(e, what, got, ref, T * ldo);
+    /* A position the table does not hold: the token's rows are NaN (the
+     * table lives on the device; the host cannot refuse it). */
+    uint32_t bad = (uint32_t)(width * bt);
+    upload(e, dpos, &bad, 4);
+    s.tokens = 1;
+    pa.max_ctx = bad + 1;
+    begin(e);
+    assert_int_equal(B->paged_attention(e->c, &pa), 0);
+    end(e);
+    float *nan_row = fetch(e, dout, heads * dh);
+    for (size_t c = 0; c < heads * dh; c++)
+        if (!isnan(nan_row[c])) fail_msg("%s: a position past the table gave %g", what, nan_row[c]);
+    for (size_t i = 0; i < n; i++) free(Kd[i]), free(Vd[i]);
+    free(tables), free(qv), free(seq), free(pos), free(ref), free(sc), free(got), free(nan_row);
+    kvcache_destroy(kv);
+}
+
+static void test_paged(void **state)
+{
+    (void)state;
+    if (!have_device) skip();
+    for (size_t p = 0; p < N_PRECS; p++) {
+        struct env *e = env_new(precs[p], 0);
+        for (int round = 0; round < 8; round++) paged_case(e, round, round == 7);
+        env_free(e);
+    }
+}
+
 static void test_rowwise(void **state)
 {
     (void)state;
@@ -807,7 +994,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gemm),      cmocka_unit_test(test_gemm_fallback),
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_embed),     cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_rope),      cmocka_unit_test(test_rowwise),
+        cmocka_unit_test(test_rope),      cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_paged),
+        cmocka_unit_test(test_rowwise),
         cmocka_unit_test(test_pool),      cmocka_unit_test(test_graphs),
         cmocka_unit_test(test_refusals_and_fault),
     };

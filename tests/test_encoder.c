@@ -835,7 +835,7 @@ static const struct bad_folder bad_folders[] = {
      .want = {"config.json: hidden_act \"relu\" is not supported"}},
     {"model_type gpt2", {0}, .cfg_key = "model_type", .cfg_json = "\"gpt2\"",
      .want = {"config.json: model_type \"gpt2\" is not one this build runs (bert, roberta, "
-              "xlm-roberta, camembert, mpnet, distilbert)"}},
+              "xlm-roberta, camembert, mpnet, distilbert, nomic_bert)"}},
     {"relative positions", {0}, .cfg_key = "position_embedding_type",
      .cfg_json = "\"relative_key\"",
      .want = {"position_embedding_type \"relative_key\": only absolute positions"}},

@@ -5,7 +5,8 @@
  * "tok", the embedder with every token's vector), one random folder of
  * each other family with its own tokenizer ("rob": RoBERTa with
  * byte-level BPE, "xlmr": XLM-R with Unigram, "mpnet", "distil": a
- * DistilBERT classifier), a one-label BERT cross-encoder "rerank"
+ * DistilBERT classifier, "nomic": NomicBERT), a one-label BERT
+ * cross-encoder "rerank"
  * (sigmoid relevance scores for text + text_pair) and an MLP "mlp". Jobs go
  * in through codecs/wire.c in both encodings: single strings and rows of
  * very different lengths, text pairs, pre-tokenized rows with type ids,
@@ -83,14 +84,15 @@ static char brokers[512];
 static int redis_port;
 static char emb_dir[300], cls_dir[300], mlp_path[300];
 static char rob_dir[300], xlmr_dir[300], mpnet_dir[300], distil_dir[300], rerank_dir[300];
+static char nomic_dir[300];
 
 /* ---- the reference: the same folders, one row at a time --------------- */
 
-/* The text encoders first (M_EMB..M_RERANK: one of each family, each
+/* The text encoders first (M_EMB..M_NOMIC: one of each family, each
  * with its own tokenizer), the MLP last. */
-enum { M_EMB, M_CLS, M_TOK, M_ROB, M_XLMR, M_MPNET, M_DISTIL, M_RERANK, M_MLP, M_N };
-static const char *const model_names[M_N] = {"emb",   "cls",    "tok",    "rob", "xlmr",
-                                             "mpnet", "distil", "rerank", "mlp"};
+enum { M_EMB, M_CLS, M_TOK, M_ROB, M_XLMR, M_MPNET, M_DISTIL, M_RERANK, M_NOMIC, M_MLP, M_N };
+static const char *const model_names[M_N] = {"emb",   "cls",    "tok",    "rob",   "xlmr",
+                                             "mpnet", "distil", "rerank", "nomic", "mlp"};
 
 static struct model_runtime *ref_rt;
 static struct model *ref_model[M_MLP];
@@ -389,7 +391,7 @@ static const char *write_config(const char *name, const char *topics, const char
             "  { name = \"tok\"; path = \"%s\"; encoder = { pooling = \"none\"; normalize = false; }; },\n"
             "  { name = \"rob\"; path = \"%s\"; }, { name = \"xlmr\"; path = \"%s\"; },\n"
             "  { name = \"mpnet\"; path = \"%s\"; }, { name = \"distil\"; path = \"%s\"; },\n"
-            "  { name = \"rerank\"; path = \"%s\"; },\n"
+            "  { name = \"rerank\"; path = \"%s\"; }, { name = \"nomic\"; path = \"%s\"; },\n"
             "  { name = \"mlp\"; path = \"%s\";\n"
             "    layers = ( { op = \"dense\"; weight = \"0.weight\"; bias = \"0.bias\"; },\n"
             "               { op = \"relu\"; },\n"
@@ -399,7 +401,7 @@ static const char *write_config(const char *name, const char *topics, const char
             "worker = { backend = \"%s\"; %s };\n"
             "metrics = { listen = \"%s\"; heartbeat_prefix = \"\"; };\n",
             brokers, name, topics, name, name, redis_port, name, BATCH_TOKENS, emb_dir, cls_dir,
-            emb_dir, rob_dir, xlmr_dir, mpnet_dir, distil_dir, rerank_dir, mlp_path, test_backend(), worker_extra ? worker_extra : "",
+            emb_dir, rob_dir, xlmr_dir, mpnet_dir, distil_dir, rerank_dir, nomic_dir, mlp_path, test_backend(), worker_extra ? worker_extra : "",
             metrics_listen ? metrics_listen : "");
     fclose(f);
     return path;
@@ -1007,6 +1009,11 @@ static void test_text_results(void **state)
         c = cases[n++] = case_new(e ? "distil-mp" : "distil-js", M_DISTIL, enc);
         add_rand_row(c, 12, NULL);
         case_str(c, "i love this movie, it is great", NULL);
+        c = cases[n++] = case_new(e ? "nomic-mp" : "nomic-js", M_NOMIC, enc);
+        case_str(c, "search_query: what is kafka", NULL);
+        add_rand_row(c, 70, NULL);
+        c = cases[n++] = case_new(e ? "nomic-pair-mp" : "nomic-pair-js", M_NOMIC, enc);
+        case_str(c, "search_document: a worker", "a second segment");
         c = cases[n++] = case_new(e ? "rerank-mp" : "rerank-js", M_RERANK, enc);
         case_str(c, "how do i reset my password", "open the settings page and choose reset");
         case_str(c, "how do i reset my password", "the city has good food and water");
@@ -1433,7 +1440,7 @@ static int setup(void **state)
         return -1;
     }
     /* One folder of each other family, each with its own tokenizer
-     * (RoBERTa: byte-level BPE, XLM-R: Unigram, MPNet and DistilBERT:
+     * (RoBERTa: byte-level BPE, XLM-R: Unigram, MPNet, DistilBERT and NomicBERT:
      * WordPiece), and a one-label BERT cross-encoder (sigmoid scores). */
     static const struct {
         char *dir;
@@ -1441,7 +1448,7 @@ static int setup(void **state)
         size_t labels;
     } fam[] = {{rob_dir, "rob", "roberta", 0},          {xlmr_dir, "xlmr", "xlm-roberta", 0},
                {mpnet_dir, "mpnet", "mpnet", 0},        {distil_dir, "distil", "distilbert", 2},
-               {rerank_dir, "rerank", "bert", 1}};
+               {rerank_dir, "rerank", "bert", 1},       {nomic_dir, "nomic", "nomic-bert", 0}};
     for (size_t i = 0; i < sizeof(fam) / sizeof(fam[0]); i++) {
         snprintf(fam[i].dir, 300, "%s/%s", h_dir(), fam[i].sub);
         if (model_write_demo_encoder(fam[i].dir, fam[i].kind, LAYERS, HIDDEN, HEADS, INTER,
@@ -1462,10 +1469,11 @@ static int setup(void **state)
         load_reference(M_TOK, emb_dir) < 0 || load_reference(M_ROB, rob_dir) < 0 ||
         load_reference(M_XLMR, xlmr_dir) < 0 || load_reference(M_MPNET, mpnet_dir) < 0 ||
         load_reference(M_DISTIL, distil_dir) < 0 || load_reference(M_RERANK, rerank_dir) < 0 ||
+        load_reference(M_NOMIC, nomic_dir) < 0 ||
         !(ref_wp = tokenizer_scratch_new(0)))
         return -1;
     int fams_ok = 1;
-    for (int m = M_ROB; m <= M_RERANK; m++) fams_ok &= enc_of(m)->max_tokens == MAX_TOK;
+    for (int m = M_ROB; m <= M_NOMIC; m++) fams_ok &= enc_of(m)->max_tokens == MAX_TOK;
     if (enc_of(M_EMB)->max_tokens != MAX_TOK || enc_of(M_CLS)->n_labels != N_LABELS ||
         enc_of(M_EMB)->pooling != MODEL_POOL_MEAN || !enc_of(M_EMB)->normalize || !fams_ok ||
         strcmp(tokenizer_kind_name(enc_of(M_ROB)->tokenizer), "BPE") != 0 ||
