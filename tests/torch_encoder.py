@@ -24,31 +24,14 @@ python3-torch is Debian's, so no other package is needed. Float64
 throughout: what is left is kinfer's own float32 rounding.
 """
 import json
-import struct
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+from torch_st import read_safetensors  # tests/ is on sys.path
 
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (hlen,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + hlen])
-    base = 8 + hlen
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = t["data_offsets"]
-        raw = bytearray(blob[base + a:base + b])
-        ten = torch.frombuffer(raw, dtype=DTYPES[t["dtype"]]) if raw else torch.zeros(0)
-        out[name] = ten.reshape(t["shape"]).to(torch.float64)
-    return out
 
 
 def tensor(ts, name):

@@ -31,31 +31,14 @@ What is Hugging Face's here, not kinfer's:
 """
 import json
 import math
-import struct
 import sys
 
 import torch
 import torch.nn.functional as F
 
-DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+from torch_st import read_safetensors  # tests/ is on sys.path
+
 D = torch.float64
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (hlen,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + hlen])
-    base = 8 + hlen
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = t["data_offsets"]
-        raw = bytearray(blob[base + a:base + b])
-        ten = torch.frombuffer(raw, dtype=DTYPES[t["dtype"]]) if raw else torch.zeros(0)
-        out[name] = ten.reshape(t["shape"]).to(D)
-    return out
 
 
 class Weights:

@@ -23,32 +23,14 @@ What is the model's definition here, not kinfer's:
   - pooling over the non-padding tokens, F.normalize.
 """
 import json
-import struct
 import sys
 
 import torch
 import torch.nn.functional as F
 
-DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+from torch_st import read_safetensors  # tests/ is on sys.path
+
 D = torch.float64
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (hlen,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + hlen])
-    base = 8 + hlen
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = t["data_offsets"]
-        raw = bytearray(blob[base + a:base + b])
-        ten = torch.frombuffer(raw, dtype=DTYPES[t["dtype"]]) if raw else torch.zeros(0)
-        key = name[len("bert."):] if name.startswith("bert.") else name
-        out[key] = ten.reshape(t["shape"]).to(D)
-    return out
 
 
 def cfg_get(cfg, key, alias, default=None):
@@ -69,7 +51,8 @@ def linear(w, x, name):
 def run(folder, req):
     with open(folder + "/config.json") as f:
         cfg = json.load(f)
-    w = read_safetensors(folder + "/model.safetensors")
+    w = {(k[len("bert."):] if k.startswith("bert.") else k): v
+         for k, v in read_safetensors(folder + "/model.safetensors").items()}
     H = cfg_get(cfg, "n_embd", "hidden_size")
     heads = cfg_get(cfg, "n_head", "num_attention_heads")
     layers = cfg_get(cfg, "n_layer", "num_hidden_layers")
