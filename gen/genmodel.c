@@ -180,6 +180,11 @@ struct genmodel *genmodel_load(struct model_runtime *rt, const struct model_spec
                spec->name, tokenizer_vocab_size(g->tok), decoder_info(g->dec)->vocab);
         goto fail;
     }
+    for (size_t i = 0, n = tokenizer_vocab_size(g->tok); i < n; i++) {
+        const char *t = tokenizer_id_token(g->tok, (int32_t)i);
+        size_t len = t ? strlen(t) : 0;
+        if (len > g->longest_token) g->longest_token = len;
+    }
     int bad;
     tc = gm_json(spec->path, "tokenizer_config.json", &bad);
     if (bad) {

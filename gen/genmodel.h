@@ -48,6 +48,7 @@ struct genmodel {
     char *bos_token, *eos_token; /* "" when the folder names none */
     float default_temperature;
     size_t n_prefix, n_suffix;   /* ids the post-processor adds before / after */
+    size_t longest_token;        /* bytes of the longest token's string (result bounds) */
 };
 
 /* 1 when dir is a folder whose config.json's model_type names a decoder

@@ -54,6 +54,8 @@ static const struct hist_def {
     [STATS_HIST_QUEUE_S] = {secs_bounds, sizeof(secs_bounds) / sizeof(secs_bounds[0]), NS_PER_S},
     [STATS_HIST_INFER_S] = {secs_bounds, sizeof(secs_bounds) / sizeof(secs_bounds[0]), NS_PER_S},
     [STATS_HIST_E2E_S] = {secs_bounds, sizeof(secs_bounds) / sizeof(secs_bounds[0]), NS_PER_S},
+    [STATS_HIST_TTFT_S] = {secs_bounds, sizeof(secs_bounds) / sizeof(secs_bounds[0]), NS_PER_S},
+    [STATS_HIST_TPOT_S] = {secs_bounds, sizeof(secs_bounds) / sizeof(secs_bounds[0]), NS_PER_S},
 };
 
 struct stats {
@@ -65,6 +67,9 @@ struct stats {
     atomic_uint_fast64_t offset_resets;
     atomic_uint_fast64_t rows_run, jobs_done; /* feed the smoothed rates */
     atomic_uint_fast64_t tokens_run, padded_run; /* encoders' tokens, and padded */
+    atomic_uint_fast64_t gen_prompt, gen_out, gen_pre; /* generation (stats_gen_*) */
+    atomic_int_fast64_t gen_g[4];                 /* running, waiting, blocks used, total */
+    atomic_int gen_models;
     /* gauges */
     atomic_int_fast64_t queue_rows, queue_jobs, inflight_rows, inflight_batches;
     atomic_int_fast64_t oldest_us;
@@ -282,6 +287,26 @@ void stats_tokens(struct stats *st, size_t tokens, size_t padded)
 {
     add(&st->tokens_run, tokens);
     add(&st->padded_run, padded);
+}
+
+void stats_gen_done(struct stats *st, size_t prompt, size_t generated, double ttft_s,
+                    double tpot_s)
+{
+    add(&st->gen_prompt, prompt);
+    add(&st->gen_out, generated);
+    if (ttft_s >= 0) observe(st, STATS_HIST_TTFT_S, ttft_s);
+    if (tpot_s >= 0) observe(st, STATS_HIST_TPOT_S, tpot_s);
+}
+
+void stats_gen_gauges(struct stats *st, int models, size_t running, size_t waiting,
+                      size_t blocks_used, size_t blocks_total, uint64_t preemptions)
+{
+    atomic_store(&st->gen_models, models);
+    atomic_store(&st->gen_g[0], (int64_t)running);
+    atomic_store(&st->gen_g[1], (int64_t)waiting);
+    atomic_store(&st->gen_g[2], (int64_t)blocks_used);
+    atomic_store(&st->gen_g[3], (int64_t)blocks_total);
+    atomic_store(&st->gen_pre, preemptions);
 }
 
 /* Counted when both acknowledgements are in, so kinfer_jobs_total is what
@@ -719,6 +744,14 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
     out->tokens_per_s = st->tokens_ps;
     out->tokens = get_u(&st->tokens_run);
     out->padded_tokens = get_u(&st->padded_run);
+    out->gen_prompt_tokens = get_u(&st->gen_prompt);
+    out->gen_tokens = get_u(&st->gen_out);
+    out->gen_preemptions = get_u(&st->gen_pre);
+    out->gen_running = atomic_load(&st->gen_g[0]);
+    out->gen_waiting = atomic_load(&st->gen_g[1]);
+    out->gen_blocks_used = atomic_load(&st->gen_g[2]);
+    out->gen_blocks_total = atomic_load(&st->gen_g[3]);
+    out->gen_models = atomic_load(&st->gen_models);
     /* Over the smoothed window when there is traffic, else since start. */
     if (st->padded_ps > 0) out->padding_ratio = 1.0 - st->tokens_ps / st->padded_ps;
     else if (out->padded_tokens)
