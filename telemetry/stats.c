@@ -85,7 +85,7 @@ struct stats {
     double start_time_s; /* written once by stats_new */
 
     pthread_mutex_t mu; /* guards everything below */
-    char backend[16], precision[16], device[128];
+    char backend[16], precision[16], device[128], models[512];
     struct stats_device devices[MODEL_MAX_DEVICES];
     size_t n_devices;
     struct stats_part *parts;
@@ -449,6 +449,13 @@ void stats_set_device_name(struct stats *st, const char *name)
     pthread_mutex_unlock(&st->mu);
 }
 
+void stats_set_models(struct stats *st, const char *desc)
+{
+    pthread_mutex_lock(&st->mu);
+    snprintf(st->models, sizeof(st->models), "%s", desc ? desc : "");
+    pthread_mutex_unlock(&st->mu);
+}
+
 void stats_set_precision(struct stats *st, const char *precision)
 {
     pthread_mutex_lock(&st->mu);
@@ -736,6 +743,7 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
     snprintf(out->backend, sizeof(out->backend), "%s", st->backend);
     snprintf(out->precision, sizeof(out->precision), "%s", st->precision);
     snprintf(out->device, sizeof(out->device), "%s", st->device);
+    snprintf(out->models, sizeof(out->models), "%s", st->models);
     memcpy(out->devices, st->devices, sizeof(out->devices));
     out->n_devices = st->n_devices;
     update_rates(st, now_us);

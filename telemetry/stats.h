@@ -187,6 +187,7 @@ struct stats_snapshot {
     char backend[16];    /* "cpu", "cuda" */
     char precision[16];  /* "fp32", ... */
     char device[128];    /* "cpu", or the CUDA devices' names ("emulated ..." on the emulation) */
+    char models[512];    /* "name=kind,..." (kind: generator, encoder, mlp); "" = not set */
 };
 
 /* Returns a new, zeroed stats struct (backend and device "cpu", watchdog 60 s), or
@@ -203,6 +204,9 @@ void stats_set_backend(struct stats *st, const char *name);
 /* Which device runs the models, in words (model_runtime_device_name), for
  * kinfer_backend_info, /readyz and the heartbeat; borrows name (copied). */
 void stats_set_device_name(struct stats *st, const char *name);
+/* The models and their kinds ("llm=generator,emb=encoder,mlp=mlp"), for
+ * /readyz and the heartbeat; borrows desc (copied, cut at 511 bytes). */
+void stats_set_models(struct stats *st, const char *desc);
 /* The runtime's precision and device count, for kinfer_backend_info. */
 void stats_set_precision(struct stats *st, const char *precision);
 /* Sets the watchdog bound: a registered loop silent longer trips it. */

@@ -28,8 +28,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <jansson.h>
+#include <math.h>
 #include <msgpack.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include "../base/utf8.h"
@@ -337,6 +341,45 @@ static int same_tokens(const json_t *a, const json_t *b)
 
 /* ---- the worker --------------------------------------------------------------- */
 
+static int metrics_port;
+
+/* GET path from the worker's HTTP endpoint: the whole response, or NULL. */
+static char *http_get(const char *path)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)metrics_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        close(fd);
+        return NULL;
+    }
+    char q[128];
+    snprintf(q, sizeof(q), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+    if (write(fd, q, strlen(q)) != (ssize_t)strlen(q)) {
+        close(fd);
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *b = malloc(cap);
+    ssize_t r;
+    while ((r = read(fd, b + len, cap - len - 1)) > 0) {
+        len += (size_t)r;
+        if (cap - len < 2) b = realloc(b, cap *= 2);
+    }
+    b[len] = '\0';
+    close(fd);
+    return b;
+}
+
+/* The value of an unlabelled metric, or NAN. */
+static double metric(const char *body, const char *name)
+{
+    char pat[128];
+    snprintf(pat, sizeof(pat), "\n%s ", name);
+    const char *p = strstr(body, pat);
+    return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
 static pid_t start_worker(const char *name, const char *topic)
 {
     char path[300], log[300];
@@ -358,8 +401,9 @@ static pid_t start_worker(const char *name, const char *topic)
             "               { op = \"dense\"; weight = \"2.weight\"; bias = \"2.bias\"; } ); } );\n"
             "default_model = \"llm\";\n"
             "worker = { backend = \"cpu\"; };\n"
-            "metrics = { listen = \"\"; heartbeat_prefix = \"\"; };\n",
-            brokers, name, topic, name, name, redis_port, name, name, llm_dir, mlp_path);
+            "metrics = { listen = \"127.0.0.1:%d\"; heartbeat_prefix = \"\"; };\n",
+            brokers, name, topic, name, name, redis_port, name, name, llm_dir, mlp_path,
+            metrics_port = h_free_port());
     fclose(f);
     snprintf(log, sizeof(log), "%s/%s.worker.log", h_dir(), name);
     char *argv[] = {(char *)kinfer_bin(), "worker", "-c", path, NULL};
@@ -507,6 +551,25 @@ static void test_gen_results(void **state)
         fprintf(stderr, "test_gen_jobs: the greedy text is %zu bytes: no stop string case\n", gl);
     }
     free(gt);
+
+    /* Operations: /readyz names the kinds, /metrics counts the tokens. */
+    char *ready = http_get("/readyz"), *m = http_get("/metrics");
+    assert_non_null(ready);
+    assert_non_null(m);
+    assert_non_null(strstr(ready, "llm=generator,mlp=mlp"));
+    double gen = 0, prompt = 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *u = json_object_get(cs[i]->res, "usage");
+        gen += (double)json_integer_value(json_object_get(u, "completion_tokens"));
+        prompt += (double)json_integer_value(json_object_get(u, "prompt_tokens"));
+    }
+    assert_true(metric(m, "kinfer_gen_generated_tokens_total") == gen);
+    assert_true(metric(m, "kinfer_gen_prompt_tokens_total") == prompt);
+    assert_true(metric(m, "kinfer_gen_kv_blocks_total") > 0);
+    assert_true(metric(m, "kinfer_gen_kv_blocks_used") == 0);
+    assert_true(metric(m, "kinfer_gen_ttft_seconds_count") >= 1);
+    free(ready);
+    free(m);
     stop_worker(w, name, n);
     for (size_t i = 0; i < n; i++) gc_free(cs[i]);
 }

@@ -392,6 +392,14 @@ static int setup(struct worker *w)
     stats_set_backend(w->stats, model_runtime_backend(w->models.rt));
     stats_set_precision(w->stats, model_runtime_precision(w->models.rt));
     stats_set_device_name(w->stats, w->models.device);
+    char kinds[512];
+    size_t at = 0;
+    for (size_t i = 0; i < w->models.n && at < sizeof(kinds); i++)
+        at += (size_t)snprintf(kinds + at, sizeof(kinds) - at, "%s%s=%s", i ? "," : "",
+                               c->models[i].name,
+                               w->models.g[i] ? "generator"
+                               : model_encoder(w->models.m[i]) ? "encoder" : "mlp");
+    stats_set_models(w->stats, kinds);
     stats_set_cond(w->stats, STATS_COND_MODEL, 1);
     int override = -1;
     if (w->opts.model && (override = cfg_model_index(c, w->opts.model)) < 0) {
