@@ -166,7 +166,8 @@ static const struct cfgtab_row options[] = {
     STR_OPT("debug.hang_id", 0, 200, "", NULL, NULL, debug.hang_id,
             "fault tests only: hang the executor when about to run the job with this id"),
     INT_OPT("debug.batch_sleep_ms", 0, 3600000, 0, debug.batch_sleep_ms,
-            "fault tests only: sleep this long before every batch (a slow executor)"),
+            "fault tests only: sleep this long before every batch and generation step "
+            "(a slow executor)"),
     STR_OPT("debug.device_fault_id", 0, 200, "", NULL, NULL, debug.device_fault_id,
             "fault tests only: fail the device (a sticky error) when running the job with this id"),
     STR_OPT("replay.reply_topic", 1, 249, "results.replay", NULL, NULL, replay.reply_topic,

@@ -37,7 +37,8 @@
  * fills them by index; the reader keeps unknown fields as strings so an
  * older status still shows a newer worker's hash. */
 enum hb_field_idx {
-    F_ID, F_HOST, F_PID, F_GROUP, F_VERSION, F_BACKEND, F_DEVICE, F_MODELS, F_ASSIGNED, F_PAUSED, F_PARTITIONS,
+    F_ID, F_HOST, F_PID, F_GROUP, F_VERSION, F_BACKEND, F_DEVICE, F_MODELS,
+    F_ASSIGNED, F_PAUSED, F_PARTITIONS,
     F_QUEUE_ROWS, F_QUEUE_JOBS, F_INFLIGHT_ROWS, F_INFLIGHT_BATCHES, F_LAG, F_ROWS_PS,
     F_JOBS_PS, F_JOBS_DONE, F_READY, F_HEALTHY, F_STARTED, F_UPDATED, N_FIELDS
 };

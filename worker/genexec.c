@@ -198,6 +198,11 @@ static int submit_one(struct genexec *g, struct job *j)
     }
     j->next = g->live;
     g->live = j;
+    const char *fault = g->c.cfg->debug.device_fault_id;
+    if (*fault && strcmp(fault, j->req.id) == 0) {
+        LOG_W("device_fault_injected", "id=%s", j->req.id);
+        decoder_ws_inject_fault(gen_engine_ws(e));
+    }
     j->gen_stream_ok = q->stream;
     const char *f[] = {"start"};
     const char *v[] = {"1"};
@@ -218,7 +223,8 @@ static void feed(struct genexec *g, int wait_ms)
     for (struct job *j = g->pending, *next; j; j = next) {
         next = j->next;
         j->next = NULL;
-        if (!attempts_allow(g, j)) {
+        /* Counted once, when first taken (picked: the batcher's mark, free here). */
+        if (!j->picked && (j->picked = 1) && !attempts_allow(g, j)) {
             publish(g, j);
             continue;
         }
@@ -285,6 +291,7 @@ static void *genexec_main(void *arg)
         for (size_t i = 0; i < g->c.n_models && !fatal_step; i++) {
             if (!g->eng[i] || (!gen_engine_running(g->eng[i]) && !gen_engine_waiting(g->eng[i])))
                 continue;
+            if (k->debug.batch_sleep_ms > 0) sleep_ms(k->debug.batch_sleep_ms);
             int rc = gen_engine_step(g->eng[i]);
             if (rc >= 0) continue;
             const char *why = gen_engine_error(g->eng[i]);

@@ -764,6 +764,10 @@ struct intake *intake_new_offline(const struct intake_conf *c, char *errstr, siz
     }
     in->lim.max_payload_bytes = (size_t)c->cfg->worker.max_payload_bytes;
     in->lim.max_input_floats = in->max_job_rows * max_in;
+    /* Only generators: an `input` job decodes (the payload bounds it) so
+     * that admission can say the model generates text. */
+    if (!max_in && !max_tok && c->gens)
+        in->lim.max_input_floats = (size_t)c->cfg->worker.max_payload_bytes / 4;
     in->lim.max_depth = 32;
     in->lim.max_rows = in->max_job_rows;
     in->lim.max_text_chars = (size_t)c->cfg->worker.max_text_chars;
