@@ -407,8 +407,10 @@ int metrics_render_ready(const struct stats_snapshot *s, char **out, size_t *len
     sb_json_str(&b, s->backend);
     sb_printf(&b, ",\"device\":");
     sb_json_str(&b, s->device);
-    sb_printf(&b, ",\"models\":");
-    sb_json_str(&b, s->models);
+    if (s->models[0]) { /* the worker's models and their kinds, once set */
+        sb_printf(&b, ",\"models\":");
+        sb_json_str(&b, s->models);
+    }
     sb_printf(&b, "}\n");
     return sb_finish(&b, out, len) < 0 ? -1 : ready;
 }
