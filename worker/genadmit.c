@@ -50,9 +50,13 @@ int genadmit(const struct genmodel *gm, struct tokenizer_scratch **scratch,
         job_fail(j, PROTO_ERR_INFERENCE_FAILED, "out of memory tokenizing the prompt");
         return -2;
     }
-    if (rc < 0) {
+    if (rc < 0 && strncmp(why, "the prompt is over", 18) == 0) {
         job_fail(j, PROTO_ERR_INVALID_INPUT, "%s (the model's context is %zu tokens, with "
                  "at least one to generate)", why, ctx);
+        return -1;
+    }
+    if (rc < 0) {
+        job_fail(j, PROTO_ERR_INVALID_INPUT, "%s", why);
         return -1;
     }
     size_t max = q->max_tokens ? q->max_tokens : (size_t)cfg->generation.max_tokens;
