@@ -20,8 +20,13 @@
  * a greedy job's text cuts the same prompt's text before it (finish_reason
  * stop); a streamed job's Redis stream holds start, then text pieces whose
  * concatenation is the final text, then done with the finish_reason, and
- * expires; a job whose deadline passed is deadline_exceeded; and hostile
- * or wrong jobs are each a clear invalid_input naming what is wrong. */
+ * expires; a job whose deadline passed is deadline_exceeded; hostile
+ * or wrong jobs are each a clear invalid_input naming what is wrong;
+ * /readyz names the models' kinds and /metrics counts the tokens; a
+ * worker killed with SIGKILL mid-generation, and one whose device fails,
+ * lose no job; and chat templates are checked at load (one that does not
+ * parse or render stops the worker at startup; a list's "default" is
+ * taken; without one, messages jobs are invalid_input). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -383,6 +388,10 @@ static double metric(const char *body, const char *name)
     return p ? strtod(p + strlen(pat), NULL) : NAN;
 }
 
+/* The models of the config: "llm" (the demo folder, or llm_path) and "mlp". */
+static const char *llm_path;
+static char last_log[300]; /* the last worker's log */
+
 static pid_t start_worker_with(const char *name, const char *topic, const char *debug)
 {
     char path[300], log[300];
@@ -407,11 +416,12 @@ static pid_t start_worker_with(const char *name, const char *topic, const char *
             "worker = { backend = \"cpu\"; };\n"
             "debug = { %s };\n"
             "metrics = { listen = \"127.0.0.1:%d\"; heartbeat_prefix = \"\"; };\n",
-            brokers, name, topic, name, name, redis_port, name, name, llm_dir, mlp_path, debug,
-            metrics_port = h_free_port());
+            brokers, name, topic, name, name, redis_port, name, name,
+            llm_path ? llm_path : llm_dir, mlp_path, debug, metrics_port = h_free_port());
     fclose(f);
     static int runs;
     snprintf(log, sizeof(log), "%s/%s.worker%d.log", h_dir(), name, runs++);
+    snprintf(last_log, sizeof(last_log), "%s", log);
     char *argv[] = {(char *)kinfer_bin(), "worker", "-c", path, NULL};
     return h_spawn(argv, NULL, log);
 }
@@ -702,6 +712,94 @@ static void test_gen_crash(void **state)
     for (size_t i = 0; i < n; i++) gc_free(cs[i]);
 }
 
+/* A copy of the demo folder at dir whose tokenizer_config.json's
+ * chat_template is tmpl (a JSON value; NULL: the key removed). */
+static void folder_with_template(const char *dir, json_t *tmpl)
+{
+    char err[512], path[400];
+    assert_int_equal(decoder_write_demo(dir, 2, 32, 4, 2, 64, tu_rand64(), err, sizeof(err)), 0);
+    snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+    json_error_t e;
+    json_t *tc = json_load_file(path, 0, &e);
+    assert_non_null(tc);
+    if (tmpl) json_object_set_new(tc, "chat_template", tmpl);
+    else json_object_del(tc, "chat_template");
+    assert_int_equal(json_dump_file(tc, path, JSON_INDENT(2)), 0);
+    json_decref(tc);
+}
+
+static int file_has(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int yes = 0;
+    while (!yes && fgets(line, sizeof(line), f)) yes = strstr(line, needle) != NULL;
+    fclose(f);
+    return yes;
+}
+
+/* Chat templates at load: one that does not parse, or cannot render a
+ * sample conversation, stops the worker at startup (exit 1, the reason
+ * logged); a list of named templates takes "default"; a folder without a
+ * template serves prompt jobs and answers messages jobs invalid_input. */
+static void test_gen_templates(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *sub, *tmpl, *log;
+    } bad[] = {
+        {"t-syntax", "{% for m in messages %}{{ m.content }}", "does not parse"},
+        {"t-raise", "{{ raise_exception('no chat here') }}", "no chat here"},
+        {"t-type", "{{ messages + 1 }}", "cannot render a sample conversation"},
+    };
+    char dir[300];
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(dir, sizeof(dir), "%s/%s", h_dir(), bad[i].sub);
+        folder_with_template(dir, json_string(bad[i].tmpl));
+        llm_path = dir;
+        pid_t w = start_worker_with("tmpl", "tmpl.jobs", "");
+        int st = -1, gone = 0;
+        double until = h_now() + 60;
+        while (!(gone = h_exited(w, &st)) && h_now() < until) h_sleep_ms(50);
+        assert_true(gone);
+        assert_int_equal(st, 1);
+        if (!file_has(last_log, bad[i].log))
+            fail_msg("%s: the log does not say \"%s\"", bad[i].sub, bad[i].log);
+    }
+    /* A list of named templates: "default" is the one. */
+    char listed[300], none[300];
+    snprintf(listed, sizeof(listed), "%s/t-list", h_dir());
+    folder_with_template(listed, json_pack("[{s:s, s:s}, {s:s, s:s}]", "name", "tool_use",
+                                           "template", "{{ raise_exception('not this one') }}",
+                                           "name", "default", "template",
+                                           "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+                                           "{% endfor %}"));
+    snprintf(none, sizeof(none), "%s/t-none", h_dir());
+    folder_with_template(none, NULL);
+    const char *folders[] = {listed, none};
+    for (int k = 0; k < 2; k++) {
+        llm_path = folders[k];
+        const char *name = k ? "tnone" : "tlist";
+        char topic[64];
+        snprintf(topic, sizeof(topic), "%s.jobs", name);
+        pid_t w = start_worker_with(name, topic, "");
+        struct gcase *cs[2];
+        cs[0] = gc_new("p", prompt_job("plain prompt", 4, 0), 0);
+        cs[1] = k ? gc_bad("m", json_pack("{s:o}", "messages", chat()), 1, "invalid_input",
+                           "has no chat template")
+                  : gc_new("m", json_pack("{s:o, s:i}", "messages", chat(), "max_tokens", 4), 1);
+        produce(topic, cs, 2);
+        collect(name, cs, 2, 0);
+        check(cs[0]);
+        check(cs[1]);
+        stop_worker(w, name, 2);
+        gc_free(cs[0]);
+        gc_free(cs[1]);
+    }
+    llm_path = NULL;
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -721,7 +819,9 @@ static int setup(void **state)
     vocab = (size_t)json_integer_value(json_object_get(cfg, "vocab_size"));
     json_decref(cfg);
     if (h_start_broker(kinfer_bin(), "gen.jobs,gen.results,gen.dlq,bad.jobs,bad.results,bad.dlq,"
-                                     "crash.jobs,crash.results,crash.dlq",
+                                     "crash.jobs,crash.results,crash.dlq,tmpl.jobs,"
+                                     "tlist.jobs,tlist.results,tlist.dlq,tnone.jobs,"
+                                     "tnone.results,tnone.dlq",
                        PARTS, brokers, sizeof(brokers)) < 0)
         return -1;
     if (h_start_redis(&redis_port) < 0) return -1;
@@ -745,6 +845,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gen_results),
         cmocka_unit_test(test_gen_invalid),
         cmocka_unit_test(test_gen_crash),
+        cmocka_unit_test(test_gen_templates),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

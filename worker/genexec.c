@@ -38,6 +38,7 @@ struct genexec {
     struct job *live;             /* jobs in an engine */
     struct job *pending;          /* jobs its engine had no room for yet */
     struct rsink *rs;             /* stream entries and attempt counters */
+    int64_t stream_down_until;    /* after a failed entry: streams end until then (us) */
     atomic_size_t g_running, g_waiting, g_used, g_total;
     atomic_uint_fast64_t g_preempt;
 };
@@ -75,11 +76,18 @@ static void publish(struct genexec *g, struct job *j)
     jobq_push(g->c.out, j);
 }
 
-/* One stream entry for j; a failure ends the job's stream, not the job. */
+/* One stream entry for j; a failure ends the job's stream, not the job.
+ * After a failure every stream that would write within the next second
+ * ends too (a reader falls back to the result): a Redis that does not
+ * answer costs one timeout a second, not one per piece. */
 static void stream_add(struct genexec *g, struct job *j, const char *const *fields,
                        const char *const *values, const size_t *lens, size_t n)
 {
     if (!j->gen_stream_ok || !g->rs) return;
+    if (clock_mono_us() < g->stream_down_until) {
+        j->gen_stream_ok = 0;
+        return;
+    }
     char key[1400];
     int kl = snprintf(key, sizeof(key), "%s%s", g->c.cfg->redis.stream_prefix, j->req.id);
     if (kl < 0 || (size_t)kl >= sizeof(key) ||
@@ -87,6 +95,7 @@ static void stream_add(struct genexec *g, struct job *j, const char *const *fiel
         LOG_W("stream_failed", "id=%s note=\"the result still goes to Redis and the reply "
               "topic\"", j->req.id);
         j->gen_stream_ok = 0;
+        g->stream_down_until = clock_mono_us() + 1000000;
     }
 }
 
