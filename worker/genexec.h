@@ -25,6 +25,12 @@
  * after the restart. At stop, jobs still generating or waiting are
  * dropped the same way (uncommitted: the next owner runs them).
  *
+ * Memory: each engine's waiting queue holds at most 2 x max_seqs + 8
+ * requests, its batch max_seqs; the stage's own queue and the jobs its
+ * engines had no room for yet hold what the intake admitted, which the
+ * intake's in-flight bound limits (each job weighs its prompt plus
+ * max_tokens tokens: genadmit.h).
+ *
  * Threads: genexec_start and genexec_stop on the lifecycle's thread;
  * genexec_push from the poll thread (never blocks); the generator thread;
  * the gauges from any thread. Ownership: a pushed job is the stage's
