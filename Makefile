@@ -253,7 +253,7 @@ docker-test:
 # FUZZ_RUNS executions (10^7 by default, a few minutes on one core).
 FUZZ_RUNS ?= 10000000
 FUZZ_PKGS := clang libclang-rt-14-dev
-FUZZ_SRCS := codecs/codec_decode.c codecs/codec_payload.c codecs/codec_encode.c codecs/gbuf.c codecs/mpscan.c codecs/protocol.c base/utf8.c base/clock.c
+FUZZ_SRCS := codecs/codec_decode.c codecs/codec_payload.c codecs/codec_gen.c codecs/codec_encode.c codecs/gbuf.c codecs/mpscan.c codecs/protocol.c codecs/json_utf8.c base/utf8.c base/clock.c
 fuzz:
 	@missing=""; for p in $(FUZZ_PKGS) libmsgpack-dev libjansson-dev; do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

@@ -122,7 +122,9 @@ int job_encode(struct job *j, int64_t now_ms)
         .topic = j->topic,
         .partition = j->partition,
         .offset = j->offset,
+        .gen = ok ? j->gen_res : NULL,
     };
+    if (j->gen_max_tokens) r.tokens = 0; /* the prompt's ids: not an encoder's timing */
     int rc = codec_encode_result(&r, &j->body, &j->body_len);
     free(lengths);
     return rc;

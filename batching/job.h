@@ -54,6 +54,12 @@ struct job {
     size_t seq_len;                /* its longest row, tokens; 0 = not an encoder job */
     int picked;                    /* the batcher's mark while it cuts a batch */
 
+    /* --- a generation job (intake, generator); 0 otherwise: its prompt's
+     * ids are ids[0..n_tokens) (req.gen holds its parameters) --- */
+    size_t gen_max_tokens;         /* > 0: a generation job, this many tokens at most */
+    int gen_stream_ok;             /* streaming: Redis still takes its entries */
+    const struct codec_gen_result *gen_res; /* borrowed while job_encode runs */
+
     /* --- outcome (executor, or intake for early errors) --- */
     enum proto_err err;
     char errmsg[PROTO_ERRMSG_MAX];

@@ -187,20 +187,21 @@ int status_main(int argc, char **argv)
     } else {
         printf("group %s: %zu live worker%s\n", c->kafka.group, n, n == 1 ? "" : "s");
         if (n)
-            printf("%-28s %-20s %-7s %8s %6s %10s %13s %10s %8s %5s %15s %s\n", "ID", "HOST",
+            printf("%-28s %-20s %-7s %8s %6s %10s %13s %10s %8s %5s %15s %-24s %s\n", "ID", "HOST",
                    "BACKEND", "ASSIGNED", "PAUSED", "QUEUE_ROWS", "INFLIGHT_ROWS", "LAG",
-                   "JOBS/S", "READY", "HEARTBEAT_AGE_S", "DEVICE");
+                   "JOBS/S", "READY", "HEARTBEAT_AGE_S", "MODELS", "DEVICE");
         for (size_t i = 0; i < n; i++) {
             const json_t *w = json_array_get(workers, i);
             char f[10][64];
             const char *names[] = {"id", "host", "backend", "assigned", "paused", "queue_rows",
                                    "inflight_rows", "lag", "jobs_per_second", "ready"};
             for (int k = 0; k < 10; k++) cell(w, names[k], f[k], sizeof(f[k]));
-            char age[32], dev[128];
+            char age[32], dev[128], mods[512];
             cell(w, "heartbeat_age_s", age, sizeof(age));
             cell(w, "device", dev, sizeof(dev));
-            printf("%-28s %-20s %-7s %8s %6s %10s %13s %10s %8s %5s %15s %s\n", f[0], f[1], f[2],
-                   f[3], f[4], f[5], f[6], f[7], f[8], f[9], age, dev);
+            cell(w, "models", mods, sizeof(mods));
+            printf("%-28s %-20s %-7s %8s %6s %10s %13s %10s %8s %5s %15s %-24s %s\n", f[0], f[1],
+                   f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], age, mods[0] ? mods : "-", dev);
         }
     }
     rc = 0;

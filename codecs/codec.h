@@ -21,6 +21,32 @@ struct codec_limits {
     size_t max_tokens;        /* token ids in one job, all rows together */
 };
 
+/* A generation job's fields (docs/protocol.md, "Generation jobs", v1.2),
+ * decoded and range-checked. Plain data, owned by its request: every
+ * pointer is freed by codec_request_fini. Strings are valid UTF-8. */
+#define CODEC_GEN_MAX_STOPS 8
+enum codec_role { CODEC_ROLE_SYSTEM = 0, CODEC_ROLE_USER, CODEC_ROLE_ASSISTANT, CODEC_ROLE_TOOL };
+struct codec_gen {
+    char *prompt;                    /* NUL-terminated; NULL when messages are given */
+    size_t prompt_len;
+    size_t n_msgs;                   /* messages; 0 with a prompt */
+    unsigned char *roles;            /* n_msgs enum codec_role */
+    char *content;                   /* the messages' contents, one after another */
+    size_t *content_off;             /* n_msgs + 1 offsets into content */
+    size_t max_tokens;               /* >= 1; 0 = the model's default */
+    float temperature;               /* >= 0; -1 = the model's default */
+    uint32_t top_k;                  /* 0 = off */
+    float top_p;                     /* (0, 1]; 1 = off */
+    float min_p;                     /* [0, 1); 0 = off */
+    uint64_t seed;                   /* 0 when the job gave none */
+    char *stop[CODEC_GEN_MAX_STOPS]; /* NUL-terminated, not empty, owned */
+    size_t n_stop;
+    int logprobs, stream;            /* booleans */
+};
+
+/* "system", "user", "assistant", "tool". */
+const char *codec_role_name(enum codec_role r);
+
 /* A job as its record carries it in, decoded and validated. Plain data:
  * input and meta are owned (codec_request_fini frees them); nothing points
  * into the record or a parser's memory. */
@@ -49,6 +75,7 @@ struct codec_request {
     int32_t *type_ids;               /* as tokens; NULL = all 0 */
     int truncate;                    /* 1 (the default): cut rows to the model's
                                         length; 0: too long is invalid_input */
+    struct codec_gen *gen;           /* a generation job's fields, owned; NULL: not one */
     /* The decoder's verdict on a job it could decode: PROTO_OK, or the
      * error the job is to be answered with (invalid_input, ...). */
     enum proto_err err;
@@ -60,6 +87,18 @@ void codec_request_fini(struct codec_request *r);
 /* Frees only r's rows of text and tokens (once tokenized, they are not
  * needed any more). */
 void codec_request_fini_rows(struct codec_request *r);
+
+/* A generation job's result (views, borrowed for the encode call). */
+struct codec_gen_result {
+    const char *text;                /* valid UTF-8 */
+    size_t text_len;
+    const int32_t *tokens;
+    size_t n_tokens;
+    const char *finish_reason;       /* "eos", "stop", "length", "deadline" */
+    size_t prompt_tokens, completion_tokens;
+    const float *logprobs;           /* n_tokens values, or NULL when not asked */
+    double ttft_ms, decode_tokens_per_s;
+};
 
 /* A result to encode: views of what its owner holds, borrowed for the
  * call. */
@@ -86,6 +125,10 @@ struct codec_result {
     const char *topic;               /* the job's record */
     int32_t partition;
     int64_t offset;
+    /* A generation job's (ok results only): text, tokens, finish_reason,
+     * usage, logprobs instead of output and shape; timing gains ttft_ms
+     * and decode_tokens_per_s. NULL: not a generation job. */
+    const struct codec_gen_result *gen;
 };
 
 /* Outcome of codec_decode_job. */
@@ -137,6 +180,11 @@ struct codec_result_size {
     int labels;         /* a classifier: `scores` repeats the output, and a label per row */
     size_t label_max;   /* the longest label name's bytes */
     size_t id_len, model_len, topic_len, meta_len;
+    /* A generation job's: at most gen_tokens tokens of at most
+     * gen_token_bytes bytes of text each, with logprobs or not (rows and
+     * values then 0). */
+    size_t gen_tokens, gen_token_bytes;
+    int gen_logprobs;
 };
 
 /* The most bytes codec_encode_result can write for an ok result of that

@@ -102,6 +102,8 @@ void codec_request_fini(struct codec_request *r)
     free(r->meta);
     r->meta = NULL;
     r->meta_len = 0;
+    codec_gen_free(r->gen);
+    r->gen = NULL;
     codec_request_fini_rows(r);
 }
 
@@ -492,7 +494,9 @@ static enum codec_rc decode_fields(struct dctx *c, const struct fields *f)
     if (j->err != PROTO_OK) return CODEC_JOB;
     if (check_content_type(j, c->content_type) < 0) return CODEC_JOB;
     if (take_model(j, &f->model) < 0) return CODEC_JOB;
-    int rows = codec_take_rows(j, f, c->lim);
+    int gen = codec_take_gen(j, f, c->lim);
+    if (gen < 0) return CODEC_JOB;
+    int rows = gen ? 1 : codec_take_rows(j, f, c->lim);
     if (rows < 0) return CODEC_JOB;
     if (rows == 0 && (j->enc == PROTO_ENC_MSGPACK ? codec_input_mp(j, f->mp_input, c->lim) < 0
                                                   : codec_input_js(j, f->js_input, c->lim) < 0))
@@ -578,6 +582,11 @@ static enum codec_rc decode_msgpack(struct dctx *c, const unsigned char *v, size
             if (!mp_key_is(k, obj_names[o])) continue;
             if (*objs[o]) dup = obj_names[o];
             *objs[o] = val;
+        }
+        for (size_t o = 0; o < CODEC_GEN_FIELDS; o++) {
+            if (!mp_key_is(k, codec_gen_names[o])) continue;
+            if (f.mp_gen[o]) dup = codec_gen_names[o];
+            f.mp_gen[o] = val;
         }
     }
     if (dup) rc = dead(c, "msgpack: duplicate field %s", dup);
@@ -768,6 +777,8 @@ static enum codec_rc decode_json(struct dctx *c, const unsigned char *v, size_t 
     f.js_types = json_object_get(root, "type_ids");
     f.js_truncate = json_object_get(root, "truncate");
     f.js_bignums = bignums;
+    for (size_t o = 0; o < CODEC_GEN_FIELDS; o++)
+        f.js_gen[o] = json_object_get(root, codec_gen_names[o]);
     enum codec_rc rc = decode_fields(c, &f);
     json_decref(root);
     return rc;

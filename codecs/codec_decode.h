@@ -13,6 +13,11 @@
 
 #include "codec.h"
 
+/* The top-level fields of a generation job (codec_gen.c), in the order
+ * of struct fields' mp_gen / js_gen. */
+#define CODEC_GEN_FIELDS 11
+extern const char *const codec_gen_names[CODEC_GEN_FIELDS];
+
 /* A scalar top-level field seen through either encoding, so that id,
  * model, deadline_ms, timeout_ms and priority are validated by one piece
  * of code and say the same thing in both. */
@@ -37,6 +42,9 @@ struct fields {
     const msgpack_object *mp_text, *mp_pair, *mp_tokens, *mp_types, *mp_truncate;
     json_t *js_text, *js_pair, *js_tokens, *js_types, *js_truncate;
     size_t js_bignums; /* numbers rewritten as CODEC_BIGNUM_TAG strings */
+    /* v1.2, for generators: the fields codec_gen_names lists, in order */
+    const msgpack_object *mp_gen[CODEC_GEN_FIELDS];
+    json_t *js_gen[CODEC_GEN_FIELDS];
 };
 
 /* Records a decode error on the job unless an earlier one is already set:
@@ -79,6 +87,27 @@ int codec_input_js(struct codec_request *j, const json_t *v, const struct codec_
  * an error. */
 int codec_take_rows(struct codec_request *j, const struct fields *f,
                     const struct codec_limits *lim);
+
+/* The fields of a generation job (codec_gen.c), when it has prompt or
+ * messages: exactly one of them, and neither input, text nor tokens;
+ * each parameter checked against the contract's ranges. Returns 1 when
+ * the job is a generation job (then j->gen is set, or the job failed), 0
+ * when it is not, -1 on an error. */
+int codec_take_gen(struct codec_request *j, const struct fields *f,
+                   const struct codec_limits *lim);
+/* Frees j->gen and everything it owns. */
+void codec_gen_free(struct codec_gen *g);
+
+/* Writes a generation result's fields (text, tokens, finish_reason,
+ * usage, logprobs) into an open map / after a JSON member; the timing
+ * members ttft_ms and decode_tokens_per_s (codec_encode.c). 0, or -1. */
+struct gbuf;
+int codec_gen_put_mp(msgpack_packer *pk, const struct codec_gen_result *g);
+int codec_gen_put_js(struct gbuf *b, const struct codec_gen_result *g);
+/* Map entries codec_gen_put_mp writes. */
+int codec_gen_mp_entries(const struct codec_gen_result *g);
+/* The most bytes codec_gen_put_* write for s's generation bound. */
+size_t codec_gen_max_bytes(const struct codec_result_size *s);
 
 /* JSON text with ill-formed UTF-8 read as MessagePack is (json_utf8.c):
  * a copy of v with each ill-formed sequence in a string value written as

@@ -22,6 +22,7 @@
 #include <msgpack.h>
 
 #include "../base/utf8.h"
+#include "codec_decode.h"
 #include "gbuf.h"
 
 /* Tensors are raw IEEE-754 binary32 on the wire; the byte order is handled
@@ -86,20 +87,24 @@ static int mp_pack_floats(msgpack_packer *pk, const float *x, size_t n)
 static int encode_mp(const struct codec_result *j, struct gbuf *b)
 {
     int ok = j->err == PROTO_OK;
+    const struct codec_gen_result *gen = ok ? j->gen : NULL;
     size_t n = 0;
-    if (ok && (output_count(j, &n) < 0 || n > UINT32_MAX / 4)) return -1;
+    if (ok && !gen && (output_count(j, &n) < 0 || n > UINT32_MAX / 4)) return -1;
     msgpack_packer pk;
     msgpack_packer_init(&pk, b, gbuf_mp_write);
     int r = 0;
     int extra = ok ? (j->out_tokens ? 1 : 0) + (j->labels ? 2 : 0) : 0;
-    r |= msgpack_pack_map(&pk, 3 + (ok ? 2 : 1) + extra + (j->meta ? 1 : 0) + 2);
+    int body = gen ? codec_gen_mp_entries(gen) : ok ? 2 + extra : 1;
+    r |= msgpack_pack_map(&pk, 3 + body + (j->meta ? 1 : 0) + 2);
     r |= mp_str(&pk, "id");
     r |= mp_str(&pk, j->id);
     r |= mp_str(&pk, "model");
     r |= mp_str(&pk, j->model);
     r |= mp_str(&pk, "status");
     r |= mp_str(&pk, ok ? "ok" : "error");
-    if (ok) {
+    if (gen) {
+        r |= codec_gen_put_mp(&pk, gen);
+    } else if (ok) {
         r |= mp_str(&pk, "output");
         r |= msgpack_pack_bin(&pk, n * 4);
         r |= mp_pack_floats(&pk, j->output, n);
@@ -135,7 +140,7 @@ static int encode_mp(const struct codec_result *j, struct gbuf *b)
         r |= gbuf_put(b, j->meta, j->meta_len);
     }
     r |= mp_str(&pk, "timing");
-    r |= msgpack_pack_map(&pk, j->tokens ? 6 : 4);
+    r |= msgpack_pack_map(&pk, (j->tokens ? 6 : 4) + (gen ? 2 : 0));
     r |= mp_str(&pk, "queued_ms");
     r |= msgpack_pack_double(&pk, j->queued_ms);
     r |= mp_str(&pk, "infer_ms");
@@ -149,6 +154,13 @@ static int encode_mp(const struct codec_result *j, struct gbuf *b)
         r |= msgpack_pack_uint64(&pk, j->tokens);
         r |= mp_str(&pk, "padded_tokens");
         r |= msgpack_pack_uint64(&pk, j->padded_tokens);
+    }
+    if (gen) {
+        r |= mp_str(&pk, "ttft_ms");
+        r |= msgpack_pack_double(&pk, isfinite(gen->ttft_ms) ? gen->ttft_ms : 0.0);
+        r |= mp_str(&pk, "decode_tokens_per_s");
+        r |= msgpack_pack_double(&pk, isfinite(gen->decode_tokens_per_s)
+                                          ? gen->decode_tokens_per_s : 0.0);
     }
     r |= mp_str(&pk, "source");
     r |= msgpack_pack_map(&pk, 3);
@@ -294,6 +306,11 @@ static json_t *js_tail(const struct codec_result *j)
         r |= json_object_set_new(timing, "padded_tokens",
                                  json_integer((json_int_t)j->padded_tokens));
     }
+    if (timing && j->gen && j->err == PROTO_OK) {
+        r |= json_object_set_new(timing, "ttft_ms", js_num(j->gen->ttft_ms));
+        r |= json_object_set_new(timing, "decode_tokens_per_s",
+                                 js_num(j->gen->decode_tokens_per_s));
+    }
     r |= json_object_set_new(o, "timing", timing);
     r |= json_object_set_new(o, "source",
                              json_pack("{s:o,s:i,s:I}", "topic", js_str(j->topic), "partition",
@@ -317,15 +334,18 @@ static json_t *js_tail(const struct codec_result *j)
 static int encode_json(const struct codec_result *j, struct gbuf *b)
 {
     int ok = j->err == PROTO_OK;
+    const struct codec_gen_result *gen = ok ? j->gen : NULL;
     size_t n = 0;
-    if (ok && output_count(j, &n) < 0) return -1;
+    if (ok && !gen && output_count(j, &n) < 0) return -1;
     int r = 0;
     r |= js_put(b, "{\"id\":");
     r |= js_put_str(b, j->id);
     r |= js_put(b, ",\"model\":");
     r |= js_put_str(b, j->model);
     r |= js_put(b, ok ? ",\"status\":\"ok\"" : ",\"status\":\"error\"");
-    if (ok) {
+    if (gen) {
+        r |= codec_gen_put_js(b, gen);
+    } else if (ok) {
         r |= js_put(b, ",\"output\":");
         r |= js_put_floats(b, j->output, n);
         r |= js_put(b, ",\"shape\":[");
@@ -418,6 +438,7 @@ size_t codec_result_max_bytes(const struct codec_result_size *s)
     n = sat_add(n, sat_mul(tensors, sat_add(sat_mul(s->values, per_value), 8)));
     if (s->per_token) n = sat_add(n, sat_mul(s->rows, 21));
     if (s->labels) n = sat_add(n, sat_mul(s->rows, sat_add(str_bound(s->label_max), 1)));
+    if (s->gen_tokens) n = sat_add(n, codec_gen_max_bytes(s));
     return n;
 }
 

@@ -86,6 +86,18 @@ static const struct cfgtab_row options[] = {
             "connect and command timeout, ms"),
     STR_OPT("redis.publish_channel", 0, 1024, "", NULL, NULL, redis.publish_channel,
             "channel each result is also PUBLISHed to; empty = no PUBLISH"),
+    STR_OPT("redis.stream_prefix", 1, 1024, "kinfer:stream:", NULL, NULL, redis.stream_prefix,
+            "generation jobs with stream: true append their text to the Redis stream "
+            "prefix + id"),
+    INT_OPT("generation.kv_cache_mb", 1, 1048576, 256, generation.kv_cache_mb,
+            "generating models: the key/value cache of each model, MiB"),
+    INT_OPT("generation.block_tokens", 1, 4096, 16, generation.block_tokens,
+            "generating models: tokens per key/value cache block"),
+    INT_OPT("generation.max_seqs", 1, 4096, 16, generation.max_seqs,
+            "generating models: sequences generating at once per model; at most "
+            "batching.max_batch_tokens"),
+    INT_OPT("generation.max_tokens", 1, 1048576, 256, generation.max_tokens,
+            "generating models: a job's max_tokens when it gives none (capped by the context)"),
     INT_OPT("batching.max_batch_rows", 1, 65536, 32, batching.max_batch_rows,
             "rows in one forward pass; a batch closes when it is this full"),
     INT_OPT("batching.max_wait_ms", 0, 60000, 5, batching.max_wait_ms,
@@ -154,7 +166,8 @@ static const struct cfgtab_row options[] = {
     STR_OPT("debug.hang_id", 0, 200, "", NULL, NULL, debug.hang_id,
             "fault tests only: hang the executor when about to run the job with this id"),
     INT_OPT("debug.batch_sleep_ms", 0, 3600000, 0, debug.batch_sleep_ms,
-            "fault tests only: sleep this long before every batch (a slow executor)"),
+            "fault tests only: sleep this long before every batch and generation step "
+            "(a slow executor)"),
     STR_OPT("debug.device_fault_id", 0, 200, "", NULL, NULL, debug.device_fault_id,
             "fault tests only: fail the device (a sticky error) when running the job with this id"),
     STR_OPT("replay.reply_topic", 1, 249, "results.replay", NULL, NULL, replay.reply_topic,

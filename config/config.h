@@ -45,7 +45,14 @@ struct kcfg {
         int64_t ttl_ms;         /* 3600000 */
         int timeout_ms;         /* 2000: connect and command timeout */
         char *publish_channel;  /* "" = no PUBLISH */
+        char *stream_prefix;    /* "kinfer:stream:": streamed generation, key = prefix + id */
     } redis;
+    struct {                    /* generation jobs (text-generating models) */
+        int kv_cache_mb;        /* 256: the key/value cache of each generating model */
+        int block_tokens;       /* 16: tokens per cache block */
+        int max_seqs;           /* 16: sequences generating at once per model */
+        int max_tokens;         /* 256: a job's max_tokens when it gives none */
+    } generation;
     struct {
         int max_batch_rows;     /* 32 */
         int max_wait_ms;        /* 5 */

@@ -37,7 +37,8 @@
  * fills them by index; the reader keeps unknown fields as strings so an
  * older status still shows a newer worker's hash. */
 enum hb_field_idx {
-    F_ID, F_HOST, F_PID, F_GROUP, F_VERSION, F_BACKEND, F_DEVICE, F_ASSIGNED, F_PAUSED, F_PARTITIONS,
+    F_ID, F_HOST, F_PID, F_GROUP, F_VERSION, F_BACKEND, F_DEVICE, F_MODELS,
+    F_ASSIGNED, F_PAUSED, F_PARTITIONS,
     F_QUEUE_ROWS, F_QUEUE_JOBS, F_INFLIGHT_ROWS, F_INFLIGHT_BATCHES, F_LAG, F_ROWS_PS,
     F_JOBS_PS, F_JOBS_DONE, F_READY, F_HEALTHY, F_STARTED, F_UPDATED, N_FIELDS
 };
@@ -52,6 +53,7 @@ static const struct hb_field {
     [F_VERSION] = {"version", HB_STR},
     [F_BACKEND] = {"backend", HB_STR},
     [F_DEVICE] = {"device", HB_STR},
+    [F_MODELS] = {"models", HB_STR},
     [F_ASSIGNED] = {"assigned", HB_INT},
     [F_PAUSED] = {"paused", HB_INT},
     [F_PARTITIONS] = {"partitions", HB_LIST},
@@ -167,6 +169,7 @@ static int beat_once(struct hb *h, char *err, size_t cap)
         snprintf(v[F_PID], 64, "%ld", h->pid);
         snprintf(v[F_BACKEND], 64, "%s", s.backend);
         val[F_DEVICE] = s.device;
+        val[F_MODELS] = s.models;
         snprintf(v[F_ASSIGNED], 64, "%" PRId64, s.assigned);
         snprintf(v[F_PAUSED], 64, "%" PRId64, s.paused);
         snprintf(v[F_QUEUE_ROWS], 64, "%" PRId64, s.queue_rows);

@@ -54,6 +54,8 @@ static const struct hist_def {
     [STATS_HIST_QUEUE_S] = {secs_bounds, sizeof(secs_bounds) / sizeof(secs_bounds[0]), NS_PER_S},
     [STATS_HIST_INFER_S] = {secs_bounds, sizeof(secs_bounds) / sizeof(secs_bounds[0]), NS_PER_S},
     [STATS_HIST_E2E_S] = {secs_bounds, sizeof(secs_bounds) / sizeof(secs_bounds[0]), NS_PER_S},
+    [STATS_HIST_TTFT_S] = {secs_bounds, sizeof(secs_bounds) / sizeof(secs_bounds[0]), NS_PER_S},
+    [STATS_HIST_TPOT_S] = {secs_bounds, sizeof(secs_bounds) / sizeof(secs_bounds[0]), NS_PER_S},
 };
 
 struct stats {
@@ -65,6 +67,9 @@ struct stats {
     atomic_uint_fast64_t offset_resets;
     atomic_uint_fast64_t rows_run, jobs_done; /* feed the smoothed rates */
     atomic_uint_fast64_t tokens_run, padded_run; /* encoders' tokens, and padded */
+    atomic_uint_fast64_t gen_prompt, gen_out, gen_pre; /* generation (stats_gen_*) */
+    atomic_int_fast64_t gen_g[4];                 /* running, waiting, blocks used, total */
+    atomic_int gen_models;
     /* gauges */
     atomic_int_fast64_t queue_rows, queue_jobs, inflight_rows, inflight_batches;
     atomic_int_fast64_t oldest_us;
@@ -80,7 +85,7 @@ struct stats {
     double start_time_s; /* written once by stats_new */
 
     pthread_mutex_t mu; /* guards everything below */
-    char backend[16], precision[16], device[128];
+    char backend[16], precision[16], device[128], models[512];
     struct stats_device devices[MODEL_MAX_DEVICES];
     size_t n_devices;
     struct stats_part *parts;
@@ -284,6 +289,26 @@ void stats_tokens(struct stats *st, size_t tokens, size_t padded)
     add(&st->padded_run, padded);
 }
 
+void stats_gen_done(struct stats *st, size_t prompt, size_t generated, double ttft_s,
+                    double tpot_s)
+{
+    add(&st->gen_prompt, prompt);
+    add(&st->gen_out, generated);
+    if (ttft_s >= 0) observe(st, STATS_HIST_TTFT_S, ttft_s);
+    if (tpot_s >= 0) observe(st, STATS_HIST_TPOT_S, tpot_s);
+}
+
+void stats_gen_gauges(struct stats *st, int models, size_t running, size_t waiting,
+                      size_t blocks_used, size_t blocks_total, uint64_t preemptions)
+{
+    atomic_store(&st->gen_models, models);
+    atomic_store(&st->gen_g[0], (int64_t)running);
+    atomic_store(&st->gen_g[1], (int64_t)waiting);
+    atomic_store(&st->gen_g[2], (int64_t)blocks_used);
+    atomic_store(&st->gen_g[3], (int64_t)blocks_total);
+    atomic_store(&st->gen_pre, preemptions);
+}
+
 /* Counted when both acknowledgements are in, so kinfer_jobs_total is what
  * the outside world can see: a result in Redis and on the reply topic (or
  * a record on the dead-letter topic). */
@@ -421,6 +446,13 @@ void stats_set_device_name(struct stats *st, const char *name)
 {
     pthread_mutex_lock(&st->mu);
     snprintf(st->device, sizeof(st->device), "%s", name ? name : "");
+    pthread_mutex_unlock(&st->mu);
+}
+
+void stats_set_models(struct stats *st, const char *desc)
+{
+    pthread_mutex_lock(&st->mu);
+    snprintf(st->models, sizeof(st->models), "%s", desc ? desc : "");
     pthread_mutex_unlock(&st->mu);
 }
 
@@ -711,6 +743,7 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
     snprintf(out->backend, sizeof(out->backend), "%s", st->backend);
     snprintf(out->precision, sizeof(out->precision), "%s", st->precision);
     snprintf(out->device, sizeof(out->device), "%s", st->device);
+    snprintf(out->models, sizeof(out->models), "%s", st->models);
     memcpy(out->devices, st->devices, sizeof(out->devices));
     out->n_devices = st->n_devices;
     update_rates(st, now_us);
@@ -719,6 +752,14 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
     out->tokens_per_s = st->tokens_ps;
     out->tokens = get_u(&st->tokens_run);
     out->padded_tokens = get_u(&st->padded_run);
+    out->gen_prompt_tokens = get_u(&st->gen_prompt);
+    out->gen_tokens = get_u(&st->gen_out);
+    out->gen_preemptions = get_u(&st->gen_pre);
+    out->gen_running = atomic_load(&st->gen_g[0]);
+    out->gen_waiting = atomic_load(&st->gen_g[1]);
+    out->gen_blocks_used = atomic_load(&st->gen_g[2]);
+    out->gen_blocks_total = atomic_load(&st->gen_g[3]);
+    out->gen_models = atomic_load(&st->gen_models);
     /* Over the smoothed window when there is traffic, else since start. */
     if (st->padded_ps > 0) out->padding_ratio = 1.0 - st->tokens_ps / st->padded_ps;
     else if (out->padded_tokens)

@@ -80,6 +80,8 @@ enum stats_hist {
     STATS_HIST_QUEUE_S,        /* arrival to batch start, seconds */
     STATS_HIST_INFER_S,        /* the batch's forward pass, seconds */
     STATS_HIST_E2E_S,          /* record timestamp to result acknowledged, seconds */
+    STATS_HIST_TTFT_S,         /* generation: record timestamp to first token, seconds */
+    STATS_HIST_TPOT_S,         /* generation: time per output token after the first, seconds */
     STATS_N_HIST
 };
 
@@ -144,6 +146,12 @@ struct stats_snapshot {
      * when idle) */
     uint64_t tokens, padded_tokens;
     double tokens_per_s, padding_ratio;
+    /* generation: prompt and generated tokens of finished jobs; the
+     * generator's sequences running and waiting, KV cache blocks used
+     * and total, preemptions (stats_gen_gauges) */
+    uint64_t gen_prompt_tokens, gen_tokens, gen_preemptions;
+    int64_t gen_running, gen_waiting, gen_blocks_used, gen_blocks_total;
+    int gen_models;   /* generating models loaded (0: none; the families are left out) */
     int drain_known;  /* 0: lag > 0 but nothing finished lately */
     double drain_s;   /* lag_total / jobs_per_s */
     /* lag of the assigned partitions, from the consumer's statistics */
@@ -179,6 +187,7 @@ struct stats_snapshot {
     char backend[16];    /* "cpu", "cuda" */
     char precision[16];  /* "fp32", ... */
     char device[128];    /* "cpu", or the CUDA devices' names ("emulated ..." on the emulation) */
+    char models[512];    /* "name=kind,..." (kind: generator, encoder, mlp); "" = not set */
 };
 
 /* Returns a new, zeroed stats struct (backend and device "cpu", watchdog 60 s), or
@@ -195,6 +204,9 @@ void stats_set_backend(struct stats *st, const char *name);
 /* Which device runs the models, in words (model_runtime_device_name), for
  * kinfer_backend_info, /readyz and the heartbeat; borrows name (copied). */
 void stats_set_device_name(struct stats *st, const char *name);
+/* The models and their kinds ("llm=generator,emb=encoder,mlp=mlp"), for
+ * /readyz and the heartbeat; borrows desc (copied, cut at 511 bytes). */
+void stats_set_models(struct stats *st, const char *desc);
 /* The runtime's precision and device count, for kinfer_backend_info. */
 void stats_set_precision(struct stats *st, const char *precision);
 /* Sets the watchdog bound: a registered loop silent longer trips it. */
@@ -240,6 +252,13 @@ void stats_batch(struct stats *st, enum stats_batch_reason reason, size_t rows);
 /* An encoder's batch ran: its tokens, and its padded shape (rows x its
  * longest row). */
 void stats_tokens(struct stats *st, size_t tokens, size_t padded);
+/* A generation job finished: its prompt and generated tokens, its time
+ * to first token and per output token (seconds; < 0: none). */
+void stats_gen_done(struct stats *st, size_t prompt, size_t generated, double ttft_s,
+                    double tpot_s);
+/* The generator's gauges (worker tick), and how many generating models run. */
+void stats_gen_gauges(struct stats *st, int models, size_t running, size_t waiting,
+                      size_t blocks_used, size_t blocks_total, uint64_t preemptions);
 
 /* ---- sink thread ---- */
 

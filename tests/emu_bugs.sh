@@ -44,7 +44,7 @@ work=$(mktemp -d /tmp/kinfer-emu-bugs-XXXXXX)
 
 # The copy: sources with their times, and the objects and dependency files
 # of the build tree, so that make rebuilds only what a bug touches.
-cp -a Makefile base codecs config kafka gpu batching text worker telemetry tools cmd emu tests \
+cp -a Makefile base codecs config kafka gpu batching text gen worker telemetry tools cmd emu tests \
   "$work/"
 mkdir -p "$work/$B"
 (cd "$root" && find "$B" \( -name '*.o' -o -name '*.d' \) -print0 |

@@ -342,6 +342,34 @@ static void test_threads(void **state)
 
 /* ---- robustness ---------------------------------------------------------------------- */
 
+/* The template keeps nothing of its source: the caller's buffer is
+ * overwritten and freed before the render, which must not notice. */
+static void test_source_not_kept(void **state)
+{
+    (void)state;
+    const char *text = "{% for m in messages %}{{ '<' + m['role'] + '>' + m.content }}"
+                       "{% endfor %}{% if add_generation_prompt %}[gen]{% endif %}";
+    size_t n = strlen(text);
+    char *src = malloc(n), err[256];
+    assert_non_null(src);
+    memcpy(src, text, n);
+    struct jinja_tmpl *t = jinja_parse(src, n, err, sizeof(err));
+    assert_non_null(t);
+    memset(src, 'x', n);
+    free(src);
+    json_t *ctx = json_pack("{s:[{s:s, s:s}], s:b}", "messages", "role", "user", "content",
+                            "hi", "add_generation_prompt", 1);
+    char *out = NULL;
+    size_t len = 0;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(jinja_render(t, ctx, NULL, &out, &len, err, sizeof(err)), 0);
+        assert_string_equal(out, "<user>hi[gen]");
+        free(out);
+    }
+    json_decref(ctx);
+    jinja_destroy(t);
+}
+
 static void test_corrupted_templates(void **state)
 {
     (void)state;
@@ -429,6 +457,7 @@ int main(void)
         cmocka_unit_test(test_python_semantics),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_corrupted_templates),
+        cmocka_unit_test(test_source_not_kept),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -664,6 +664,13 @@ static void test_readiness(void **state)
     free(body);
     stats_snapshot_fini(&s);
     stats_set_backend(st, "cpu");
+    /* And the models with their kinds, once the worker set them. */
+    stats_set_models(st, "llm=generator,emb=encoder");
+    assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);
+    assert_int_equal(metrics_render_ready(&s, &body, &len), 1);
+    assert_non_null(strstr(body, ",\"models\":\"llm=generator,emb=encoder\"}"));
+    free(body);
+    stats_snapshot_fini(&s);
 
     /* A producer that lost every broker says so. */
     const char *down = "{\"type\":\"producer\",\"brokers\":{\"b/1\":{\"source\":\"configured\","

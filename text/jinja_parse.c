@@ -751,6 +751,16 @@ struct jinja_tmpl *jinja_parse(const char *src, size_t len, char *errstr, size_t
         return NULL;
     }
     jarena_init(&t->arena, 0);
+    /* Names and literals point into the source: the template keeps its
+     * own copy, so the caller's may go (jinja.h). */
+    char *own = jarena_alloc(&t->arena, len + 1);
+    if (!own) {
+        if (errstr && errstr_size) snprintf(errstr, errstr_size, "out of memory");
+        goto fail;
+    }
+    memcpy(own, src, len);
+    own[len] = '\0';
+    src = own;
     struct jtoks toks = { 0 };
     if (jinja_lex(&t->arena, src, len, &toks, errstr, errstr_size)) goto fail;
     struct parser *p = jarena_alloc(&t->arena, sizeof *p);

@@ -440,6 +440,7 @@ static void *exec_main(void *arg)
     size_t max_tok = (size_t)ex->c.cfg->batching.max_batch_tokens;
     for (size_t i = 0; i < ex->c.n_models; i++) {
         const struct model *m = ex->c.models[i];
+        if (!m) continue; /* a generating model: the generator runs it (genexec.h) */
         if (!model_encoder(m)) {
             if (!(t.ws[i] = model_ws_new(m, slot, cap, err, sizeof(err)))) goto oom;
             continue;

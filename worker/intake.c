@@ -20,6 +20,7 @@
 #include "../text/tokenizer.h"
 #include "../kafka/kq.h"
 #include "../base/log.h"
+#include "genadmit.h"
 
 struct intake {
     struct kq_ctx kq;          /* first: the consumer's opaque (kq.h) */
@@ -34,7 +35,7 @@ struct intake {
     int64_t tokens_at_us;
     /* Tokenizing an encoder's jobs: one work area, and room for the
      * largest job (max_batch_tokens ids) before it is copied to the job. */
-    struct tokenizer_scratch *tok_scratch;
+    struct tokenizer_scratch *tok_scratch, *gen_scratch; /* gen_scratch: genadmit's */
     int32_t *tok_ids, *tok_types;
     size_t tok_cap;
     int paused;
@@ -87,7 +88,7 @@ static const char *answered_model(const struct intake *in, const struct job *j)
 {
     if (j->model_name || j->req.model[0]) return j->model_name;
     int idx = in->c.model_override >= 0 ? in->c.model_override : in->c.default_model;
-    return idx >= 0 && (size_t)idx < in->c.n_models ? model_name(in->c.models[idx]) : NULL;
+    return idx >= 0 && (size_t)idx < in->c.n_models ? in->c.cfg->models[idx].name : NULL;
 }
 
 /* Finishes a job that will not run: encodes its error result and hands it
@@ -392,7 +393,7 @@ enum intake_admitted intake_admit(struct intake *in, const struct intake_record 
               : j->req.model[0]          ? -1
                                          : in->c.default_model;
     for (size_t i = 0; idx < 0 && i < in->c.n_models; i++)
-        if (strcmp(model_name(in->c.models[i]), j->req.model) == 0) idx = (int)i;
+        if (strcmp(in->c.cfg->models[i].name, j->req.model) == 0) idx = (int)i;
     if (idx < 0) {
         job_fail(j, PROTO_ERR_UNKNOWN_MODEL, "no model named '%s' on this worker",
                  j->req.model);
@@ -400,10 +401,20 @@ enum intake_admitted intake_admit(struct intake *in, const struct intake_record 
         return INTAKE_ANSWERED;
     }
     j->model_idx = idx;
-    j->model_name = model_name(in->c.models[idx]);
-    const struct model_encoder_info *enc = model_encoder(in->c.models[idx]);
+    j->model_name = in->c.cfg->models[idx].name;
+    const struct genmodel *gm = in->c.gens ? in->c.gens[idx] : NULL;
+    const struct model_encoder_info *enc = gm ? NULL : model_encoder(in->c.models[idx]);
     size_t rows;
-    if (enc) {
+    if (gm || j->req.gen) {
+        int g = genadmit(gm, &in->gen_scratch, cfg, in->c.max_record_bytes, j);
+        if (g == -2) LOG_E("out_of_memory", "where=genadmit id=%s", j->req.id);
+        if (g == -2) atomic_store(in->c.fatal, 1);
+        if (g < 0) {
+            answer_now(in, j);
+            return INTAKE_ANSWERED;
+        }
+        rows = j->weight;
+    } else if (enc) {
         if (tokenize(in, j, enc) < 0) return INTAKE_ANSWERED;
         rows = j->rows;
     } else {
@@ -430,7 +441,7 @@ enum intake_admitted intake_admit(struct intake *in, const struct intake_record 
             return INTAKE_ANSWERED;
         }
     }
-    if (result_fits(in, j, in->c.models[idx], rows) < 0) return INTAKE_ANSWERED;
+    if (!gm && result_fits(in, j, in->c.models[idx], rows) < 0) return INTAKE_ANSWERED;
     /* The configured default timeout bounds every job; a job's own
      * deadline may only make it earlier. */
     int64_t now_ms = clock_wall_ms();
@@ -450,7 +461,8 @@ enum intake_admitted intake_admit(struct intake *in, const struct intake_record 
     if (j->priority < 0) j->priority = cfg_topic_priority(cfg, j->topic);
     if (j->deadline_us && j->deadline_us < in->next_deadline_us)
         in->next_deadline_us = j->deadline_us;
-    batcher_push(in->c.batcher, j);
+    if (gm) genexec_push(in->c.genexec, j);
+    else batcher_push(in->c.batcher, j);
     return INTAKE_QUEUED;
 }
 
@@ -745,12 +757,17 @@ struct intake *intake_new_offline(const struct intake_conf *c, char *errstr, siz
     in->max_job_rows = (size_t)c->cfg->batching.max_job_rows;
     size_t max_in = 0, max_tok = 0;
     for (size_t i = 0; i < c->n_models; i++) {
+        if (!c->models[i]) continue; /* a generator */
         const struct model_encoder_info *e = model_encoder(c->models[i]);
         if (model_input_width(c->models[i]) > max_in) max_in = model_input_width(c->models[i]);
         if (e && e->max_tokens > max_tok) max_tok = e->max_tokens;
     }
     in->lim.max_payload_bytes = (size_t)c->cfg->worker.max_payload_bytes;
     in->lim.max_input_floats = in->max_job_rows * max_in;
+    /* Only generators: an `input` job decodes (the payload bounds it) so
+     * that admission can say the model generates text. */
+    if (!max_in && !max_tok && c->gens)
+        in->lim.max_input_floats = (size_t)c->cfg->worker.max_payload_bytes / 4;
     in->lim.max_depth = 32;
     in->lim.max_rows = in->max_job_rows;
     in->lim.max_text_chars = (size_t)c->cfg->worker.max_text_chars;
@@ -843,6 +860,7 @@ void intake_destroy(struct intake *in)
     }
     if (in->consumer) rd_kafka_destroy(in->consumer);
     tokenizer_scratch_destroy(in->tok_scratch);
+    tokenizer_scratch_destroy(in->gen_scratch);
     free(in->tok_ids);
     free(in->tok_types);
     free(in);

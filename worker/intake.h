@@ -32,6 +32,7 @@
 #include "../gpu/model.h"
 #include "../telemetry/stats.h"
 #include "../config/config.h"
+#include "genexec.h"
 #include "jobq.h"
 #include "offsets.h"
 #include "ranges.h"
@@ -40,7 +41,10 @@
 struct intake_conf {
     const struct kcfg *cfg;        /* borrowed; outlives the stage */
     const struct worker_opts *opts;/* group, priority, rate, deadlines */
-    struct model *const *models;   /* by model index, borrowed */
+    struct model *const *models;   /* by model index, borrowed; NULL for a generator */
+    struct genmodel *const *gens;  /* by model index: the generators (NULL entries for the
+                                      others); NULL = none */
+    struct genexec *genexec;       /* where admitted generation jobs go */
     size_t n_models;
     int default_model;             /* for jobs that name none */
     int model_override;            /* every job runs on this model; -1 = as asked */

@@ -294,6 +294,38 @@ int rsink_incr_attempts(struct rsink *r, struct job *const *jobs, size_t n, long
     return ok ? 0 : -1;
 }
 
+int rsink_xadd(struct rsink *r, const char *key, size_t klen, const char *const *fields,
+               const char *const *values, const size_t *vlens, size_t n, int64_t ttl_ms)
+{
+    if (n > 4 || (!r->ctx && connect_fresh(r) < 0)) return -1;
+    const char *argv[3 + 8] = {"XADD", key, "*"};
+    size_t lens[3 + 8] = {4, klen, 1};
+    for (size_t i = 0; i < n; i++) {
+        argv[3 + 2 * i] = fields[i];
+        lens[3 + 2 * i] = strlen(fields[i]);
+        argv[4 + 2 * i] = values[i];
+        lens[4 + 2 * i] = vlens[i];
+    }
+    redisAppendCommandArgv(r->ctx, (int)(3 + 2 * n), argv, lens);
+    char ttl[24];
+    int tl = snprintf(ttl, sizeof(ttl), "%" PRId64, ttl_ms);
+    const char *eargv[] = {"PEXPIRE", key, ttl};
+    size_t elens[] = {7, klen, (size_t)tl};
+    redisAppendCommandArgv(r->ctx, 3, eargv, elens);
+    int ok = 1;
+    for (int k = 0; k < 2; k++) {
+        void *v = NULL;
+        if (redisGetReply(r->ctx, &v) != REDIS_OK) {
+            drop(r, r->ctx->errstr[0] ? r->ctx->errstr : "read failed");
+            return -1;
+        }
+        redisReply *rep = v;
+        if (rep->type == REDIS_REPLY_ERROR) ok = 0;
+        freeReplyObject(rep);
+    }
+    return ok ? 0 : -1;
+}
+
 int rsink_ping(struct rsink *r)
 {
     if (!r->ctx && connect_fresh(r) < 0) return -1;

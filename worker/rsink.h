@@ -68,6 +68,13 @@ int rsink_incr_attempts(struct rsink *r, struct job *const *jobs, size_t n, long
  * answer. Any thread. */
 void rsink_cancel(struct rsink *r);
 
+/* Appends one entry to the stream key (klen bytes): XADD key * with the
+ * n field / value pairs (value lengths in vlens), then PEXPIRE key
+ * ttl_ms, in one round trip, one try. Returns 0, or -1 when Redis did
+ * not take it. */
+int rsink_xadd(struct rsink *r, const char *key, size_t klen, const char *const *fields,
+               const char *const *values, const size_t *vlens, size_t n, int64_t ttl_ms);
+
 /* One PING round trip: 0 if Redis answered within the timeout, else -1. */
 int rsink_ping(struct rsink *r);
 

@@ -42,7 +42,8 @@
 /* The models, loaded once for every stage to share. */
 struct models {
     struct model_runtime *rt;
-    struct model **m;
+    struct model **m;          /* NULL for a generating model */
+    struct genmodel **g;       /* a generating model's (genmodel.h), else NULL */
     size_t n;
     int default_idx;
     char device[128]; /* model_runtime_device_name: "cpu", or the CUDA devices' names */
@@ -63,8 +64,24 @@ static int models_load(const struct kcfg *c, struct models *ms)
     LOG_I("backend_selected", "backend=%s device=\"%s\" setting=%s detail=\"%s\"",
           model_runtime_backend(ms->rt), ms->device, c->worker.backend,
           model_runtime_describe(ms->rt));
-    if (!(ms->m = calloc(c->n_models, sizeof(*ms->m)))) return -1;
+    if (!(ms->m = calloc(c->n_models, sizeof(*ms->m))) ||
+        !(ms->g = calloc(c->n_models, sizeof(*ms->g))))
+        return -1;
     for (size_t i = 0; i < c->n_models; i++) {
+        if (c->models[i].n_layers == 0 && genmodel_is_decoder_folder(c->models[i].path)) {
+            if (!(ms->g[i] = genmodel_load(ms->rt, &c->models[i], err, sizeof(err)))) {
+                LOG_E("model_load_failed", "model=%s error=\"%s\"", c->models[i].name, err);
+                return -1;
+            }
+            ms->n++;
+            const struct decoder_info *di = decoder_info(ms->g[i]->dec);
+            LOG_I("model_loaded", "model=%s path=%s kind=generator arch=%s layers=%zu "
+                  "hidden=%zu context=%zu vocab=%zu chat_template=%s params=%zu backend=%s",
+                  c->models[i].name, c->models[i].path, di->arch, di->layers, di->hidden,
+                  di->context, di->vocab, ms->g[i]->tmpl ? "yes" : "no", di->n_params,
+                  model_runtime_backend(ms->rt));
+            continue;
+        }
         ms->m[i] = model_load(ms->rt, &c->models[i], err, sizeof(err));
         if (!ms->m[i]) {
             LOG_E("model_load_failed", "model=%s error=\"%s\"", c->models[i].name, err);
@@ -92,8 +109,12 @@ static int models_load(const struct kcfg *c, struct models *ms)
 
 static void models_free(struct models *ms)
 {
-    for (size_t i = 0; i < ms->n; i++) model_destroy(ms->m[i]);
+    for (size_t i = 0; i < ms->n; i++) {
+        model_destroy(ms->m[i]);
+        if (ms->g) genmodel_destroy(ms->g[i]);
+    }
     free(ms->m);
+    free(ms->g);
     model_runtime_destroy(ms->rt);
 }
 
@@ -115,6 +136,7 @@ struct worker {
     struct sink *sink;
     struct intake *intake;
     struct exec *exec;
+    struct genexec *genexec;   /* generation jobs (genexec.h) */
     atomic_size_t lightened;   /* exec -> intake: rows shed by jobs that ran */
     int64_t started_us;
     int64_t stop_by_us;        /* the drain deadline once stopping; 0 before */
@@ -263,6 +285,12 @@ static void tick(struct worker *w, struct ticks *t)
     stats_alive(w->stats, STATS_LOOP_POLL);
     if (now >= t->gauges) {
         publish_gauges(w, now);
+        struct genexec_gauges gg;
+        genexec_gauges(w->genexec, &gg);
+        size_t ng = 0;
+        for (size_t i = 0; i < w->models.n; i++) ng += w->models.g[i] != NULL;
+        stats_gen_gauges(w->stats, (int)ng, gg.running, gg.waiting, gg.blocks_used,
+                         gg.blocks_total, gg.preemptions);
         t->gauges = now + 100000;
     }
     if (now >= t->watchdog) {
@@ -364,6 +392,14 @@ static int setup(struct worker *w)
     stats_set_backend(w->stats, model_runtime_backend(w->models.rt));
     stats_set_precision(w->stats, model_runtime_precision(w->models.rt));
     stats_set_device_name(w->stats, w->models.device);
+    char kinds[512];
+    size_t at = 0;
+    for (size_t i = 0; i < w->models.n && at < sizeof(kinds); i++)
+        at += (size_t)snprintf(kinds + at, sizeof(kinds) - at, "%s%s=%s", i ? "," : "",
+                               c->models[i].name,
+                               w->models.g[i] ? "generator"
+                               : model_encoder(w->models.m[i]) ? "encoder" : "mlp");
+    stats_set_models(w->stats, kinds);
     stats_set_cond(w->stats, STATS_COND_MODEL, 1);
     int override = -1;
     if (w->opts.model && (override = cfg_model_index(c, w->opts.model)) < 0) {
@@ -399,7 +435,17 @@ static int setup(struct worker *w)
     if (w->opts.redis != WORKER_REDIS_OFF && sink_redis_ping(w->sink) < 0)
         LOG_W("redis_unreachable", "host=%s port=%d note=\"results wait until it answers\"",
               c->redis.host, c->redis.port);
+    struct genexec_conf gc = {.cfg = c, .gens = w->models.g, .n_models = w->models.n,
+                              .out = &w->sinkq, .stats = w->stats, .fatal = &w->fatal,
+                              .count_attempts = c->worker.max_attempts > 0 &&
+                                                w->opts.redis != WORKER_REDIS_OFF,
+                              .stream = w->opts.redis != WORKER_REDIS_OFF};
+    if (!(w->genexec = genexec_start(&gc, err, sizeof(err)))) {
+        LOG_E("generator_failed", "error=\"%s\"", err);
+        return -1;
+    }
     struct intake_conf ic = {.cfg = c, .opts = &w->opts, .models = w->models.m,
+                             .gens = w->models.g, .genexec = w->genexec,
                              .n_models = w->models.n, .default_model = w->models.default_idx,
                              .model_override = override, .batcher = w->batcher,
                              .sink = &w->sinkq, .offsets = w->offsets, .ranges = w->ranges,
@@ -437,6 +483,7 @@ static int setup(struct worker *w)
 static void teardown(struct worker *w)
 {
     exec_stop(w->exec);
+    genexec_stop(w->genexec);
     intake_destroy(w->intake);
     sink_destroy(w->sink);
     jobq_fini(&w->sinkq);
@@ -509,11 +556,14 @@ enum worker_exit worker_run(const struct kcfg *c, const struct worker_opts *opts
               "short; unfinished jobs stay uncommitted and run again\"", stuck,
               c->worker.drain_timeout_ms);
         exec_cut(w->exec);
+        genexec_cut(w->genexec);
         sink_cut(w->sink);
     }
     guard_step(w->guard, "executors");
     exec_stop(w->exec);
     w->exec = NULL;
+    genexec_stop(w->genexec); /* what still generates stays uncommitted */
+    w->genexec = NULL;
     guard_step(w->guard, "sink");
     sink_stop(w->sink);
     intake_pipeline_stopped(w->intake);

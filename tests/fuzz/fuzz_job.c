@@ -4,7 +4,8 @@
  * input's own bytes), and encoding the result of whatever decoded, so a
  * job the decoder accepts can always be answered (an encoder's text or
  * token job with per-token output, or scores and labels, as its last
- * byte picks). Built by `make fuzz` with -fsanitize=fuzzer,address,undefined;
+ * byte picks; a generation job answered with its own prompt as the text,
+ * within the size bound admission checks). Built by `make fuzz` with -fsanitize=fuzzer,address,undefined;
  * any crash, leak, sanitizer report or failed encode is a finding. */
 #include <stddef.h>
 #include <stdint.h>
@@ -42,8 +43,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                  .meta_len = req.meta_len, .total_ms = 100, .topic = "fuzz"};
         size_t rows = req.n_text ? req.n_text : req.n_token_rows;
         float *out = NULL;
-        size_t *lengths = NULL;
+        size_t *lengths = NULL, gen_bound = 0;
         const char **labels = NULL;
+        struct codec_gen_result gen;
         if (req.err == PROTO_OK && rows) {
             /* An encoder's job: answer it as the worker would, with each
              * row's length (bytes or ids, capped) as per-token output
@@ -71,6 +73,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             r.output = out;
             r.tokens = off[rows];
             r.padded_tokens = rows * longest;
+        } else if (req.err == PROTO_OK && req.gen) {
+            /* A generation job: its prompt (or messages' contents) back as
+             * the text, one id and log-probability a byte, within the
+             * admission bound for that many one-byte tokens. */
+            const struct codec_gen *g = req.gen;
+            size_t tl = g->prompt ? g->prompt_len : g->content_off[g->n_msgs];
+            lengths = calloc(tl + 1, sizeof(*lengths));
+            out = calloc(tl + 1, sizeof(float));
+            if (!lengths || !out) abort();
+            int32_t *ids = (int32_t *)lengths;
+            for (size_t i = 0; i < tl; i++) {
+                ids[i] = (int32_t)i;
+                out[i] = -(float)i;
+            }
+            gen = (struct codec_gen_result){.text = g->prompt ? g->prompt : g->content,
+                                            .text_len = tl, .tokens = ids, .n_tokens = tl,
+                                            .finish_reason = "length", .prompt_tokens = tl,
+                                            .completion_tokens = tl,
+                                            .logprobs = g->logprobs ? out : NULL,
+                                            .ttft_ms = 1.5, .decode_tokens_per_s = 3};
+            r.gen = &gen;
+            gen_bound = codec_result_max_bytes(&(struct codec_result_size){
+                .enc = req.enc, .id_len = strlen(req.id), .model_len = strlen(req.model),
+                .topic_len = 4, .meta_len = req.meta_len, .gen_tokens = tl ? tl : 1,
+                .gen_token_bytes = 1, .gen_logprobs = g->logprobs});
         } else if (req.err == PROTO_OK) {
             r.output = req.input;
             r.out_rows = 1;
@@ -79,6 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         unsigned char *body = NULL;
         size_t len = 0;
         if (codec_encode_result(&r, &body, &len) != 0) abort();
+        if (gen_bound && len > gen_bound) abort(); /* admission's bound must hold */
         free(body);
         free(out);
         free(lengths);

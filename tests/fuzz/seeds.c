@@ -157,6 +157,18 @@ int main(int argc, char **argv)
     put_job(dir, "mp_inf", &j, PROTO_ENC_MSGPACK);
 
     put_encoder_seeds(dir);
+    static const char *const gen_json[] = {
+        "{\"id\":\"g1\",\"prompt\":\"Once upon a time\",\"max_tokens\":16,\"temperature\":0.7,"
+        "\"top_k\":40,\"top_p\":0.9,\"min_p\":0.05,\"seed\":42,\"stop\":[\"\\n\",\"END\"],"
+        "\"logprobs\":true,\"stream\":true}",
+        "{\"id\":\"g2\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+        "{\"role\":\"user\",\"content\":\"caf\u00e9?\"}],\"stop\":\"x\"}",
+    };
+    for (size_t i = 0; i < sizeof(gen_json) / sizeof(gen_json[0]); i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "gen_%zu", i);
+        put(dir, name, gen_json[i], strlen(gen_json[i]));
+    }
 
     static const unsigned char map32[] = {0xdf, 0x10, 0x00, 0x00, 0x00};
     put(dir, "hostile_map32", map32, sizeof(map32));

@@ -1,0 +1,398 @@
+/* genexec.c - genexec.h: the generator thread, its engines, and what it
+ * does with a job from push to the sink.
+ *
+ * Threads: the generator thread does everything but genexec_push (the
+ * poll thread: a locked queue, jobq.h) and the gauges (atomics). The
+ * engines are made on the generator thread, as gen/engine.h asks.
+ * Ownership: a job is in exactly one place: the input queue, the
+ * thread's pending list (its engine's waiting queue was full), an engine
+ * (the `live` list, linked through ->next), or pushed to the sink. */
+#include "genexec.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../base/clock.h"
+#include "../base/log.h"
+#include "../gen/engine.h"
+#include "rsink.h"
+
+/* The watchdog loop the generator thread reports as (the last executor's:
+ * batching.executors may reach it only at its maximum). */
+#define GENEXEC_LOOP (STATS_LOOP_EXEC + STATS_MAX_EXECUTORS - 1)
+
+struct genexec {
+    struct genexec_conf c;
+    struct jobq in;
+    pthread_t thr;
+    int has_thr;
+    atomic_int stop;
+    atomic_int ready;             /* 1 engines made, -1 failed */
+    char err[512];
+    struct gen_engine **eng;      /* by model index (thread's) */
+    struct job *live;             /* jobs in an engine */
+    struct job *pending;          /* jobs its engine had no room for yet */
+    struct rsink *rs;             /* stream entries and attempt counters */
+    int64_t stream_down_until;    /* after a failed entry: streams end until then (us) */
+    atomic_size_t g_running, g_waiting, g_used, g_total;
+    atomic_uint_fast64_t g_preempt;
+};
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Removes j from the live list. */
+static void live_remove(struct genexec *g, struct job *j)
+{
+    for (struct job **p = &g->live; *p; p = &(*p)->next)
+        if (*p == j) {
+            *p = j->next;
+            j->next = NULL;
+            return;
+        }
+}
+
+/* Encodes j's result (or error) and hands it to the sink as a batch of one. */
+static void publish(struct genexec *g, struct job *j)
+{
+    free(j->ids); /* the prompt: not needed any more */
+    j->ids = NULL;
+    j->batch_rows = 1;
+    j->batch_last = 1;
+    j->next = NULL;
+    if (job_encode(j, clock_wall_ms()) < 0 || !j->body) {
+        LOG_E("out_of_memory", "where=encode id=%s", j->req.id);
+        atomic_store(g->c.fatal, 1);
+    }
+    j->gen_res = NULL;
+    jobq_push(g->c.out, j);
+}
+
+/* One stream entry for j; a failure ends the job's stream, not the job.
+ * After a failure every stream that would write within the next second
+ * ends too (a reader falls back to the result): a Redis that does not
+ * answer costs one timeout a second, not one per piece. */
+static void stream_add(struct genexec *g, struct job *j, const char *const *fields,
+                       const char *const *values, const size_t *lens, size_t n)
+{
+    if (!j->gen_stream_ok || !g->rs) return;
+    if (clock_mono_us() < g->stream_down_until) {
+        j->gen_stream_ok = 0;
+        return;
+    }
+    char key[1400];
+    int kl = snprintf(key, sizeof(key), "%s%s", g->c.cfg->redis.stream_prefix, j->req.id);
+    if (kl < 0 || (size_t)kl >= sizeof(key) ||
+        rsink_xadd(g->rs, key, (size_t)kl, fields, values, lens, n, g->c.cfg->redis.ttl_ms) < 0) {
+        LOG_W("stream_failed", "id=%s note=\"the result still goes to Redis and the reply "
+              "topic\"", j->req.id);
+        j->gen_stream_ok = 0;
+        g->stream_down_until = clock_mono_us() + 1000000;
+    }
+}
+
+static void on_piece(void *arg, void *user, const char *text, size_t len)
+{
+    const char *f[] = {"text"};
+    const char *v[] = {text};
+    stream_add(arg, user, f, v, &len, 1);
+}
+
+static void on_done(void *arg, const struct gen_result *r)
+{
+    struct genexec *g = arg;
+    struct job *j = r->user;
+    live_remove(g, j);
+    double now_mono = (double)clock_mono_us() / 1000.0;
+    int64_t now_wall = clock_wall_ms();
+    j->infer_ms = now_mono - r->submit_ms;
+    const char *fin = r->status == GEN_OK             ? gen_finish_name(r->finish)
+                      : r->status == GEN_DEADLINE_EXCEEDED ? "deadline"
+                                                           : "error";
+    const char *f[] = {"done", "finish_reason"};
+    const char *v[] = {"1", fin};
+    size_t l[] = {1, strlen(fin)};
+    stream_add(g, j, f, v, l, 2);
+    if (r->status != GEN_OK) {
+        if (r->status == GEN_FAILED)
+            job_fail(j, PROTO_ERR_INFERENCE_FAILED, "generation failed: %s",
+                     r->error ? r->error : "the device failed");
+        else
+            job_fail(j, PROTO_ERR_DEADLINE_EXCEEDED,
+                     "deadline passed before the first token was generated");
+        publish(g, j);
+        return;
+    }
+    double ttft = -1, tps = 0;
+    if (r->n_tokens > 0) {
+        /* The first token's instant on the wall clock, from the record's timestamp. */
+        double first_wall = (double)now_wall - (now_mono - r->token_ms[0]);
+        ttft = first_wall - (double)j->record_ts_ms;
+        if (ttft < 0) ttft = 0;
+        double span = r->token_ms[r->n_tokens - 1] - r->token_ms[0];
+        if (r->n_tokens > 1 && span > 0) tps = (double)(r->n_tokens - 1) * 1000.0 / span;
+    }
+    struct codec_gen_result res = {
+        .text = r->text, .text_len = r->text_len, .tokens = r->tokens, .n_tokens = r->n_tokens,
+        .finish_reason = fin, .prompt_tokens = r->prompt_tokens,
+        .completion_tokens = r->completion_tokens, .logprobs = r->logprobs,
+        .ttft_ms = ttft < 0 ? 0 : ttft, .decode_tokens_per_s = tps};
+    j->gen_res = &res; /* borrowed by job_encode inside publish */
+    stats_gen_done(g->c.stats, r->prompt_tokens, r->completion_tokens,
+                   ttft >= 0 ? ttft / 1000.0 : -1, tps > 0 ? 1.0 / tps : -1);
+    publish(g, j);
+}
+
+/* Attempt counters: 1 when j may run; 0 after answering it (it was
+ * running each of the last max_attempts times the worker died). */
+static int attempts_allow(struct genexec *g, struct job *j)
+{
+    int max = g->c.cfg->worker.max_attempts;
+    long long n = 0;
+    if (!g->c.count_attempts || !g->rs || max <= 0) return 1;
+    if (rsink_incr_attempts(g->rs, &j, 1, &n, 0) < 0 || n <= max) return 1;
+    LOG_E("poison_job", "id=%s topic=%s partition=%" PRId32 " offset=%" PRId64 " attempts=%lld",
+          j->req.id, j->topic, j->partition, j->offset, n);
+    job_fail(j, PROTO_ERR_INFERENCE_FAILED,
+             "not run: the worker stopped while generating this job %lld times "
+             "(worker.max_attempts %d)", n - 1, max);
+    return 0;
+}
+
+/* Submits j to its engine: 1 taken (or answered), 0 the engine is full. */
+static int submit_one(struct genexec *g, struct job *j)
+{
+    struct gen_engine *e = g->eng[j->model_idx];
+    const struct codec_gen *q = j->req.gen;
+    const struct genmodel *gm = g->c.gens[j->model_idx];
+    int64_t now_ms = clock_wall_ms();
+    if (j->deadline_ms && j->deadline_ms <= now_ms) {
+        j->queued_ms = (double)(clock_mono_us() - j->arrived_us) / 1000.0;
+        job_fail(j, PROTO_ERR_DEADLINE_EXCEEDED, "deadline passed after %.1f ms in the queue",
+                 j->queued_ms);
+        publish(g, j);
+        return 1;
+    }
+    const struct decoder_info *di = decoder_info(gm->dec);
+    struct gen_request r = {
+        .prompt = j->ids, .n_prompt = j->n_tokens, .seed = q->seed,
+        .max_tokens = j->gen_max_tokens, .end_ids = di->eos_ids, .n_end = di->n_eos,
+        .logprobs = q->logprobs, .priority = j->priority, .user = j,
+        .deadline_ms = j->deadline_us ? (int64_t)(j->deadline_us / 1000) : 0};
+    if (r.n_end > GEN_MAX_END_IDS) r.n_end = GEN_MAX_END_IDS;
+    r.sampling.temperature = q->temperature >= 0 ? q->temperature : gm->default_temperature;
+    r.sampling.top_k = q->top_k;
+    r.sampling.top_p = q->top_p;
+    r.sampling.min_p = q->min_p;
+    for (size_t i = 0; i < q->n_stop; i++) r.stop[i] = q->stop[i];
+    r.n_stop = q->n_stop;
+    char why[256];
+    int rc = gen_engine_submit(e, &r, why, sizeof(why));
+    if (rc == GEN_EFULL) return 0;
+    j->queued_ms = (double)(clock_mono_us() - j->arrived_us) / 1000.0;
+    if (rc == GEN_EINVAL || rc == GEN_ENOMEM) {
+        if (rc == GEN_ENOMEM) snprintf(why, sizeof(why), "out of memory");
+        job_fail(j, rc == GEN_EINVAL ? PROTO_ERR_INVALID_INPUT : PROTO_ERR_INFERENCE_FAILED,
+                 "%s", why);
+        publish(g, j);
+        return 1;
+    }
+    j->next = g->live;
+    g->live = j;
+    const char *fault = g->c.cfg->debug.device_fault_id;
+    if (*fault && strcmp(fault, j->req.id) == 0) {
+        LOG_W("device_fault_injected", "id=%s", j->req.id);
+        decoder_ws_inject_fault(gen_engine_ws(e));
+    }
+    j->gen_stream_ok = q->stream;
+    const char *f[] = {"start"};
+    const char *v[] = {"1"};
+    size_t l[] = {1};
+    stream_add(g, j, f, v, l, 1);
+    return 1;
+}
+
+/* Takes new jobs in and submits what the engines have room for, in order
+ * of arrival per engine. */
+static void feed(struct genexec *g, int wait_ms)
+{
+    struct job *got = jobq_take(&g->in, wait_ms);
+    struct job **tail = &g->pending;
+    while (*tail) tail = &(*tail)->next;
+    *tail = got;
+    struct job *keep = NULL, **kt = &keep;
+    for (struct job *j = g->pending, *next; j; j = next) {
+        next = j->next;
+        j->next = NULL;
+        /* Counted once, when first taken (picked: the batcher's mark, free here). */
+        if (!j->picked && (j->picked = 1) && !attempts_allow(g, j)) {
+            publish(g, j);
+            continue;
+        }
+        if (submit_one(g, j)) continue;
+        *kt = j;
+        kt = &j->next;
+    }
+    g->pending = keep;
+}
+
+static void gauges_update(struct genexec *g)
+{
+    size_t run = 0, wait = 0, used = 0, total = 0;
+    uint64_t pre = 0;
+    for (size_t i = 0; i < g->c.n_models; i++) {
+        if (!g->eng[i]) continue;
+        run += gen_engine_running(g->eng[i]);
+        wait += gen_engine_waiting(g->eng[i]);
+        pre += gen_engine_preemptions(g->eng[i]);
+        struct kvcache *kv = decoder_ws_cache(gen_engine_ws(g->eng[i]));
+        total += kvcache_total_blocks(kv);
+        used += kvcache_total_blocks(kv) - kvcache_free_blocks(kv);
+    }
+    for (struct job *j = g->pending; j; j = j->next) wait++;
+    atomic_store(&g->g_running, run);
+    atomic_store(&g->g_waiting, wait);
+    atomic_store(&g->g_used, used);
+    atomic_store(&g->g_total, total);
+    atomic_store(&g->g_preempt, pre);
+}
+
+static void *genexec_main(void *arg)
+{
+    struct genexec *g = arg;
+    const struct kcfg *k = g->c.cfg;
+    struct gen_engine_cb cb = {.on_done = on_done, .on_piece = on_piece, .arg = g};
+    struct gen_engine_conf ec = {
+        .max_seqs = (size_t)k->generation.max_seqs,
+        .max_waiting = 2 * (size_t)k->generation.max_seqs + 8,
+        .max_batch_tokens = (size_t)k->batching.max_batch_tokens,
+        .block_tokens = (size_t)k->generation.block_tokens,
+        .kv_bytes = (size_t)k->generation.kv_cache_mb << 20};
+    if (ec.max_batch_tokens < ec.max_seqs) ec.max_batch_tokens = ec.max_seqs;
+    for (size_t i = 0; i < g->c.n_models; i++) {
+        if (!g->c.gens[i]) continue;
+        g->eng[i] = gen_engine_new(g->c.gens[i]->dec, g->c.gens[i]->tok, 0, &ec, &cb, g->err,
+                                   sizeof(g->err));
+        if (!g->eng[i]) {
+            for (size_t k2 = 0; k2 < i; k2++) gen_engine_destroy(g->eng[k2]);
+            memset(g->eng, 0, g->c.n_models * sizeof(*g->eng));
+            atomic_store(&g->ready, -1);
+            return NULL;
+        }
+    }
+    atomic_store(&g->ready, 1);
+    int fatal_step = 0;
+    while (!atomic_load(&g->stop) && !atomic_load(g->c.fatal)) {
+        stats_alive(g->c.stats, GENEXEC_LOOP);
+        int busy = 0;
+        for (size_t i = 0; i < g->c.n_models; i++)
+            if (g->eng[i] && (gen_engine_running(g->eng[i]) || gen_engine_waiting(g->eng[i])))
+                busy = 1;
+        feed(g, busy ? 0 : 50);
+        for (size_t i = 0; i < g->c.n_models && !fatal_step; i++) {
+            if (!g->eng[i] || (!gen_engine_running(g->eng[i]) && !gen_engine_waiting(g->eng[i])))
+                continue;
+            if (k->debug.batch_sleep_ms > 0) sleep_ms(k->debug.batch_sleep_ms);
+            int rc = gen_engine_step(g->eng[i]);
+            if (rc >= 0) continue;
+            const char *why = gen_engine_error(g->eng[i]);
+            if (rc == MODEL_EFATAL) {
+                LOG_E("generator_failed", "model=%s error=\"%s\" note=\"the device failed for "
+                      "good: stopping; its jobs run again after the restart\"",
+                      g->c.gens[i]->name, why ? why : "");
+                fatal_step = 1;
+                atomic_store(g->c.fatal, 1);
+            } else {
+                gen_engine_abort(g->eng[i], why ? why : "the step failed");
+            }
+        }
+        gauges_update(g);
+    }
+    stats_loop_stop(g->c.stats, GENEXEC_LOOP);
+    /* On the thread that made them; requests still in them are dropped
+     * unreported (their jobs are freed by genexec_stop). */
+    for (size_t i = 0; i < g->c.n_models; i++) {
+        gen_engine_destroy(g->eng[i]);
+        g->eng[i] = NULL;
+    }
+    return NULL;
+}
+
+struct genexec *genexec_start(const struct genexec_conf *c, char *errstr, size_t errstr_size)
+{
+    struct genexec *g = calloc(1, sizeof(*g));
+    if (!g || !(g->eng = calloc(c->n_models ? c->n_models : 1, sizeof(*g->eng)))) {
+        free(g);
+        snprintf(errstr, errstr_size, "out of memory");
+        return NULL;
+    }
+    g->c = *c;
+    jobq_init(&g->in);
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_models; i++) n += c->gens[i] != NULL;
+    if (!n) return g;
+    const struct kcfg *k = c->cfg;
+    if ((c->stream || c->count_attempts)) {
+        struct rsink_conf rc = {.host = k->redis.host, .port = k->redis.port,
+                                .password = k->redis.password, .db = k->redis.db,
+                                .key_prefix = k->redis.key_prefix, .ttl_ms = k->redis.ttl_ms,
+                                .timeout_ms = k->redis.timeout_ms,
+                                .attempt_prefix = k->worker.attempt_prefix};
+        g->rs = rsink_new(&rc); /* NULL (out of memory): no streams, no counters */
+    }
+    if (pthread_create(&g->thr, NULL, genexec_main, g) != 0) {
+        snprintf(errstr, errstr_size, "cannot start the generator thread");
+        genexec_stop(g);
+        return NULL;
+    }
+    g->has_thr = 1;
+    while (atomic_load(&g->ready) == 0) sleep_ms(1);
+    if (atomic_load(&g->ready) < 0) {
+        snprintf(errstr, errstr_size, "%s", g->err);
+        genexec_stop(g);
+        return NULL;
+    }
+    return g;
+}
+
+void genexec_push(struct genexec *g, struct job *j)
+{
+    j->next = NULL;
+    jobq_push(&g->in, j);
+}
+
+void genexec_gauges(struct genexec *g, struct genexec_gauges *out)
+{
+    out->running = g ? atomic_load(&g->g_running) : 0;
+    out->waiting = g ? atomic_load(&g->g_waiting) : 0;
+    out->blocks_used = g ? atomic_load(&g->g_used) : 0;
+    out->blocks_total = g ? atomic_load(&g->g_total) : 0;
+    out->preemptions = g ? atomic_load(&g->g_preempt) : 0;
+}
+
+void genexec_cut(struct genexec *g)
+{
+    if (g && g->rs) rsink_cancel(g->rs);
+}
+
+void genexec_stop(struct genexec *g)
+{
+    if (!g) return;
+    atomic_store(&g->stop, 1);
+    if (g->has_thr) pthread_join(g->thr, NULL);
+    job_free_list(g->live); /* unanswered, uncommitted: they run again */
+    job_free_list(g->pending);
+    job_free_list(jobq_take(&g->in, 0));
+    jobq_fini(&g->in);
+    rsink_destroy(g->rs);
+    free(g->eng);
+    free(g);
+}
