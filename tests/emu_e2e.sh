@@ -7,7 +7,11 @@
 #    checks and CPU reference as its run on the CPU backend, only the
 #    workers run build/emu/kinfer on the emulated device (longer waits:
 #    the emulation is slow).
-# 2. `kinfer smoke` against one such worker, in a folder of its own with
+# 2. The generation suite (test_gen_jobs) likewise: prompts and chats in
+#    both encodings, streams, hostile jobs, kill -9 mid-generation, and a
+#    device fault (a sticky illegal address on the emulated device) that
+#    must stop the worker with nothing lost.
+# 3. `kinfer smoke` against one such worker, in a folder of its own with
 #    worker.cfg and the demo models: every job must come back ok (dense
 #    and text), and every report must name the device as emulated: the
 #    worker's startup log (event=backend_selected device=...), /readyz
@@ -16,7 +20,7 @@
 #
 # Exits 77 (skipped) without CUDA's headers (no emulated device to build),
 # as the emulated tests in make test. $KINFER_BIN's folder is the build
-# tree (build by default); its emu/kinfer and tests/test_text_jobs must be
+# tree (build by default); its emu/kinfer, tests/test_text_jobs and tests/test_gen_jobs must be
 # built (make test builds them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,13 +32,17 @@ if [ ! -f "$CUDA_HOME/include/cublasLt.h" ]; then
 fi
 B=$(dirname "${KINFER_BIN:-build/kinfer}")
 EK=$root/$B/emu/kinfer
-for f in "$EK" "$B/tests/test_text_jobs"; do
+for f in "$EK" "$B/tests/test_text_jobs" "$B/tests/test_gen_jobs"; do
   [ -x "$f" ] || { echo "emu_e2e: FAILED: $f is not built"; exit 1; }
 done
 
 echo "== emu_e2e: test_text_jobs, workers on $B/emu/kinfer, worker.backend = cuda"
 KINFER_BIN=$EK KINFER_TEST_BACKEND=cuda KINFER_TEST_WAIT_S=${KINFER_TEST_WAIT_S:-400} \
   "$B/tests/test_text_jobs"
+
+echo "== emu_e2e: test_gen_jobs, workers on $B/emu/kinfer, worker.backend = cuda"
+KINFER_BIN=$EK KINFER_TEST_BACKEND=cuda KINFER_TEST_WAIT_S=${KINFER_TEST_WAIT_S:-400} \
+  "$B/tests/test_gen_jobs"
 
 echo "== emu_e2e: kinfer smoke against a worker on the emulated device"
 work=$(mktemp -d /tmp/kinfer-emu-e2e-XXXXXX)

@@ -2,8 +2,10 @@
  * broker` (librdkafka's mock cluster in its own process), a real
  * redis-server and the worker binary serving a small random Llama folder
  * ("llm", decoder_write_demo: byte-level BPE, a ChatML chat template) and
- * an MLP ("mlp"), on the CPU backend. The weights are random: the text is
- * not language, so what is checked is the contract, not the words.
+ * an MLP ("mlp"), on the CPU backend ($KINFER_TEST_BACKEND: another, such
+ * as the emulated CUDA device in tests/emu_e2e.sh). The weights are
+ * random: the text is not language, so what is checked is the contract,
+ * not the words.
  *
  * Checked, for jobs in JSON and MessagePack: every job answered exactly
  * once on the reply topic with the same body Redis holds, and every
@@ -229,13 +231,29 @@ static void produce(const char *topic, struct gcase **cs, size_t n)
 /* Waits for every case's result in Redis (prefix:id), then reads the reply
  * topic: each id answered once, with Redis's bytes. Cases before first
  * were collected by an earlier call (the topic is read from its start). */
-static int at_least_once; /* a crash test: an id may be answered more than once */
+static int at_least_once; /* $KINFER_TEST_BACKEND runs the workers on another backend ("cuda": the
+ * emulated device in tests/emu_e2e.sh); $KINFER_TEST_WAIT_S, when set,
+ * is how long to wait for answers instead of 120 s. */
+static const char *test_backend(void)
+{
+    const char *b = getenv("KINFER_TEST_BACKEND");
+    return b && *b ? b : "cpu";
+}
+
+static double wait_s(void)
+{
+    const char *s = getenv("KINFER_TEST_WAIT_S");
+    double v = s && *s ? atof(s) : 0;
+    return v > 0 ? v : 120;
+}
+
+/* a crash test: an id may be answered more than once */
 
 static void collect(const char *name, struct gcase **cs, size_t n, size_t first)
 {
     redisContext *r = redisConnect("127.0.0.1", redis_port);
     assert_true(r && !r->err);
-    double until = h_now() + 120;
+    double until = h_now() + wait_s();
     size_t found = 0;
     char **bodies = calloc(n, sizeof(*bodies));
     size_t *lens = calloc(n, sizeof(*lens));
@@ -258,7 +276,7 @@ static void collect(const char *name, struct gcase **cs, size_t n, size_t first)
     }
     redisFree(r);
     for (size_t i = 0; i < n; i++)
-        if (!bodies[i]) fail_msg("%s: no result in Redis after 120 s", cs[i]->id);
+        if (!bodies[i]) fail_msg("%s: no result in Redis after %.0f s", cs[i]->id, wait_s());
     char topic[128];
     snprintf(topic, sizeof(topic), "%s.results", name);
     rd_kafka_t *c = h_reader(brokers, topic);
@@ -413,11 +431,12 @@ static pid_t start_worker_with(const char *name, const char *topic, const char *
             "               { op = \"relu\"; },\n"
             "               { op = \"dense\"; weight = \"2.weight\"; bias = \"2.bias\"; } ); } );\n"
             "default_model = \"llm\";\n"
-            "worker = { backend = \"cpu\"; };\n"
+            "worker = { backend = \"%s\"; };\n"
             "debug = { %s };\n"
             "metrics = { listen = \"127.0.0.1:%d\"; heartbeat_prefix = \"\"; };\n",
             brokers, name, topic, name, name, redis_port, name, name,
-            llm_path ? llm_path : llm_dir, mlp_path, debug, metrics_port = h_free_port());
+            llm_path ? llm_path : llm_dir, mlp_path, test_backend(), debug,
+            metrics_port = h_free_port());
     fclose(f);
     static int runs;
     snprintf(log, sizeof(log), "%s/%s.worker%d.log", h_dir(), name, runs++);
