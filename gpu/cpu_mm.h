@@ -51,7 +51,8 @@ void cpu_mm(size_t m, size_t n, size_t k, const float *a, size_t lda, const void
 void cpu_par(void (*fn)(void *arg, size_t part, size_t parts), void *arg, size_t max_parts);
 
 /* dst[i] = the float32 value of 16-bit element src[i] of kind (BF16 or
- * F16; exact), n elements. */
+ * F16; exact, but a signalling F16 NaN may come out quieted), n
+ * elements. */
 void cpu_mm_widen(float *dst, const uint16_t *src, size_t n, enum cpu_wkind kind);
 
 #endif
