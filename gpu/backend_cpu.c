@@ -571,7 +571,10 @@ static int cpu_embed(void *cp, void *xp, const struct bk_seqs *s, const struct b
     for (size_t i = 0; i < 2; i++)
         if (tabs[i] && tabs[i]->h && c->conv_n < w) {
             float *p = realloc(c->conv, w * sizeof(float));
-            if (!p) return MODEL_EINVAL;
+            if (!p) {
+                snprintf(c->err, sizeof(c->err), "out of memory widening an embedding row");
+                return MODEL_EINVAL;
+            }
             c->conv = p;
             c->conv_n = w;
         }
