@@ -29,6 +29,13 @@
 #      the same threads, and kinfer end to end draining a backlog of text
 #      jobs, with batching.group_by_length on and off (the padding ratio
 #      of the batches each formed);
+#   7. text generation on the CPU, SmolLM2-135M-shaped random Llama
+#      folders (30 layers, hidden 576, 9 heads, 3 key/value heads,
+#      intermediate 1536, vocabulary 49,152) in F32 and BF16: prefill
+#      tokens/s and decode tokens/s at 1 and 32 sequences (`kinfer bench
+#      generate`), PyTorch's loop with a key/value cache on the same
+#      folder, ids and threads (bench/torch_decoder_bench.py), and the
+#      decode bound the machine's read bandwidth sets;
 # then prints the table, draws docs/bench-latency.png with gnuplot and
 # writes the results into docs/benchmarks.md (between its bench markers).
 #
@@ -76,6 +83,10 @@ ENC_SECONDS=${ENC_SECONDS:-3}      # at least this long per forward-pass-alone r
 GPU_ENC_TOKENS=${GPU_ENC_TOKENS:-"4096 16384"} # batching.max_batch_tokens of the GPU encoder rows
 GPU_ENC_SEQS=${GPU_ENC_SEQS:-2048} # sequences of the GPU encoder rows
 GPU_PYTHON=${GPU_PYTHON:-python3}  # a Python whose torch has CUDA, for the GPU comparison
+BENCH_GEN=${BENCH_GEN:-1}          # 0 = skip the generation rows (section 7)
+GEN_PROMPT=${GEN_PROMPT:-64}       # prompt tokens per sequence
+GEN_STEPS=${GEN_STEPS:-64}         # decode steps per run
+GEN_BATCHES=${GEN_BATCHES:-1,32}   # concurrent sequences of the decode rows
 
 started=$(date +%s)
 mkdir -p "$OUT"
@@ -582,6 +593,37 @@ if [ "$BENCH_ENC" = 1 ]; then
   ENC_ROWS+="| padding ratio of the batches kinfer formed (padded tokens that were padding) | group_by_length on: $ENC_PAD_true | off: $ENC_PAD_false (then $ENC_RATE_false seq/s); the CPU backend packs sequences, so padding costs it nothing: this is what a padding backend would pay |"$'\n'
 fi
 
+# ---- 7. text generation on the CPU --------------------------------------------------------
+GEN_ROWS=""
+if [ "$BENCH_GEN" = 1 ]; then
+  for dt in f32 bf16; do
+    $K model demo --kind llama -o "$work/smol-$dt" --layers 30 --hidden 576 --heads 9 \
+      --kv-heads 3 --intermediate 1536 --vocab 49152 --dtype "$dt" >/dev/null \
+      || die "model demo llama $dt"
+    say "generation, SmolLM2-135M shape, $dt: kinfer then PyTorch, $NCPU threads"
+    G=$($K bench generate -c worker.cfg --model "$work/smol-$dt" --threads "$NCPU" \
+          --batch "$GEN_BATCHES" --length "$GEN_PROMPT" --steps "$GEN_STEPS") \
+      || die "bench generate"
+    echo "$G" >>"$OUT/raw.log"
+    T=$(/usr/bin/python3 bench/torch_decoder_bench.py "$work/smol-$dt" "$NCPU" "$GEN_PROMPT" \
+          "$GEN_STEPS" "$GEN_BATCHES" 2>"$work/torch.err") || die "torch: $(tail -n3 "$work/torch.err")"
+    echo "$T" >>"$OUT/raw.log"
+    bw=$(kv read_gbs "$(grep phase=bandwidth <<<"$G")")
+    wmb=$(P=0 calc "$(kv weight_bytes "$(grep phase=bandwidth <<<"$G")") / 1e6")
+    gp=$(kv tokens_per_s "$(grep phase=prefill <<<"$G")")
+    tp=$(kv tokens_per_s "$(grep phase=prefill <<<"$T")")
+    GEN_ROWS+="| generation, SmolLM2-135M shape, $dt folder, prefill of $GEN_PROMPT tokens, $NCPU threads | $gp tokens/s | PyTorch $tp tokens/s: kinfer at $(pct "$gp" "$tp")% |"$'\n'
+    for b in ${GEN_BATCHES//,/ }; do
+      gl=$(grep "phase=decode .*seqs=$b " <<<"$G")
+      tl=$(grep "phase=decode .*seqs=$b " <<<"$T")
+      gd=$(kv tokens_per_s "$gl")
+      td=$(kv tokens_per_s "$tl")
+      say "  $dt, $b sequence(s): kinfer $gd tokens/s, PyTorch $td, bound $(kv bound_tokens_per_s "$gl")"
+      GEN_ROWS+="| **generation, $dt folder, decode, $b sequence(s) at once** | **$gd tokens/s** | **$(P=0 calc "100 * $(kv bound_frac "$gl")")% of the bandwidth bound** ($(kv bound_tokens_per_s "$gl") tokens/s: $bw GB/s read over $wmb MB of weights per step); PyTorch $td tokens/s: kinfer at $(pct "$gd" "$td")% |"$'\n'
+    done
+  done
+fi
+
 # ---- the table ----------------------------------------------------------------------------
 FKP=$(kv produce_per_s "$FK"); FKC=$(kv consume_per_s "$FK")
 TINY_R=$(kv per_s "$TINY")
@@ -605,6 +647,7 @@ hwm_lat=$(for w in $WAITS; do eval "printf '%s ' \"\$HWM_LAT_$w\""; done)
   echo "| worker peak RSS (VmHWM) | tiny $HWM_TINY MiB, MLP $HWM_MLP MiB | latency runs: ${hwm_lat% } MiB |"
   printf '%s' "$GPU_ROWS"
   printf '%s' "$ENC_ROWS"
+  printf '%s' "$GEN_ROWS"
   echo
   echo "Latency from record timestamp to result in Redis (MLP; load = offered jobs/s as a fraction of the MLP's saturation rate above):"
   echo

@@ -1,5 +1,5 @@
 /* bench.c (cmd/) - `kinfer bench`: finds the subcommand (produce, collect,
- * the floors, gemm, encode), parses its options, loads the configuration
+ * the floors, gemm, encode, generate), parses its options, loads the configuration
  * once and runs the measurement (tools/bench.c) on this thread.
  *
  * Threads: the main thread. */
@@ -78,6 +78,16 @@ static const struct bench_cmd bench_cmds[] = {
      "feed-forward and attention). --dump writes the batches' ids, a JSON array of\n"
      "arrays per line, for bench/torch_encoder_bench.py. --length L makes every\n"
      "text L tokens instead (at most the model's limit).\n"},
+    {"generate", "btLMK", bench_generate,
+     "usage: kinfer bench generate -c FILE [--set K=V]... --model DIR [--batch 1,32,128]\n"
+     "                             [--threads T] [--length P] [--steps S]\n"
+     "The decoder folder DIR alone on the CPU with T OpenBLAS threads: the\n"
+     "machine's read bandwidth on T threads (a 1 GiB buffer) and the decode bound\n"
+     "it sets (bandwidth / bytes of the weights as the folder ships them, read\n"
+     "once per step); prefill tokens/s of one P-token prompt (default 128), then\n"
+     "per batch size B: B sequences each prefilled with P tokens, then S decode\n"
+     "steps (default 64) of one token per sequence; tokens/s (all sequences\n"
+     "together, the median of 3 runs) and the fraction of the bound reached.\n"},
 };
 
 static const char bench_usage[] =
@@ -94,6 +104,7 @@ static const char bench_usage[] =
     "  passthrough   consume -> produce + SET, nothing else\n"
     "  gemm          the model's forward pass alone\n"
     "  encode        an encoder's forward pass alone, on mixed-length texts\n"
+    "  generate      a decoder's prefill and decode alone, against the bandwidth\n"
     "\n"
     "  kinfer bench COMMAND --help   options of a command\n";
 
@@ -128,11 +139,12 @@ static int parse_opts(const struct bench_cmd *cmd, int argc, char **argv,
         {"dump", required_argument, 0, 'D'},   {"help", no_argument, 0, 'h'},
         {"length", required_argument, 0, 'L'},
         {"parallel", required_argument, 0, 'e'},
+        {"model", required_argument, 0, 'M'},  {"steps", required_argument, 0, 'K'},
         {0, 0, 0, 0}};
     int ch;
     double v = 0;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "c:s:R:n:r:w:u:f:T:Nb:t:S:P:D:he:L:", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "c:s:R:n:r:w:u:f:T:Nb:t:S:P:D:he:L:M:K:", longs, NULL)) != -1) {
         if (ch == 'h') {
             fputs(cmd->usage, stdout);
             return 1;
@@ -161,6 +173,8 @@ static int parse_opts(const struct bench_cmd *cmd, int argc, char **argv,
         case 'D': o->dump = optarg; break;
         case 'e': bad = opt_num("parallel", optarg, 1, 256, &v); o->parallel = (size_t)v; break;
         case 'L': bad = opt_num("length", optarg, 3, 65536, &v); o->length = (size_t)v; break;
+        case 'M': o->model = optarg; break;
+        case 'K': bad = opt_num("steps", optarg, 1, 65536, &v); o->steps = (size_t)v; break;
         }
         if (bad) return -1;
     }

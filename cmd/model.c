@@ -51,6 +51,8 @@ static const char usage[] =
     "llama: --layers, --hidden, --heads, --intermediate as encoders, and\n"
     "  --kv-heads N        key/value heads (default heads / 2 when even)\n"
     "  --tokenizer T       bytelevel (default) or sentencepiece\n"
+    "  --vocab N           vocabulary rows, at least the tokenizer's (default: its)\n"
+    "  --dtype f32|bf16    the weights' type in model.safetensors (default f32)\n"
     "  --labels N          a classifier with N labels (default 0: embeddings)\n";
 
 int cmd_model(int argc, char **argv)
@@ -70,9 +72,10 @@ int cmd_model(int argc, char **argv)
         {"kind", required_argument, 0, 'k'},   {"layers", required_argument, 0, 'L'},
         {"heads", required_argument, 0, 'A'},  {"intermediate", required_argument, 0, 'I'},
         {"labels", required_argument, 0, 'C'}, {"kv-heads", required_argument, 0, 'K'},
-        {"tokenizer", required_argument, 0, 'T'}, {0, 0, 0, 0}};
-    const char *path = NULL, *kind = "mlp", *tokenizer = NULL;
-    long in = 64, hidden = -1, out = 16, seed = 1;
+        {"tokenizer", required_argument, 0, 'T'}, {"vocab", required_argument, 0, 'V'},
+        {"dtype", required_argument, 0, 'D'},  {0, 0, 0, 0}};
+    const char *path = NULL, *kind = "mlp", *tokenizer = NULL, *dtype = "f32";
+    long in = 64, hidden = -1, out = 16, seed = 1, vocab = 0;
     long layers = 2, heads = 4, inter = 0, labels = 0, kv_heads = 0;
     int ch;
     argc--, argv++;
@@ -91,6 +94,8 @@ int cmd_model(int argc, char **argv)
         case 'I': if (cli_parse_long("model", "--intermediate", optarg, 1, 16384, &inter) < 0) return 1; break;
         case 'C': if (cli_parse_long("model", "--labels", optarg, 0, 64, &labels) < 0) return 1; break;
         case 'K': if (cli_parse_long("model", "--kv-heads", optarg, 1, 256, &kv_heads) < 0) return 1; break;
+        case 'V': if (cli_parse_long("model", "--vocab", optarg, 1, 1 << 20, &vocab) < 0) return 1; break;
+        case 'D': dtype = optarg; break;
         case 'h': fputs(usage, stdout); return 0;
         default: fputs(usage, stderr); return 1;
         }
@@ -114,16 +119,22 @@ int cmd_model(int argc, char **argv)
         if (hidden < 0) hidden = 64;
         if (!inter) inter = 3 * hidden;
         if (!kv_heads) kv_heads = heads % 2 ? heads : heads / 2;
-        if (decoder_write_demo_tok(path, (size_t)layers, (size_t)hidden, (size_t)heads,
-                                   (size_t)kv_heads, (size_t)inter, (uint64_t)seed,
-                                   sp ? DECODER_DEMO_SENTENCEPIECE : DECODER_DEMO_BYTELEVEL, err,
-                                   sizeof(err)) < 0) {
+        if (strcmp(dtype, "f32") != 0 && strcmp(dtype, "bf16") != 0) {
+            fprintf(stderr, "kinfer model demo: --dtype '%s': f32 or bf16\n", dtype);
+            return 1;
+        }
+        struct decoder_demo_conf dc = {
+            .layers = (size_t)layers, .hidden = (size_t)hidden, .heads = (size_t)heads,
+            .kv_heads = (size_t)kv_heads, .inter = (size_t)inter, .vocab = (size_t)vocab,
+            .bf16 = strcmp(dtype, "bf16") == 0, .seed = (uint64_t)seed,
+            .tok = sp ? DECODER_DEMO_SENTENCEPIECE : DECODER_DEMO_BYTELEVEL};
+        if (decoder_write_demo_ex(path, &dc, err, sizeof(err)) < 0) {
             fprintf(stderr, "kinfer model demo: %s\n", err);
             return 1;
         }
         printf("wrote %s/: llama decoder, %ld layers, hidden %ld, %ld heads (%ld key/value), "
-               "intermediate %ld, %s tokenizer\n", path, layers, hidden, heads, kv_heads, inter,
-               sp ? "SentencePiece BPE" : "byte-level BPE");
+               "intermediate %ld, %s, %s tokenizer\n", path, layers, hidden, heads, kv_heads,
+               inter, dtype, sp ? "SentencePiece BPE" : "byte-level BPE");
         return 0;
     }
     if (strcmp(kind, "mlp") != 0) {

@@ -1,7 +1,14 @@
 /* backend_cpu.c - the CPU backend of backend.h: its primitives in float32
- * on host memory, OpenBLAS for the GEMMs (one cblas_sgemm per matrix of a
- * batch) and plain loops for the rest, with PyTorch's semantics. The only
- * file in kinfer that includes OpenBLAS.
+ * on host memory, OpenBLAS for the GEMMs of many rows (one cblas_sgemm
+ * per matrix of a batch), cpu_mm.h's products for those of few rows
+ * against a weight (decoding), and plain loops for the rest, with
+ * PyTorch's semantics. The only file in kinfer that includes OpenBLAS.
+ *
+ * Weights: GEMM matrices and embedding tables (activation-type weights
+ * of two dimensions) that the file holds in BF16 or F16 stay in 16 bits
+ * and are widened where they are read: in registers by cpu_mm, a block
+ * of rows at a time into the context's buffer before a BLAS GEMM, a row
+ * at a time by embed. Everything else is float32.
  *
  * "Device" memory is host memory here, so uploads are copies, a context is
  * a list of the buffers it handed out, and nothing is asynchronous: every
@@ -16,6 +23,7 @@
  * ctx_alloc returned and its attention scratch is the caller's. */
 #include "backend.h"
 #include "backend_cpu_kv.h"
+#include "cpu_mm.h"
 #include "cpu_vec.h"
 
 #include <cblas.h>
@@ -28,10 +36,19 @@
 #include <time.h>
 #include <unistd.h>
 
+/* d (float32) or h (16-bit, kind BF16 or F16): n elements; rows x
+ * cols for a 16-bit one. */
 struct bk_weight {
     float *d;
-    size_t n;
+    uint16_t *h;
+    enum cpu_wkind kind;
+    size_t n, cols;
 };
+
+/* GEMMs against a weight with at most this many rows of A go to cpu_mm. */
+#define CPU_MM_MAX_M 64
+/* 16-bit weight rows widened per BLAS call in a GEMM of more rows. */
+#define CPU_CONV_ROWS 256
 
 
 /* The CPU is always there: one device. */
@@ -52,6 +69,7 @@ static void *cpu_open(const struct model_runtime_conf *c, char *desc, size_t des
     static int marker;
     if (c->cpu_threads > 0) openblas_set_num_threads(c->cpu_threads);
     int n = openblas_get_num_threads();
+    cpu_mm_threads(n);
     snprintf(desc, desc_size, "cpu: OpenBLAS (%s), %d thread%s per pass",
              openblas_get_config(), n, n == 1 ? "" : "s");
     return &marker;
@@ -105,17 +123,53 @@ static size_t cpu_act_size(void *be)
 
 /* ---- weights ------------------------------------------------------------- */
 
-/* Every piece converted to float32 (the loader checked the dtypes), one
- * after the other. */
+/* The 16-bit kind every piece of an activation-type weight has, all
+ * matrices of the same width (their cols into *cols), else CPU_W_F32. */
+static enum cpu_wkind cpu_wsrc_kind(enum bk_wtype type, const struct bk_wsrc *src, size_t n,
+                                    size_t *cols)
+{
+    if (type != BK_W_ACT || !n || !src[0].t || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__)
+        return CPU_W_F32;
+    enum st_dtype dt = src[0].t->dtype;
+    if (dt != ST_BF16 && dt != ST_F16) return CPU_W_F32;
+    for (size_t i = 0; i < n; i++)
+        if (!src[i].t || src[i].t->dtype != dt || src[i].t->ndim != 2 ||
+            src[i].t->shape[1] != src[0].t->shape[1] || !src[i].t->shape[1])
+            return CPU_W_F32;
+    *cols = (size_t)src[0].t->shape[1];
+    return dt == ST_BF16 ? CPU_W_BF16 : CPU_W_F16;
+}
+
+/* The pieces one after the other: 16-bit matrices as the file has them
+ * (cpu_wsrc_kind), everything else converted to float32 (the loader
+ * checked the dtypes). */
 static struct bk_weight *cpu_weight_new(void *be, size_t dev, enum bk_wtype type,
                                         const struct bk_wsrc *src, size_t n, char *errstr,
                                         size_t errstr_size)
 {
     (void)be;
     (void)dev;
-    (void)type;
-    size_t total = 0;
+    size_t total = 0, cols = 0;
     for (size_t i = 0; i < n; i++) total += src[i].t ? (size_t)src[i].t->numel : src[i].n;
+    enum cpu_wkind kind = cpu_wsrc_kind(type, src, n, &cols);
+    if (kind != CPU_W_F32) {
+        struct bk_weight *w = calloc(1, sizeof(*w));
+        if (w) w->h = malloc(total * sizeof(uint16_t));
+        if (!w || !w->h) {
+            snprintf(errstr, errstr_size, "out of memory for a weight of %zu elements", total);
+            free(w);
+            return NULL;
+        }
+        w->kind = kind;
+        w->n = total;
+        w->cols = cols;
+        uint16_t *p = w->h;
+        for (size_t i = 0; i < n; i++) {
+            memcpy(p, src[i].t->data, (size_t)src[i].t->numel * sizeof(uint16_t));
+            p += src[i].t->numel;
+        }
+        return w;
+    }
     struct bk_weight *w = calloc(1, sizeof(*w));
     if (w) w->d = malloc((total ? total : 1) * sizeof(float));
     if (!w || !w->d) {
@@ -142,6 +196,7 @@ static void cpu_weight_free(void *be, struct bk_weight *w)
     (void)be;
     if (!w) return;
     free(w->d);
+    free(w->h);
     free(w);
 }
 
@@ -167,6 +222,7 @@ static void cpu_ctx_free(void *cp)
     if (!c) return;
     for (size_t i = 0; i < c->n_bufs; i++) free(c->bufs[i]);
     free(c->bufs);
+    free(c->conv);
     free(c);
 }
 
@@ -416,14 +472,42 @@ double model_cpu_sgemm_peak(size_t n, double seconds)
     return best;
 }
 
-/* One cblas_sgemm per matrix of the batch (row-major; a weight is [n,k],
- * hence Trans): the bias is copied into C first and added through beta =
- * 1 (OpenBLAS clears C for beta = 0, so the copy costs nothing more),
- * the activation applied to C's rows afterwards, while they are in
+/* A weight's C = A W^T of many rows when W is 16-bit: CPU_CONV_ROWS rows
+ * of W at a time widened into the context's buffer, then one
+ * cblas_sgemm into those columns of C (beta as the caller's). */
+static int cpu_gemm_conv(struct cpu_ctx *c, const struct bk_weight *w, size_t m, size_t n,
+                         size_t k, float alpha, const float *a, size_t lda, float beta,
+                         float *out, size_t ldc)
+{
+    size_t rows = n < CPU_CONV_ROWS ? n : CPU_CONV_ROWS;
+    if (c->conv_n < rows * k) {
+        float *p = realloc(c->conv, rows * k * sizeof(float));
+        if (!p) {
+            snprintf(c->err, sizeof(c->err), "out of memory widening a weight of %zu x %zu",
+                     n, k);
+            return MODEL_EINVAL;
+        }
+        c->conv = p;
+        c->conv_n = rows * k;
+    }
+    for (size_t j = 0; j < n; j += rows) {
+        size_t nb = n - j < rows ? n - j : rows;
+        cpu_mm_widen(c->conv, w->h + j * k, nb * k, w->kind);
+        sgemm(1, (int)m, (int)nb, (int)k, alpha, a, (int)lda, c->conv, (int)k, beta, out + j,
+              (int)ldc);
+    }
+    return 0;
+}
+
+/* One product per matrix of the batch (row-major; a weight is [n,k],
+ * hence Trans). Against a weight, with few rows (decoding) and alpha 1:
+ * cpu_mm, bias included. Otherwise cblas_sgemm: the bias is copied into
+ * C first and added through beta = 1 (OpenBLAS clears C for beta = 0, so
+ * the copy costs nothing more); a 16-bit weight through cpu_gemm_conv.
+ * The activation is applied to C's rows afterwards, while they are in
  * cache. */
 static int cpu_gemm(void *cp, const struct bk_gemm *g)
 {
-    (void)cp;
     if (!g->m || !g->n || !g->k || (!g->w == !g->b) || g->m > INT_MAX || g->n > INT_MAX ||
         g->k > INT_MAX)
         return MODEL_EINVAL;
@@ -432,20 +516,33 @@ static int cpu_gemm(void *cp, const struct bk_gemm *g)
     size_t ldb = g->w ? g->k : g->ldb ? g->ldb : trans ? g->k : g->n;
     size_t ldc = g->ldc ? g->ldc : g->n;
     if (lda < g->k || ldb < (trans ? g->k : g->n) || ldc < g->n) return MODEL_EINVAL;
+    if (g->w && (g->w->n < g->n * g->k || (g->w->h && g->w->cols != g->k)))
+        return MODEL_EINVAL;
     size_t batch = g->batch ? g->batch : 1;
     float alpha = g->alpha != 0.0f ? g->alpha : 1.0f;
     const float *bias = W(g->bias);
+    int small = g->w && g->m <= CPU_MM_MAX_M && alpha == 1.0f;
     for (size_t i = 0; i < batch; i++) {
         const float *a = (const float *)g->a + i * g->stride_a;
-        const float *b = g->w ? g->w->d : (const float *)g->b + i * g->stride_b;
         float *c = (float *)g->c + i * g->stride_c;
-        float beta = 0.0f;
-        if (bias) {
-            for (size_t r = 0; r < g->m; r++) memcpy(c + r * ldc, bias, g->n * sizeof(float));
-            beta = 1.0f;
+        if (small) {
+            cpu_mm(g->m, g->n, g->k, a, lda, g->w->h ? (const void *)g->w->h : g->w->d,
+                   g->w->kind, bias, c, ldc);
+        } else {
+            float beta = 0.0f;
+            if (bias) {
+                for (size_t r = 0; r < g->m; r++) memcpy(c + r * ldc, bias, g->n * sizeof(float));
+                beta = 1.0f;
+            }
+            if (g->w && g->w->h) {
+                int rc = cpu_gemm_conv(cp, g->w, g->m, g->n, g->k, alpha, a, lda, beta, c, ldc);
+                if (rc) return rc;
+            } else {
+                const float *b = g->w ? g->w->d : (const float *)g->b + i * g->stride_b;
+                sgemm(trans, (int)g->m, (int)g->n, (int)g->k, alpha, a, (int)lda, b, (int)ldb,
+                      beta, c, (int)ldc);
+            }
         }
-        sgemm(trans, (int)g->m, (int)g->n, (int)g->k, alpha, a, (int)lda, b, (int)ldb, beta, c,
-              (int)ldc);
         if (g->act != BK_ACT_NONE)
             for (size_t r = 0; r < g->m; r++) cpu_act_run(c + r * ldc, g->n, g->act);
     }
@@ -454,23 +551,43 @@ static int cpu_gemm(void *cp, const struct bk_gemm *g)
 
 /* ---- embeddings, attention, rotary, pooling -------------------------------- */
 
+/* Row r (w wide) of table tab: in place when float32, else widened into
+ * buf (w floats), which is then returned. */
+static const float *cpu_row(const struct bk_weight *tab, size_t r, size_t w, float *buf)
+{
+    if (!tab->h) return tab->d + r * w;
+    cpu_mm_widen(buf, tab->h + r * w, w, tab->kind);
+    return buf;
+}
+
 static int cpu_embed(void *cp, void *xp, const struct bk_seqs *s, const struct bk_weight *word,
                      const struct bk_weight *pos, size_t pos_base, const struct bk_weight *type,
                      int ln, const struct bk_weight *g, const struct bk_weight *b, float eps,
                      size_t w)
 {
-    (void)cp;
+    struct cpu_ctx *c = cp;
     float *x = xp;
+    const struct bk_weight *tabs[2] = {pos, type};
+    for (size_t i = 0; i < 2; i++)
+        if (tabs[i] && tabs[i]->h && c->conv_n < w) {
+            float *p = realloc(c->conv, w * sizeof(float));
+            if (!p) {
+                snprintf(c->err, sizeof(c->err), "out of memory widening an embedding row");
+                return MODEL_EINVAL;
+            }
+            c->conv = p;
+            c->conv_n = w;
+        }
     for (size_t t = 0; t < s->tokens; t++) {
         float *row = x + t * w;
-        const float *wr = word->d + (size_t)s->ids[t] * w;
-        memcpy(row, wr, w * sizeof(float));
+        const float *wr = cpu_row(word, (size_t)s->ids[t], w, row);
+        if (wr != row) memcpy(row, wr, w * sizeof(float));
         if (pos) {
-            const float *p = pos->d + (pos_base + s->pos[t]) * w;
+            const float *p = cpu_row(pos, pos_base + s->pos[t], w, c->conv);
             for (size_t k = 0; k < w; k++) row[k] += p[k];
         }
         if (type) {
-            const float *ty = type->d + (s->types ? (size_t)s->types[t] : 0) * w;
+            const float *ty = cpu_row(type, s->types ? (size_t)s->types[t] : 0, w, c->conv);
             for (size_t k = 0; k < w; k++) row[k] += ty[k];
         }
         if (ln) cpuv_layernorm_row(W(g), W(b), eps, row, NULL, row, w);

@@ -1,18 +1,27 @@
 /* backend_cpu_kv.c - the CPU backend's decoding primitives (backend.h):
  * SwiGLU, storing keys and values in the paged cache, and attention of
- * new tokens over it. Plain loops in float32 with the dot products and
- * the softmax's sum in double; the cache, the block tables, positions
- * and sequence ids are host memory here, so every index is checked
- * before it is used and a bad one refuses the call.
+ * new tokens over it. SwiGLU in plain loops with double; attention in
+ * float32 (dot products in 16 lanes, cpu_vec.h's exp, the softmax's sum
+ * in double), its (token, head) pairs split over cpu_mm.h's pool. The
+ * cache, the block tables, positions and sequence ids are host memory
+ * here, so every index is checked before it is used and a bad one
+ * refuses the call.
  *
  * Threads and ownership: as backend_cpu.c (a context's calls on its
  * executor thread; the scratch is the caller's). */
 #include "backend_cpu_kv.h"
+#include "cpu_mm.h"
+#include "cpu_vec.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
+
+/* Attention runs in at most this many parts at once (each with its own
+ * scratch). */
+#define KV_PARTS 8
 
 __attribute__((format(printf, 2, 3)))
 static int kv_refuse(void *cp, const char *fmt, ...)
@@ -73,18 +82,99 @@ int cpu_kv_store(void *cp, const struct bk_kv *kv, const void *kp, size_t ldk, c
     return 0;
 }
 
-/* One score per cached position of the longest context. */
+/* Per part: a score and a cache slot per position of the longest
+ * context. */
 size_t cpu_paged_attention_scratch(void *be, size_t max_tokens, size_t max_ctx, size_t heads)
 {
     (void)be;
     (void)max_tokens;
     (void)heads;
-    return (max_ctx ? max_ctx : 1) * sizeof(float);
+    return KV_PARTS * (max_ctx ? max_ctx : 1) * (sizeof(float) + sizeof(uint32_t));
 }
 
-/* Per new token and head: the scores over its sequence's positions 0 ..
- * pos (block by block through the table), softmax shifted by their max,
- * then the weighted sum of the values. */
+struct kv_att {
+    const struct bk_paged_attention *a;
+    size_t items;            /* tokens x heads */
+};
+
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float kv_v16 __attribute__((vector_size(64)));
+
+static inline __attribute__((always_inline)) float kv_dot(const float *x, const float *y, size_t n)
+{
+    kv_v16 acc = {0};
+    size_t e = 0;
+    for (; e + 16 <= n; e += 16) {
+        kv_v16 a, b;
+        memcpy(&a, x + e, sizeof(a));
+        memcpy(&b, y + e, sizeof(b));
+        acc += a * b;
+    }
+    float s = 0;
+    for (int l = 0; l < 16; l++) s += acc[l];
+    for (; e < n; e++) s += x[e] * y[e];
+    return s;
+}
+
+/* o[e] += p v[e], n values. */
+static inline __attribute__((always_inline)) void kv_axpy(float *o, float p, const float *v,
+                                                          size_t n)
+{
+    size_t e = 0;
+    for (; e + 16 <= n; e += 16) {
+        kv_v16 a, b;
+        memcpy(&a, o + e, sizeof(a));
+        memcpy(&b, v + e, sizeof(b));
+        a += p * b;
+        memcpy(o + e, &a, sizeof(a));
+    }
+    for (; e < n; e++) o[e] += p * v[e];
+}
+
+/* Part `part` of the (token, head) pairs: the slots of the token's
+ * positions (checked by the caller), the scores, softmax shifted by
+ * their max (cpuv_exp), the weighted sum of the values. */
+__attribute__((target_clones("avx512f", "default")))
+static void kv_att_part(void *arg, size_t part, size_t parts)
+{
+    const struct kv_att *w = arg;
+    const struct bk_paged_attention *a = w->a;
+    const struct bk_kv *kv = a->kv;
+    const struct bk_seqs *s = a->s;
+    size_t dh = kv->dh, group = a->heads / kv->kv_heads, row = kv->kv_heads * dh;
+    size_t ctx = a->max_ctx ? a->max_ctx : 1;
+    float *sc = (float *)a->scratch + part * ctx * 2;
+    uint32_t *slot = (uint32_t *)(sc + ctx);
+    const float *K = kv->k, *V = kv->v;
+    size_t i0 = w->items * part / parts, i1 = w->items * (part + 1) / parts, cur = SIZE_MAX;
+    for (size_t it = i0; it < i1; it++) {
+        size_t t = it / a->heads, h = it % a->heads, g = h / group;
+        uint32_t pos = s->pos[t];
+        if (t != cur) {
+            for (uint32_t j = 0; j <= pos; j++) slot[j] = (uint32_t)kv_slot(kv, s->seq[t], j);
+            cur = t;
+        }
+        const float *q = (const float *)a->q + t * a->ldq + h * dh;
+        float mx = -INFINITY;
+        for (uint32_t j = 0; j <= pos; j++) {
+            sc[j] = kv_dot(q, K + (size_t)slot[j] * row + g * dh, dh) * a->scale;
+            if (sc[j] > mx) mx = sc[j];
+        }
+        for (uint32_t j = 0; j <= pos; j++) sc[j] -= mx;
+        cpuv_exp(sc, sc, (size_t)pos + 1);
+        double sum = 0.0;
+        for (uint32_t j = 0; j <= pos; j++) sum += sc[j];
+        float inv = (float)(1.0 / sum);
+        float *o = (float *)a->out + t * a->ldo + h * dh;
+        memset(o, 0, dh * sizeof(float));
+        for (uint32_t j = 0; j <= pos; j++)
+            kv_axpy(o, sc[j] * inv, V + (size_t)slot[j] * row + g * dh, dh);
+    }
+}
+
+/* Every token's positions are checked against its table first; then the
+ * (token, head) pairs are split over the pool (cpu_mm.h), each part with
+ * its own piece of the scratch. */
 int cpu_paged_attention(void *cp, const struct bk_paged_attention *a)
 {
     const struct bk_kv *kv = a->kv;
@@ -93,9 +183,6 @@ int cpu_paged_attention(void *cp, const struct bk_paged_attention *a)
         !kv->block_tokens || !a->scratch)
         return kv_refuse(cp, "paged attention: %zu heads over %zu cache heads", a->heads,
                          kv ? kv->kv_heads : 0);
-    size_t dh = kv->dh, group = a->heads / kv->kv_heads, row = kv->kv_heads * dh;
-    const float *K = kv->k, *V = kv->v;
-    float *sc = a->scratch;
     for (size_t t = 0; t < s->tokens; t++) {
         uint32_t seq = s->seq[t], pos = s->pos[t];
         if (pos >= a->max_ctx)
@@ -105,30 +192,8 @@ int cpu_paged_attention(void *cp, const struct bk_paged_attention *a)
             if (kv_slot(kv, seq, j) < 0)
                 return kv_refuse(cp, "paged attention: sequence %u has no block for position %u",
                                  seq, j);
-        for (size_t h = 0; h < a->heads; h++) {
-            const float *q = (const float *)a->q + t * a->ldq + h * dh;
-            size_t g = h / group;
-            float mx = -INFINITY;
-            for (uint32_t j = 0; j <= pos; j++) {
-                const float *k = K + (size_t)kv_slot(kv, seq, j) * row + g * dh;
-                double d = 0.0;
-                for (size_t e = 0; e < dh; e++) d += (double)q[e] * k[e];
-                sc[j] = (float)(d * a->scale);
-                if (sc[j] > mx) mx = sc[j];
-            }
-            double sum = 0.0;
-            for (uint32_t j = 0; j <= pos; j++) {
-                sc[j] = expf(sc[j] - mx);
-                sum += sc[j];
-            }
-            float *o = (float *)a->out + t * a->ldo + h * dh;
-            memset(o, 0, dh * sizeof(float));
-            for (uint32_t j = 0; j <= pos; j++) {
-                const float *v = V + (size_t)kv_slot(kv, seq, j) * row + g * dh;
-                float p = (float)(sc[j] / sum);
-                for (size_t e = 0; e < dh; e++) o[e] += p * v[e];
-            }
-        }
     }
+    struct kv_att w = {a, s->tokens * a->heads};
+    if (w.items) cpu_par(kv_att_part, &w, w.items < KV_PARTS ? w.items : KV_PARTS);
     return 0;
 }

@@ -11,6 +11,9 @@ struct cpu_ctx {
     void **bufs;     /* every ctx_alloc, freed with the context */
     size_t n_bufs, cap_bufs;
     int fault;       /* armed by inject_fault: the next pass fails */
+    float *conv;     /* 16-bit weight rows widened for a BLAS GEMM (grown on
+                        first need, freed with the context) */
+    size_t conv_n;   /* floats at conv */
     char err[256];
 };
 

@@ -122,5 +122,18 @@ enum decoder_demo_tok { DECODER_DEMO_BYTELEVEL, DECODER_DEMO_SENTENCEPIECE };
 int decoder_write_demo_tok(const char *dir, size_t layers, size_t hidden, size_t heads,
                            size_t kv_heads, size_t inter, uint64_t seed,
                            enum decoder_demo_tok tok, char *errstr, size_t errstr_size);
+/* decoder_write_demo with more choices: the tokenizer, a vocabulary of at least
+ * vocab rows (0: the tokenizer's; rows past the tokenizer's are drawn
+ * like the others) and the weights in BF16 instead of F32 (rounded to
+ * nearest from the same draws). */
+struct decoder_demo_conf {
+    size_t layers, hidden, heads, kv_heads, inter;
+    size_t vocab;
+    int bf16;
+    uint64_t seed;
+    enum decoder_demo_tok tok;  /* the tokenizer (0: byte-level) */
+};
+int decoder_write_demo_ex(const char *dir, const struct decoder_demo_conf *c, char *errstr,
+                          size_t errstr_size);
 
 #endif

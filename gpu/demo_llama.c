@@ -8,7 +8,9 @@
  * SentencePiece BPE with byte fallback, <unk> <s> </s> as ids 0..2, <s>
  * put in front of every prompt and an [INST] chat_template (Llama 2's
  * and Mistral's kind).
- * The weights are random: the text it generates is not language.
+ * The weights are random: the text it generates is not language. A
+ * vocabulary larger than the tokenizer's (decoder_write_demo_ex) has
+ * rows no text maps to, as released models pad theirs.
  *
  * Threads: any; nothing is shared. */
 #include "decoder.h"
@@ -27,11 +29,21 @@
 static const char *const demo_llama_specials[] = {"<|endoftext|>", "<|im_start|>",
                                                   "<|im_end|>"};
 
+/* n floats rounded to bfloat16 in place: the first n 16-bit words of x. */
+static void demo_llama_narrow(float *x, size_t n)
+{
+    uint16_t *h = (uint16_t *)(void *)x;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t b = st_f32_to_bf16(x[i]);
+        memcpy(h + i, &b, sizeof(b));
+    }
+}
+
 /* The files other than the weights and tokenizer.json; sp: the
- * SentencePiece tokenizer's ids and settings. */
+ * SentencePiece tokenizer's ids and settings; bf16: the weights' type. */
 static int demo_llama_texts(const char *dir, size_t vocab, size_t layers, size_t hidden,
-                            size_t heads, size_t kv_heads, size_t inter, int sp, char *errstr,
-                            size_t errstr_size)
+                            size_t heads, size_t kv_heads, size_t inter, int sp, int bf16,
+                            char *errstr, size_t errstr_size)
 {
     char path[4200];
     json_int_t bos = sp ? 1 : 0;
@@ -44,7 +56,8 @@ static int demo_llama_texts(const char *dir, size_t vocab, size_t layers, size_t
         (json_int_t)kv_heads, "intermediate_size", (json_int_t)inter, "max_position_embeddings",
         (json_int_t)512, "rms_norm_eps", 1e-6, "rope_theta", 10000.0, "rope_scaling",
         "hidden_act", "silu", "tie_word_embeddings", 0, "attention_bias", 0, "mlp_bias", 0,
-        "bos_token_id", bos, "eos_token_id", (json_int_t)2, "torch_dtype", "float32");
+        "bos_token_id", bos, "eos_token_id", (json_int_t)2, "torch_dtype",
+        bf16 ? "bfloat16" : "float32");
     json_t *gen = sp ? json_pack("{s:I, s:I, s:b, s:f, s:f, s:I}", "bos_token_id", bos,
                                  "eos_token_id", (json_int_t)2, "do_sample", 1, "temperature",
                                  0.7, "top_p", 0.8, "top_k", (json_int_t)20)
@@ -105,8 +118,20 @@ int decoder_write_demo_tok(const char *dir, size_t layers, size_t hidden, size_t
                            size_t kv_heads, size_t inter, uint64_t seed,
                            enum decoder_demo_tok tok, char *errstr, size_t errstr_size)
 {
+    struct decoder_demo_conf c = {.layers = layers, .hidden = hidden, .heads = heads,
+                                  .kv_heads = kv_heads, .inter = inter, .seed = seed,
+                                  .tok = tok};
+    return decoder_write_demo_ex(dir, &c, errstr, errstr_size);
+}
+
+int decoder_write_demo_ex(const char *dir, const struct decoder_demo_conf *c, char *errstr,
+                          size_t errstr_size)
+{
+    size_t layers = c->layers, hidden = c->hidden, heads = c->heads, kv_heads = c->kv_heads;
+    size_t inter = c->inter;
+    int bf16 = c->bf16;
     if (!layers || !heads || !kv_heads || !inter || heads % kv_heads || hidden % heads ||
-        (hidden / heads) % 2 || layers > 64 || hidden > 4096 || inter > 16384) {
+        (hidden / heads) % 2 || layers > 64 || hidden > 4096 || inter > 16384 || c->vocab > (1u << 20)) {
         snprintf(errstr, errstr_size,
                  "llama demo: %zu layers, hidden %zu, %zu heads (%zu key/value), intermediate "
                  "%zu: heads must divide hidden into an even head size, key/value heads "
@@ -118,10 +143,12 @@ int decoder_write_demo_tok(const char *dir, size_t layers, size_t hidden, size_t
         return -1;
     }
     size_t vocab = 0;
-    int sp = tok == DECODER_DEMO_SENTENCEPIECE;
+    int sp = c->tok == DECODER_DEMO_SENTENCEPIECE;
     if ((sp ? demo_sp_write(dir, &vocab, errstr, errstr_size)
-            : demo_bpe_write(dir, demo_llama_specials, 3, NULL, &vocab, errstr, errstr_size)) < 0 ||
-        demo_llama_texts(dir, vocab, layers, hidden, heads, kv_heads, inter, sp, errstr,
+            : demo_bpe_write(dir, demo_llama_specials, 3, NULL, &vocab, errstr, errstr_size)) < 0)
+        return -1;
+    if (c->vocab > vocab) vocab = c->vocab;
+    if (demo_llama_texts(dir, vocab, layers, hidden, heads, kv_heads, inter, sp, bf16, errstr,
                          errstr_size) < 0)
         return -1;
     size_t H = hidden, K = kv_heads * (hidden / heads), I = inter;
@@ -133,7 +160,7 @@ int decoder_write_demo_tok(const char *dir, size_t layers, size_t hidden, size_t
     float **data = calloc(nt, sizeof(*data));
     int rc = -1;
     if (!t || !shapes || !names || !data) goto oom;
-    uint64_t s = seed;
+    uint64_t s = c->seed;
     /* name, rows, columns (0: a norm's weight, ones with a little noise) */
 #define ADD(nm_fmt, l, d0, d1)                                                             \
     do {                                                                                   \
@@ -143,9 +170,11 @@ int decoder_write_demo_tok(const char *dir, size_t layers, size_t hidden, size_t
         float b_ = (d1) ? 1.0f / sqrtf((float)(d1)) : 0.1f;                                \
         for (size_t q_ = 0; q_ < n_; q_++)                                                 \
             data[k][q_] = ((d1) ? 0.0f : 1.0f) + demo_uniform(&s, b_);                     \
+        if (bf16) demo_llama_narrow(data[k], n_);                                          \
         shapes[k][0] = (d0);                                                               \
         shapes[k][1] = (d1);                                                               \
-        t[k] = (struct st_write_tensor){names[k], ST_F32, (d1) ? 2 : 1, shapes[k], data[k]}; \
+        t[k] = (struct st_write_tensor){names[k], bf16 ? ST_BF16 : ST_F32, (d1) ? 2 : 1,   \
+                                        shapes[k], data[k]};                               \
         k++;                                                                               \
     } while (0)
     ADD("model.embed_tokens.weight%.0zu", 0, vocab, H);

@@ -15,6 +15,8 @@
  *                 model: the floor kinfer's infrastructure is measured by
  *   gemm          the default model's forward pass alone, rows/s per
  *                 batch size
+ *   generate      a decoder folder's prefill and decode alone, tokens/s,
+ *                 against the machine's memory-bandwidth bound
  *
  * Every subcommand reads the worker's configuration (-c FILE, --set K=V),
  * so the tools see the same brokers, topics, Redis and model as the
@@ -46,7 +48,10 @@ struct bench_opts {
     size_t parallel;       /* gemm: forward passes run at once, one per thread */
     size_t pipeline;       /* floor-redis, passthrough: SETs per round trip */
     const char *dump;      /* collect: file for one line per job, or NULL */
-    size_t length;         /* encode: every text this many tokens; 0 = the mix */
+    size_t length;         /* encode: every text this many tokens; 0 = the mix;
+                              generate: prompt tokens (0 = 128) */
+    const char *model;     /* generate: the decoder folder */
+    size_t steps;          /* generate: decode steps per run (0 = 64) */
 };
 
 /* 1 if run can start every id of a run: 1..BENCH_RUN_MAX letters, digits,
@@ -62,5 +67,6 @@ int bench_floor_redis(const struct kcfg *c, const struct bench_opts *o);
 int bench_passthrough(const struct kcfg *c, const struct bench_opts *o);
 int bench_gemm(const struct kcfg *c, const struct bench_opts *o);
 int bench_encode(const struct kcfg *c, const struct bench_opts *o);
+int bench_generate(const struct kcfg *c, const struct bench_opts *o);
 
 #endif

@@ -1,0 +1,267 @@
+/* bench_gen.c - `kinfer bench generate`: a decoder folder's text
+ * generation alone on the configured backend (gpu/decoder.h, the code
+ * the generation engine runs): prefill tokens/s of one prompt, and decode
+ * tokens/s at each --batch size (that many sequences, each after a
+ * prompt of --length tokens, stepping one token each per decoder_step),
+ * beside the machine's read bandwidth and the decode bound it sets (the
+ * weights as the folder ships them read once per step).
+ *
+ * Token ids are a fixed function of (sequence, position), the same as
+ * bench/torch_decoder_bench.py's, so both sides run the same inputs; the
+ * logits are not sampled (what is measured is the model, not a sampler).
+ *
+ * Threads: the main thread, plus --threads readers while the bandwidth
+ * is measured. Ownership: the decoder, runtime and workspaces are made
+ * and freed here. */
+#include "bench.h"
+#include "bench_shared.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../gpu/decoder.h"
+#include "../gpu/safetensors.h"
+
+#define GEN_ROUNDS 3          /* decode runs per batch size: the median is printed */
+#define GEN_BW_BYTES (1ul << 30) /* bandwidth buffer: far past any cache */
+
+/* ---- read bandwidth ---------------------------------------------------------- */
+
+typedef uint64_t gen_v8 __attribute__((vector_size(64)));
+
+struct gen_bw {
+    const gen_v8 *p;
+    size_t n;          /* vectors */
+    uint64_t sink;
+};
+
+/* Sums the buffer in four independent chains (the sum only keeps the
+ * loads from being dropped). */
+__attribute__((target_clones("avx512f", "default")))
+static void *gen_bw_read(void *arg)
+{
+    struct gen_bw *b = arg;
+    gen_v8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+    for (size_t i = 0; i + 4 <= b->n; i += 4) {
+        s0 += b->p[i];
+        s1 += b->p[i + 1];
+        s2 += b->p[i + 2];
+        s3 += b->p[i + 3];
+    }
+    gen_v8 s = s0 + s1 + s2 + s3;
+    uint64_t t = 0;
+    for (int k = 0; k < 8; k++) t += s[k];
+    b->sink = t;
+    return NULL;
+}
+
+/* GB/s reading GEN_BW_BYTES with `threads` threads, each its own slice;
+ * the best of five passes. 0 when memory or threads are not there. */
+static double gen_bandwidth(int threads)
+{
+    size_t n = GEN_BW_BYTES / sizeof(gen_v8);
+    gen_v8 *buf = aligned_alloc(64, n * sizeof(gen_v8));
+    if (!buf || threads < 1 || threads > 256) {
+        free(buf);
+        return 0;
+    }
+    memset(buf, 1, n * sizeof(gen_v8));
+    struct gen_bw parts[256];
+    pthread_t thr[256];
+    double best = 0;
+    size_t per = n / (size_t)threads / 4 * 4;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = bench_mono_s();
+        int started = 0;
+        for (; started < threads; started++) {
+            parts[started] = (struct gen_bw){buf + (size_t)started * per, per, 0};
+            if (started && pthread_create(&thr[started], NULL, gen_bw_read, &parts[started]))
+                break;
+        }
+        gen_bw_read(&parts[0]);
+        for (int k = 1; k < started; k++) pthread_join(thr[k], NULL);
+        double s = bench_mono_s() - t0, gbs = (double)started * (double)per * 64 / s / 1e9;
+        if (started == threads && gbs > best) best = gbs;
+    }
+    free(buf);
+    return best;
+}
+
+/* ---- the decoder ------------------------------------------------------------- */
+
+/* The id sequence seq reads at position pos (bench/torch_decoder_bench.py
+ * draws the same). */
+static int32_t gen_id(size_t seq, size_t pos, size_t vocab)
+{
+    return (int32_t)((seq * 104729u + pos * 7919u + 3u) % vocab);
+}
+
+/* Bytes per element of the folder's weights (its lm_head, else embedding
+ * table), 0 when unreadable. */
+static size_t gen_weight_bytes(const char *dir)
+{
+    char path[4200], err[256];
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    struct st_file *f = st_open(path, err, sizeof(err));
+    if (!f) return 0;
+    const struct st_tensor *t = st_find(f, "lm_head.weight");
+    if (!t) t = st_find(f, "model.embed_tokens.weight");
+    size_t b = t ? st_dtype_size(t->dtype) : 0;
+    st_close(f);
+    return b;
+}
+
+struct gen_set {
+    const struct decoder *d;
+    const struct decoder_info *in;
+    size_t prompt, steps;
+};
+
+/* A workspace for b sequences of prompt + steps tokens, prompts whole in
+ * one step. */
+static struct decoder_ws *gen_ws(const struct gen_set *g, size_t b)
+{
+    char err[512];
+    size_t ctx = g->prompt + g->steps, blocks = (ctx + 15) / 16 + 1;
+    size_t row = g->in->kv_heads * g->in->head_dim;
+    struct decoder_ws_conf c = {.max_seqs = b, .max_tokens = b > g->prompt ? b : g->prompt, .max_ctx = ctx,
+                                .block_tokens = 16,
+                                .kv_bytes = b * blocks * g->in->layers * 2 * 16 * row * 4};
+    struct decoder_ws *ws = decoder_ws_new(g->d, 0, &c, err, sizeof(err));
+    if (!ws) fprintf(stderr, "kinfer bench generate: %s\n", err);
+    return ws;
+}
+
+/* Prefills b sequences with the prompt (chunk sequences per step), then
+ * runs `steps` decode steps of one token each; the seconds of each phase
+ * into pre_s and dec_s. 0, or -1 with the reason printed. */
+static int gen_run(const struct gen_set *g, struct decoder_ws *ws, size_t b, size_t chunk,
+                   double *pre_s, double *dec_s)
+{
+    struct kvcache *kv = decoder_ws_cache(ws);
+    size_t P = g->prompt, V = g->in->vocab;
+    int *seqs = malloc(b * sizeof(int));
+    int32_t *ids = malloc(b * P * sizeof(int32_t));
+    uint32_t *off = malloc((b + 1) * sizeof(uint32_t));
+    const float *lg;
+    int rc = seqs && ids && off ? 0 : -1;
+    for (size_t i = 0; rc == 0 && i < b; i++)
+        if ((seqs[i] = kvcache_seq_new(kv)) < 0) rc = -1;
+    double t0 = bench_mono_s();
+    for (size_t at = 0; rc == 0 && at < b; at += chunk) {
+        size_t n = b - at < chunk ? b - at : chunk;
+        off[0] = 0;
+        for (size_t i = 0; i < n; i++) {
+            for (size_t p = 0; p < P; p++) ids[i * P + p] = gen_id(at + i, p, V);
+            off[i + 1] = (uint32_t)((i + 1) * P);
+        }
+        struct decoder_batch bt = {.n = n, .seqs = seqs + at, .ids = ids, .offsets = off};
+        if (decoder_step(g->d, ws, &bt, &lg) != MODEL_OK) rc = -1;
+    }
+    double t1 = bench_mono_s();
+    for (size_t s = 0; rc == 0 && s < g->steps; s++) {
+        for (size_t i = 0; i < b; i++) {
+            ids[i] = gen_id(i, P + s, V);
+            off[i + 1] = (uint32_t)(i + 1);
+        }
+        off[0] = 0;
+        struct decoder_batch bt = {.n = b, .seqs = seqs, .ids = ids, .offsets = off};
+        if (decoder_step(g->d, ws, &bt, &lg) != MODEL_OK) rc = -1;
+    }
+    *pre_s = t1 - t0;
+    *dec_s = bench_mono_s() - t1;
+    if (rc) fprintf(stderr, "kinfer bench generate: step: %s\n", decoder_ws_error(ws));
+    for (size_t i = 0; seqs && i < b; i++)
+        if (seqs[i] >= 0) kvcache_seq_free(kv, seqs[i]);
+    free(seqs);
+    free(ids);
+    free(off);
+    return rc;
+}
+
+int bench_generate(const struct kcfg *c, const struct bench_opts *o)
+{
+    (void)c;
+    char err[512], dev[128];
+    if (!o->model) {
+        fprintf(stderr, "kinfer bench generate: --model DIR is required\n");
+        return 1;
+    }
+    struct model_runtime_conf rconf;
+    model_runtime_conf_defaults(&rconf);
+    rconf.backend = "cpu";
+    rconf.cpu_threads = o->threads;
+    struct model_runtime *rt = model_runtime_new(&rconf, err, sizeof(err));
+    struct model_spec spec = {0};
+    snprintf(spec.name, sizeof(spec.name), "bench");
+    snprintf(spec.path, sizeof(spec.path), "%s", o->model);
+    struct decoder *d = rt ? decoder_load(rt, &spec, err, sizeof(err)) : NULL;
+    if (!d) {
+        fprintf(stderr, "kinfer bench generate: %s\n", err);
+        model_runtime_destroy(rt);
+        return 1;
+    }
+    const struct decoder_info *in = decoder_info(d);
+    struct gen_set g = {d, in, o->length ? o->length : 128, o->steps ? o->steps : 64};
+    size_t wb = gen_weight_bytes(o->model), Q = in->heads * in->head_dim;
+    size_t K = in->kv_heads * in->head_dim, H = in->hidden;
+    double wparams = (double)in->layers * (double)(2 * H * Q + 2 * H * K +
+                                                   3 * H * in->intermediate) +
+                     (double)in->vocab * (double)H;
+    double wbytes = wparams * (double)wb;
+    int threads = o->threads > 0 ? o->threads : 1;
+    double bw = gen_bandwidth(threads);
+    model_runtime_device_name(rt, dev, sizeof(dev));
+    printf("generate: phase=bandwidth threads=%d read_gbs=%.2f weight_bytes=%.0f "
+           "weight_dtype_bytes=%zu bound_steps_per_s=%.1f\n", threads, bw, wbytes, wb,
+           wbytes > 0 ? bw * 1e9 / wbytes : 0.0);
+    fflush(stdout);
+    int rc = 0;
+    /* prefill: one sequence, its whole prompt in one step */
+    struct decoder_ws *ws = gen_ws(&g, 1);
+    double best_pre = 0, pre, dec;
+    for (int r = 0; ws && rc == 0 && r < GEN_ROUNDS; r++) {
+        struct gen_set one = g;
+        one.steps = 0;
+        rc = gen_run(&one, ws, 1, 1, &pre, &dec);
+        if (rc == 0 && pre > 0 && (double)g.prompt / pre > best_pre)
+            best_pre = (double)g.prompt / pre;
+    }
+    decoder_ws_destroy(ws);
+    if (!ws) rc = -1;
+    if (rc == 0)
+        printf("generate: phase=prefill threads=%d prompt=%zu tokens_per_s=%.1f\n", threads,
+               g.prompt, best_pre);
+    const char *p = o->batches;
+    while (rc == 0 && p && *p) {
+        size_t b = strtoul(p, NULL, 10);
+        p = strchr(p, ',');
+        p = p ? p + 1 : NULL;
+        if (!b || b > 1024) continue;
+        if (!(ws = gen_ws(&g, b))) {
+            rc = -1;
+            break;
+        }
+        double rate[GEN_ROUNDS];
+        for (int r = 0; rc == 0 && r < GEN_ROUNDS; r++) {
+            rc = gen_run(&g, ws, b, 1, &pre, &dec);
+            rate[r] = dec > 0 ? (double)(g.steps * b) / dec : 0;
+        }
+        decoder_ws_destroy(ws);
+        if (rc) break;
+        qsort(rate, GEN_ROUNDS, sizeof(double), bench_cmp_double);
+        double bound = wbytes > 0 ? bw * 1e9 / wbytes * (double)b : 0;
+        printf("generate: phase=decode threads=%d seqs=%zu prompt=%zu steps=%zu "
+               "tokens_per_s=%.1f steps_per_s=%.2f bound_tokens_per_s=%.1f bound_frac=%.3f "
+               "device=\"%s\"\n", threads, b, g.prompt, g.steps, rate[GEN_ROUNDS / 2],
+               rate[GEN_ROUNDS / 2] / (double)b, bound,
+               bound > 0 ? rate[GEN_ROUNDS / 2] / bound : 0.0, dev);
+        fflush(stdout);
+    }
+    decoder_destroy(d);
+    model_runtime_destroy(rt);
+    return rc ? 1 : 0;
+}
