@@ -401,6 +401,19 @@ static void test_decode_rejects(void **state)
     assert_non_null(ok);
     assert_string_equal(json_string_value(json_object_get(ok, "text")), "\xc3\xa9");
     json_decref(ok);
+    /* U+0000 is text a byte-level vocabulary can generate, in either encoding. */
+    ok = smoke_gen_decode("{\"text\": \"a\\u0000b\"}", 20, why, sizeof(why));
+    if (!ok) fail_msg("a JSON text with U+0000: %s", why);
+    assert_int_equal(json_string_length(json_object_get(ok, "text")), 3);
+    unsigned char *body;
+    size_t len;
+    assert_int_equal(smoke_gen_encode(ok, PROTO_ENC_MSGPACK, &body, &len), 0);
+    json_t *mp = smoke_gen_decode(body, len, why, sizeof(why));
+    assert_non_null(mp);
+    assert_true(json_equal(mp, ok));
+    json_decref(mp);
+    free(body);
+    json_decref(ok);
 }
 
 int main(int argc, char **argv)
