@@ -57,8 +57,9 @@ static void say_wrong(const char *id, const char *why)
     size_t n = 0;
     for (; why[n] && n < sizeof(line) - 1; n++)
         line[n] = (unsigned char)why[n] < 0x20 || why[n] == 0x7f ? ' ' : why[n];
-    /* Never cut a character in two. */
-    while (n > 0 && why[n] && ((unsigned char)line[n] & 0xc0) == 0x80) n--;
+    /* Never cut a character in two: when the first byte left out
+     * continues one, leave out its start too. */
+    while (n > 0 && why[n] && ((unsigned char)why[n] & 0xc0) == 0x80) n--;
     line[n] = '\0';
     fprintf(stderr, "kinfer smoke: wrong result for %s: %s\n", id, line);
 }
