@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # make demo: the worker end to end on its embedded defaults. Starts kinfer's
 # dev broker and a local redis-server on free ports, writes the demo models
-# (an MLP, a BERT folder, a RoBERTa folder with its BPE tokenizer),
-# runs the worker on worker.cfg (pointed at them with --set), sends a few
-# hundred jobs with `kinfer smoke`, which waits for every result in Redis and
-# prints the summary, then stops everything it started.
+# (an MLP, a BERT folder, a RoBERTa folder with its BPE tokenizer, a random
+# Llama folder that generates text), runs the worker on worker.cfg (pointed
+# at them with --set), sends a few hundred jobs with `kinfer smoke`, which
+# waits for every result in Redis, checks it and prints the summary, then
+# stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 K=${KINFER_BIN:-build/kinfer}
@@ -33,6 +34,7 @@ echo "== demo models"
 $K model demo -o models/demo.safetensors --in 64 --hidden 128 --out 16
 $K model demo --kind bert -o models/text-demo
 $K model demo --kind roberta -o models/roberta-demo
+$K model demo --kind llama -o models/llama-demo
 
 echo "== kinfer broker (librdkafka mock cluster, its own process)"
 $K broker --partitions 4 --topics jobs,results,jobs.dlq >"$work/broker.out" 2>"$work/broker.log" &
@@ -90,8 +92,14 @@ echo "== kinfer smoke --model roberta-demo: $ROBERTA_JOBS text jobs of 2 rows ea
 $K smoke -c worker.cfg "${set_args[@]}" --model roberta-demo --jobs "$ROBERTA_JOBS" --rows 2 --rate 100 \
   --json-every 5 --timeout 120 || status=$?
 
+GEN_JOBS=${GEN_JOBS:-40}
+echo "== kinfer smoke --model llama-demo: $GEN_JOBS generation jobs (prompts and chats, some streamed with"
+echo "   stop strings), every result checked against the contract; random weights: the text is gibberish"
+$K smoke -c worker.cfg "${set_args[@]}" --model llama-demo --jobs "$GEN_JOBS" --rate 50 \
+  --json-every 5 --timeout 120 || status=$?
+
 echo "== a few of its metrics (http://127.0.0.1:$mport/metrics)"
-curl -s "http://127.0.0.1:$mport/metrics" | grep -E '^kinfer_(jobs_total|batches_total|queue_depth_rows|rows_per_second|tokens_total|padding_ratio)[{ ]' \
+curl -s "http://127.0.0.1:$mport/metrics" | grep -E '^kinfer_(jobs_total|batches_total|queue_depth_rows|rows_per_second|tokens_total|padding_ratio|gen_generated_tokens_total)[{ ]' \
   | awk '!/[{]/ || $NF != 0' | sed 's/^/   /' || true   # labelled series: the non-zero ones
 echo "   /readyz: $(readyz)"
 

@@ -12,9 +12,10 @@
 #    device fault (a sticky illegal address on the emulated device) that
 #    must stop the worker with nothing lost.
 # 3. `kinfer smoke` against one such worker, in a folder of its own with
-#    worker.cfg and the demo models: every job must come back ok (dense
-#    and text), and every report must name the device as emulated: the
-#    worker's startup log (event=backend_selected device=...), /readyz
+#    worker.cfg and the demo models: every job must come back ok (dense,
+#    text and generation), and every report must name the device as
+#    emulated: the worker's startup log (event=backend_selected
+#    device=...), /readyz
 #    ("device"), kinfer_backend_info's device label, the heartbeat as
 #    `kinfer status` shows it, and smoke's own summary.
 #
@@ -62,6 +63,7 @@ mkdir -p models
 "$EK" model demo -o models/demo.safetensors --in 16 --hidden 32 --out 8 >/dev/null
 "$EK" model demo --kind bert -o models/text-demo --hidden 32 >/dev/null
 "$EK" model demo --kind roberta -o models/roberta-demo --hidden 32 >/dev/null
+"$EK" model demo --kind llama -o models/llama-demo --hidden 32 >/dev/null
 
 "$EK" broker --partitions 2 --topics jobs,results,jobs.dlq >broker.out 2>broker.log &
 pids+=($!)
@@ -96,13 +98,17 @@ status=0
   >smoke.out 2>smoke.err || status=$?
 "$EK" smoke -c worker.cfg "${sets[@]}" --model text-demo --jobs 20 --rows 2 --rate 100 \
   --json-every 5 --timeout 300 >>smoke.out 2>>smoke.err || status=$?
+"$EK" smoke -c worker.cfg "${sets[@]}" --model llama-demo --jobs 10 --rate 50 \
+  --json-every 5 --timeout 300 >>smoke.out 2>>smoke.err || status=$?
 sed 's/^/   /' smoke.out
 [ "$status" -eq 0 ] || { cat smoke.err; fail "kinfer smoke exited $status"; }
 grep -q '^kinfer smoke: jobs=40 results=40 ok=40 wrong=0 missing=0$' smoke.out ||
   fail "not every dense job came back ok"
 grep -q '^kinfer smoke: jobs=20 results=20 ok=20 wrong=0 missing=0$' smoke.out ||
   fail "not every text job came back ok"
-[ "$(grep -c '^kinfer smoke: the worker ran them on backend=cuda device=emulated ' smoke.out)" -eq 2 ] ||
+grep -q '^kinfer smoke: jobs=10 results=10 ok=10 wrong=0 missing=0 ' smoke.out ||
+  fail "not every generation job came back ok"
+[ "$(grep -c '^kinfer smoke: the worker ran them on backend=cuda device=emulated ' smoke.out)" -eq 3 ] ||
   fail "smoke's summary does not name the emulated device"
 
 # /readyz, the metrics and the heartbeat (kinfer status) say so too.

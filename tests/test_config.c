@@ -841,7 +841,7 @@ static void test_worker_cfg(void **state)
     assert_int_equal(c->kafka.n_topics, 1);
     assert_string_equal(c->kafka.topics[0], "jobs");
     assert_int_equal(c->kafka.n_properties, 0);
-    assert_int_equal(c->n_models, 3);
+    assert_int_equal(c->n_models, 4);
     const struct model_spec *m = &c->models[0];
     assert_string_equal(m->name, "demo");
     assert_string_equal(m->path, "models/demo.safetensors");
@@ -864,6 +864,10 @@ static void test_worker_cfg(void **state)
     assert_string_equal(c->models[2].name, "roberta-demo");
     assert_string_equal(c->models[2].path, "models/roberta-demo");
     assert_int_equal(c->models[2].n_layers, 0);
+    /* The generating demo (`kinfer model demo --kind llama`): a folder too. */
+    assert_string_equal(c->models[3].name, "llama-demo");
+    assert_string_equal(c->models[3].path, "models/llama-demo");
+    assert_int_equal(c->models[3].n_layers, 0);
     cfg_destroy(c);
 }
 

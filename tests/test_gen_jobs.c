@@ -185,7 +185,7 @@ static json_t *parse_body(const char *body, size_t len)
 {
     if (len && body[0] == '{') {
         json_error_t e;
-        json_t *j = json_loadb(body, len, 0, &e);
+        json_t *j = json_loadb(body, len, JSON_ALLOW_NUL, &e); /* U+0000 is text too */
         if (!j) fail_msg("a result is not JSON: %s", e.text);
         return j;
     }

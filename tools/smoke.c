@@ -5,7 +5,8 @@
  * prints what a user wants to know: how many, how batched, how fast. A
  * text encoder's jobs are texts (tools/textgen.h), tokenized and encoded
  * here by the same model for the check; it must pool (or classify): per
- * token output is not checked here.
+ * token output is not checked here. A generating model's run is
+ * smoke_gen.h's.
  *
  * Threads: main thread. */
 #include "smoke.h"
@@ -25,9 +26,11 @@
 
 #include "../base/clock.h"
 #include "../codecs/wire.h"
+#include "../gen/genmodel.h"
 #include "../gpu/model.h"
 #include "../text/tokenizer.h"
 #include "../kafka/kq.h"
+#include "smoke_gen.h"
 #include "textgen.h"
 
 struct pending {
@@ -60,7 +63,7 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 /* Which backend and device the worker runs on, in words, from its
  * /readyz at metrics.listen (the configuration smoke was given): writes
  * "backend=cuda device=..." into buf, or why it cannot tell. */
-static void worker_device(const struct kcfg *c, char *buf, size_t cap)
+void smoke_worker_device(const struct kcfg *c, char *buf, size_t cap)
 {
     const char *listen = c->metrics.listen ? c->metrics.listen : "";
     const char *colon = strrchr(listen, ':');
@@ -112,6 +115,47 @@ static void worker_device(const struct kcfg *c, char *buf, size_t cap)
     json_decref(doc);
 }
 
+/* The producer smoke sends with: delivery failures counted in *failed,
+ * the first input topic's leaders known before it returns. NULL (said on
+ * stderr) when it cannot be made or the topic does not answer. */
+rd_kafka_t *smoke_producer(const struct kcfg *c, int *failed)
+{
+    char err[512];
+    rd_kafka_t *rk;
+    rd_kafka_conf_t *conf = kq_conf_new(c, KQ_PRODUCER, err, sizeof(err));
+    if (!conf) {
+        fprintf(stderr, "kinfer smoke: %s\n", err);
+        return NULL;
+    }
+    rd_kafka_conf_set_opaque(conf, failed);
+    rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+    rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    if (!rk) {
+        rd_kafka_conf_destroy(conf);
+        fprintf(stderr, "kinfer smoke: %s\n", err);
+        return NULL;
+    }
+    /* Learn the topic's partition leaders before the first job. A job
+     * produced while they are unknown waits in librdkafka's unassigned
+     * queue, and librdkafka 2.0.2 does not always wake the broker thread
+     * when the leaders arrive: every job of the run then went out only
+     * with the final flush, and the latency figure (from each record's
+     * timestamp) was the run's length, p50 ~530 ms at --rate 100 over 1 s,
+     * one run in two. */
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, c->kafka.topics[0], NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t me = rkt ? rd_kafka_metadata(rk, 0, rkt, &md, 10000)
+                                 : RD_KAFKA_RESP_ERR__INVALID_ARG;
+    if (md) rd_kafka_metadata_destroy(md);
+    if (rkt) rd_kafka_topic_destroy(rkt);
+    if (me) {
+        fprintf(stderr, "kinfer smoke: topic %s: %s\n", c->kafka.topics[0], rd_kafka_err2str(me));
+        rd_kafka_destroy(rk);
+        return NULL;
+    }
+    return rk;
+}
+
 int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
               volatile sig_atomic_t *stop)
 {
@@ -122,6 +166,7 @@ int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
         fprintf(stderr, "kinfer smoke: no model named '%s' in the configuration\n", o->model);
         return 1;
     }
+    if (genmodel_is_decoder_folder(c->models[di].path)) return smoke_gen_run(c, di, o, stop);
     /* The reference runs on the CPU, whatever backend the worker uses. */
     struct model_runtime_conf rconf;
     model_runtime_conf_defaults(&rconf);
@@ -167,36 +212,7 @@ int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
     if (!ws) fprintf(stderr, "kinfer smoke: %s\n", err);
     if (!ws || !p || !in || !lat) goto out;
 
-    rd_kafka_conf_t *conf = kq_conf_new(c, KQ_PRODUCER, err, sizeof(err));
-    if (!conf) {
-        fprintf(stderr, "kinfer smoke: %s\n", err);
-        goto out;
-    }
-    rd_kafka_conf_set_opaque(conf, &produce_failed);
-    rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
-    rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-    if (!rk) {
-        rd_kafka_conf_destroy(conf);
-        fprintf(stderr, "kinfer smoke: %s\n", err);
-        goto out;
-    }
-    /* Learn the topic's partition leaders before the first job. A job
-     * produced while they are unknown waits in librdkafka's unassigned
-     * queue, and librdkafka 2.0.2 does not always wake the broker thread
-     * when the leaders arrive: every job of the run then went out only
-     * with the final flush, and the latency figure (from each record's
-     * timestamp) was the run's length, p50 ~530 ms at --rate 100 over 1 s,
-     * one run in two. */
-    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, c->kafka.topics[0], NULL);
-    const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t me = rkt ? rd_kafka_metadata(rk, 0, rkt, &md, 10000)
-                                 : RD_KAFKA_RESP_ERR__INVALID_ARG;
-    if (md) rd_kafka_metadata_destroy(md);
-    if (rkt) rd_kafka_topic_destroy(rkt);
-    if (me) {
-        fprintf(stderr, "kinfer smoke: topic %s: %s\n", c->kafka.topics[0], rd_kafka_err2str(me));
-        goto out;
-    }
+    if (!(rk = smoke_producer(c, &produce_failed))) goto out;
     struct timeval tv = {2, 0};
     rc_ = redisConnectWithTimeout(c->redis.host, c->redis.port, tv);
     if (!rc_ || rc_->err) {
@@ -334,7 +350,7 @@ int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
                maxdiff, (double)got / secs);
     }
     char dev[300];
-    worker_device(c, dev, sizeof(dev));
+    smoke_worker_device(c, dev, sizeof(dev));
     printf("kinfer smoke: the worker ran them on %s\n", dev);
     rc = (ok == o->jobs) ? 0 : 1;
 out:

@@ -2,8 +2,9 @@
  * the outside, as a client would use it. Produces jobs to the first input
  * topic (float rows, or texts for a text encoder), waits for every result
  * in Redis, checks each output against the model run locally, and prints
- * a summary (jobs, batches, mean batch rows, p50/p99 latency). `make demo`
- * runs it.
+ * a summary (jobs, batches, mean batch rows, p50/p99 latency). For a
+ * generating model it sends generation jobs and checks them against the
+ * contract instead (smoke_gen.h). `make demo` runs it.
  *
  * Threads: main thread. */
 #ifndef KINFER_SMOKE_H
@@ -23,8 +24,19 @@ struct smoke_opts {
     const char *model;/* the model the jobs name; NULL = the default model */
 };
 
-/* Returns 0 when every job got a correct result in time, else 1. Borrows c. */
+/* Returns 0 when every job got a correct result in time, else 1. Borrows
+ * c. A model whose folder generates text gets generation jobs instead
+ * (smoke_gen.h). */
 int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
               volatile sig_atomic_t *stop);
+
+/* Shared with smoke_gen.c. The producer smoke sends with (delivery
+ * failures counted in *failed, which must outlive it; the first input
+ * topic's leaders already known), or NULL, said on stderr. */
+struct rd_kafka_s *smoke_producer(const struct kcfg *c, int *failed);
+
+/* "backend=... device=..." from the worker's /readyz at metrics.listen,
+ * or why it cannot tell, into buf. */
+void smoke_worker_device(const struct kcfg *c, char *buf, size_t cap);
 
 #endif
