@@ -44,9 +44,12 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $2" | head -n1; }
 
 $K model demo -o "$work/demo.safetensors" --in 64 --hidden 128 --out 16 >/dev/null
-# worker.cfg's text model too (its path is relative to the config's folder).
+# worker.cfg's other models too (their paths are relative to the config's
+# folder): a worker loads every model its config names.
 mkdir -p "$work/models"
 $K model demo --kind bert -o "$work/models/text-demo" >/dev/null
+$K model demo --kind roberta -o "$work/models/roberta-demo" >/dev/null
+$K model demo --kind llama -o "$work/models/llama-demo" >/dev/null
 sed "s#models/demo.safetensors#$work/demo.safetensors#" "$CFG" >"$work/worker.cfg"
 
 declare -A rate
