@@ -120,6 +120,22 @@ int demo_write_text(const char *path, const char *text, char *errstr, size_t err
     return 0;
 }
 
+int demo_write_json(const char *dir, const char *name, const json_t *j, size_t flags,
+                    char *errstr, size_t errstr_size)
+{
+    char path[4200];
+    char *text = j ? json_dumps(j, flags) : NULL;
+    if (!text) {
+        snprintf(errstr, errstr_size, "%s: out of memory writing %s", dir, name);
+        return -1;
+    }
+    int rc = demo_path_in(path, sizeof(path), dir, name) < 0
+                 ? (snprintf(errstr, errstr_size, "%s: path too long", dir), -1)
+                 : demo_write_text(path, text, errstr, errstr_size);
+    free(text);
+    return rc;
+}
+
 /* UTF-8 of GPT-2's byte character for byte b (bytes_to_unicode: printable
  * Latin-1 bytes are themselves, the other 68 take U+0100 on). */
 static size_t demo_byte_char(int b, char out[3])
@@ -145,10 +161,8 @@ static size_t demo_byte_char(int b, char out[3])
 int demo_bpe_write(const char *dir, const char *const *specials, size_t n_specials,
                    json_t *post, size_t *vocab, char *errstr, size_t errstr_size)
 {
-    char path[4200];
     int rc = -1;
     json_t *v = json_object(), *merges = json_array(), *root = NULL;
-    char *text = NULL;
     if (!v || !merges) goto oom;
     size_t n = 0;
     for (size_t i = 0; i < n_specials; i++)
@@ -212,9 +226,8 @@ int demo_bpe_write(const char *dir, const char *const *specials, size_t n_specia
                                       "", "end_of_word_suffix", "", "fuse_unk", 0,
                                       "byte_fallback", 0, "vocab", v, "merges", merges)))
         goto oom;
-    if (!root || !(text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_COMPACT))) goto oom;
-    if (demo_path_in(path, sizeof(path), dir, "tokenizer.json") < 0 ||
-        demo_write_text(path, text, errstr, errstr_size) < 0)
+    if (demo_write_json(dir, "tokenizer.json", root, JSON_PRESERVE_ORDER | JSON_COMPACT, errstr,
+                        errstr_size) < 0)
         goto out;
     *vocab = n;
     rc = 0;
@@ -222,7 +235,6 @@ int demo_bpe_write(const char *dir, const char *const *specials, size_t n_specia
 oom:
     snprintf(errstr, errstr_size, "%s: out of memory writing tokenizer.json", dir);
 out:
-    free(text);
     json_decref(root);
     json_decref(v);
     json_decref(post);
@@ -234,10 +246,8 @@ int demo_sp_write(const char *dir, size_t *vocab, char *errstr, size_t errstr_si
 {
     static const char sp[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's space */
     static const char *const specials[] = {"<unk>", "<s>", "</s>"};
-    char path[4200];
     int rc = -1;
     json_t *v = json_object(), *merges = json_array(), *root = NULL;
-    char *text = NULL;
     if (!v || !merges) goto oom;
     size_t n = 0;
     for (size_t i = 0; i < 3; i++)
@@ -306,9 +316,8 @@ int demo_sp_write(const char *dir, size_t *vocab, char *errstr, size_t errstr_si
                                       "fuse_unk", 1, "byte_fallback", 1, "ignore_merges", 0,
                                       "vocab", v, "merges", merges)))
         goto oom;
-    if (!(text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_COMPACT))) goto oom;
-    if (demo_path_in(path, sizeof(path), dir, "tokenizer.json") < 0 ||
-        demo_write_text(path, text, errstr, errstr_size) < 0)
+    if (demo_write_json(dir, "tokenizer.json", root, JSON_PRESERVE_ORDER | JSON_COMPACT, errstr,
+                        errstr_size) < 0)
         goto out;
     *vocab = n;
     rc = 0;
@@ -316,7 +325,6 @@ int demo_sp_write(const char *dir, size_t *vocab, char *errstr, size_t errstr_si
 oom:
     snprintf(errstr, errstr_size, "%s: out of memory writing tokenizer.json", dir);
 out:
-    free(text);
     json_decref(root);
     json_decref(v);
     json_decref(merges);
@@ -332,10 +340,8 @@ out:
 static int demo_unigram_tokenizer(const char *dir, size_t *vocab, char *errstr,
                                   size_t errstr_size)
 {
-    char path[4200];
     int rc = -1;
     json_t *root = NULL, *v = json_array(), *seen = json_object();
-    char *text = NULL;
     if (!v || !seen) goto oom;
     static const char *const specials[] = {"<s>", "<pad>", "</s>", "<unk>"};
 #define PIECE(str, score)                                                                  \
@@ -386,9 +392,8 @@ static int demo_unigram_tokenizer(const char *dir, size_t *vocab, char *errstr,
                             json_pack("{s:s, s:i, s:O, s:b}", "type", "Unigram", "unk_id", 3,
                                       "vocab", v, "byte_fallback", 0)))
         goto oom;
-    if (!(text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_COMPACT))) goto oom;
-    if (demo_path_in(path, sizeof(path), dir, "tokenizer.json") < 0 ||
-        demo_write_text(path, text, errstr, errstr_size) < 0)
+    if (demo_write_json(dir, "tokenizer.json", root, JSON_PRESERVE_ORDER | JSON_COMPACT, errstr,
+                        errstr_size) < 0)
         goto out;
     *vocab = n;
     rc = 0;
@@ -396,7 +401,6 @@ static int demo_unigram_tokenizer(const char *dir, size_t *vocab, char *errstr,
 oom:
     snprintf(errstr, errstr_size, "%s: out of memory writing tokenizer.json", dir);
 out:
-    free(text);
     json_decref(root);
     json_decref(v);
     json_decref(seen);

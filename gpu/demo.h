@@ -17,6 +17,10 @@ float demo_uniform(uint64_t *s, float bound);
 int demo_path_in(char *buf, size_t cap, const char *dir, const char *name);
 /* Writes text to path; 0, or -1 with errstr filled. */
 int demo_write_text(const char *path, const char *text, char *errstr, size_t errstr_size);
+/* Writes j (NULL: out of memory before it) to dir/name, dumped with the
+ * jansson flags; 0, or -1 with errstr filled. Borrows j. */
+int demo_write_json(const char *dir, const char *name, const json_t *j, size_t flags,
+                    char *errstr, size_t errstr_size);
 /* dir/tokenizer.json as Hugging Face saves a byte-level BPE tokenizer:
  * the n_specials specials first (ids 0..; added tokens, "<mask>"
  * lstripped), the 256 byte characters, then each demo word, bare and

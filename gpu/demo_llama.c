@@ -45,7 +45,6 @@ static int demo_llama_texts(const char *dir, size_t vocab, size_t layers, size_t
                             size_t heads, size_t kv_heads, size_t inter, int sp, int bf16,
                             char *errstr, size_t errstr_size)
 {
-    char path[4200];
     json_int_t bos = sp ? 1 : 0;
     json_t *cfg = json_pack(
         "{s:[s], s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:n, s:s, s:b, s:b, s:b, "
@@ -86,18 +85,11 @@ static int demo_llama_texts(const char *dir, size_t vocab, size_t layers, size_t
         json_t *j;
     } files[] = {{"config.json", cfg}, {"generation_config.json", gen},
                  {"tokenizer_config.json", tok}};
-    for (size_t i = 0; i < 3; i++) {
-        size_t fl = JSON_PRESERVE_ORDER | JSON_INDENT(2) | JSON_REAL_PRECISION(9);
-        char *text = files[i].j ? json_dumps(files[i].j, fl) : NULL;
-        if (!text) {
-            snprintf(errstr, errstr_size, "%s: out of memory writing %s", dir, files[i].name);
+    for (size_t i = 0; i < 3; i++)
+        if (demo_write_json(dir, files[i].name, files[i].j,
+                            JSON_PRESERVE_ORDER | JSON_INDENT(2) | JSON_REAL_PRECISION(9), errstr,
+                            errstr_size) < 0)
             goto out;
-        }
-        int w = demo_path_in(path, sizeof(path), dir, files[i].name) < 0 ||
-                demo_write_text(path, text, errstr, errstr_size) < 0;
-        free(text);
-        if (w) goto out;
-    }
     rc = 0;
 out:
     json_decref(cfg);
