@@ -158,6 +158,14 @@ struct arch_rt model_runtime_arch(const struct model_runtime *rt);
 
 /* ---- helpers for architecture files ----------------------------------- */
 
+/* Runs a primitive (or any call returning 0 or a negative enum model_rc)
+ * and returns its failure from the calling function. */
+#define ARCH_TRY(call)            \
+    do {                          \
+        int arch_rc_ = (call);    \
+        if (arch_rc_ < 0) return arch_rc_; \
+    } while (0)
+
 /* "model NAME: " + the message into ld->errstr; returns -1 (or NULL
  * through the macro callers). */
 int arch_fail(struct arch_load *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -378,11 +378,6 @@ static void llama_ws_free(void *aws)
     free(aws);
 }
 
-#define TRY(call)                         \
-    do {                                  \
-        if ((rc = (call)) < 0) return rc; \
-    } while (0)
-
 /* Attention block of layer l: h = norm(x += res); q, k, v; Qwen3's head
  * norms; rotary; into the cache; attention; r = o_proj(ctx). */
 static int llama_attn(const struct arch_rt *rt, const struct llama_model *m,
@@ -395,32 +390,31 @@ static int llama_attn(const struct arch_rt *rt, const struct llama_model *m,
     const struct bk_seqs *s = b->s;
     size_t T = s->tokens, H = cf->hidden, dh = cf->head_dim, Q = cf->heads * dh;
     size_t K = cf->kv_heads * dh;
-    int rc;
-    TRY(o->rmsnorm(c, ws->h, ws->x, res, L->ln1, cf->eps, T, H));
+    ARCH_TRY(o->rmsnorm(c, ws->h, ws->x, res, L->ln1, cf->eps, T, H));
     struct bk_gemm gq = {.m = T, .n = Q, .k = H, .a = ws->h, .w = L->q_w, .bias = L->q_b,
                          .c = ws->q};
     struct bk_gemm gk = {.m = T, .n = K, .k = H, .a = ws->h, .w = L->k_w, .bias = L->k_b,
                          .c = ws->k};
     struct bk_gemm gv = {.m = T, .n = K, .k = H, .a = ws->h, .w = L->v_w, .bias = L->v_b,
                          .c = ws->v};
-    TRY(o->gemm(c, &gq));
-    TRY(o->gemm(c, &gk));
-    TRY(o->gemm(c, &gv));
+    ARCH_TRY(o->gemm(c, &gq));
+    ARCH_TRY(o->gemm(c, &gk));
+    ARCH_TRY(o->gemm(c, &gv));
     if (cf->qk_norm) {
-        TRY(o->rmsnorm(c, ws->q, ws->q, NULL, L->q_norm, cf->eps, T * cf->heads, dh));
-        TRY(o->rmsnorm(c, ws->k, ws->k, NULL, L->k_norm, cf->eps, T * cf->kv_heads, dh));
+        ARCH_TRY(o->rmsnorm(c, ws->q, ws->q, NULL, L->q_norm, cf->eps, T * cf->heads, dh));
+        ARCH_TRY(o->rmsnorm(c, ws->k, ws->k, NULL, L->k_norm, cf->eps, T * cf->kv_heads, dh));
     }
-    TRY(o->rope(c, ws->q, T, Q, 0, cf->heads, dh, s->pos, cp->inv_freq));
-    TRY(o->rope(c, ws->k, T, K, 0, cf->kv_heads, dh, s->pos, cp->inv_freq));
+    ARCH_TRY(o->rope(c, ws->q, T, Q, 0, cf->heads, dh, s->pos, cp->inv_freq));
+    ARCH_TRY(o->rope(c, ws->k, T, K, 0, cf->kv_heads, dh, s->pos, cp->inv_freq));
     struct bk_kv kv = b->kv;
     kv.k = (float *)kv.k + l * b->layer_floats;
     kv.v = (float *)kv.v + l * b->layer_floats;
-    TRY(o->kv_store(c, &kv, ws->k, K, ws->v, K, s));
+    ARCH_TRY(o->kv_store(c, &kv, ws->k, K, ws->v, K, s));
     struct bk_paged_attention pa = {.q = ws->q, .ldq = Q, .heads = cf->heads,
                                     .scale = (float)(1.0 / sqrt((double)dh)), .kv = &kv, .s = s,
                                     .max_ctx = b->max_ctx, .out = ws->ctx, .ldo = Q,
                                     .scratch = ws->scratch};
-    TRY(o->paged_attention(c, &pa));
+    ARCH_TRY(o->paged_attention(c, &pa));
     struct bk_gemm go = {.m = T, .n = H, .k = Q, .a = ws->ctx, .w = L->o_w, .bias = L->o_b,
                          .c = ws->r};
     return o->gemm(c, &go);
@@ -433,17 +427,16 @@ static int llama_mlp(const struct arch_rt *rt, const struct llama_model *m,
     const struct backend_ops *o = rt->ops;
     const struct llama_conf *cf = &m->cf;
     size_t H = cf->hidden, I = cf->inter;
-    int rc;
-    TRY(o->rmsnorm(c, ws->h, ws->x, ws->r, L->ln2, cf->eps, T, H));
+    ARCH_TRY(o->rmsnorm(c, ws->h, ws->x, ws->r, L->ln2, cf->eps, T, H));
     for (size_t at = 0; at < T; at += ws->chunk) {
         size_t rows = T - at < ws->chunk ? T - at : ws->chunk;
         struct bk_gemm gu = {.m = rows, .n = 2 * I, .k = H, .a = arch_act_at(rt, ws->h, at * H),
                              .w = L->gu_w, .bias = L->gu_b, .c = ws->gu};
         struct bk_gemm dn = {.m = rows, .n = H, .k = I, .a = ws->act, .w = L->down_w,
                              .bias = L->down_b, .c = arch_act_at(rt, ws->r, at * H)};
-        TRY(o->gemm(c, &gu));
-        TRY(o->swiglu(c, ws->act, ws->gu, rows, I));
-        TRY(o->gemm(c, &dn));
+        ARCH_TRY(o->gemm(c, &gu));
+        ARCH_TRY(o->swiglu(c, ws->act, ws->gu, rows, I));
+        ARCH_TRY(o->gemm(c, &dn));
     }
     return 0;
 }
@@ -458,23 +451,22 @@ static int llama_step(const struct arch_rt *rt, const void *am, void *aws, void 
     const struct llama_copy *cp = &m->copy[o->ctx_copy(c)];
     const struct bk_seqs *s = b->s;
     size_t T = s->tokens, H = cf->hidden;
-    int rc;
-    TRY(o->embed(c, ws->x, s, cp->embed, NULL, 0, NULL, 0, NULL, NULL, 0.0f, H));
+    ARCH_TRY(o->embed(c, ws->x, s, cp->embed, NULL, 0, NULL, 0, NULL, NULL, 0.0f, H));
     for (size_t l = 0; l < cf->n_layers; l++) {
-        TRY(llama_attn(rt, m, cp, l, ws, c, b, l ? ws->r : NULL));
-        TRY(llama_mlp(rt, m, &cp->layers[l], ws, c, T));
+        ARCH_TRY(llama_attn(rt, m, cp, l, ws, c, b, l ? ws->r : NULL));
+        ARCH_TRY(llama_mlp(rt, m, &cp->layers[l], ws, c, T));
     }
-    TRY(o->rmsnorm(c, ws->h, ws->x, ws->r, cp->norm, cf->eps, T, H));
+    ARCH_TRY(o->rmsnorm(c, ws->h, ws->x, ws->r, cp->norm, cf->eps, T, H));
     const void *rows = ws->h;
     size_t n = T;
     if (!b->all_logits) {
-        TRY(o->pool(c, ws->last, ws->h, s, BK_POOL_LAST, H));
+        ARCH_TRY(o->pool(c, ws->last, ws->h, s, BK_POOL_LAST, H));
         rows = ws->last;
         n = s->n;
     }
     struct bk_gemm lm = {.m = n, .n = cf->vocab, .k = H, .a = rows, .w = cp->head,
                          .c = ws->logits};
-    TRY(o->gemm(c, &lm));
+    ARCH_TRY(o->gemm(c, &lm));
     *out = ws->logits;
     return 0;
 }

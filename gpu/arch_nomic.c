@@ -367,11 +367,6 @@ static void nomic_ws_free(void *aws)
     free(aws);
 }
 
-#define TRY(call)                         \
-    do {                                  \
-        if ((rc = (call)) < 0) return rc; \
-    } while (0)
-
 /* One post-LayerNorm layer over all T packed tokens. */
 static int nomic_layer_run(const struct arch_rt *rt, const struct nomic_model *m,
                            const struct nomic_layer *L, const struct bk_weight *inv_freq,
@@ -380,22 +375,21 @@ static int nomic_layer_run(const struct arch_rt *rt, const struct nomic_model *m
     const struct backend_ops *o = rt->ops;
     const struct nomic_conf *cf = &m->cf;
     size_t H = cf->hidden, I = cf->inter, T = s->tokens, dh = H / cf->heads;
-    int rc;
     struct bk_gemm qkv = {.m = T, .n = 3 * H, .k = H, .a = ws->x, .w = L->qkv_w,
                           .bias = L->qkv_b, .c = ws->qkv};
-    TRY(o->gemm(c, &qkv));
-    TRY(o->rope(c, ws->qkv, T, 3 * H, 0, cf->heads, dh, s->pos, inv_freq));
-    TRY(o->rope(c, ws->qkv, T, 3 * H, H, cf->heads, dh, s->pos, inv_freq));
+    ARCH_TRY(o->gemm(c, &qkv));
+    ARCH_TRY(o->rope(c, ws->qkv, T, 3 * H, 0, cf->heads, dh, s->pos, inv_freq));
+    ARCH_TRY(o->rope(c, ws->qkv, T, 3 * H, H, cf->heads, dh, s->pos, inv_freq));
     struct bk_attention at = {.qkv = ws->qkv, .ld = 3 * H, .q_col = 0, .k_col = H,
                               .v_col = 2 * H, .heads = cf->heads, .kv_heads = cf->heads,
                               .dh = dh, .scale = 1.0f / sqrtf((float)dh), .s = s,
                               .out = ws->ctx, .ldo = H, .scratch = ws->scratch};
-    TRY(o->attention(c, &at));
+    ARCH_TRY(o->attention(c, &at));
     void *attn = ws->qkv; /* the projections are spent */
     struct bk_gemm ao = {.m = T, .n = H, .k = H, .a = ws->ctx, .w = L->o_w, .bias = L->o_b,
                          .c = attn};
-    TRY(o->gemm(c, &ao));
-    TRY(o->layernorm(c, ws->x, ws->x, attn, L->n1_w, L->n1_b, cf->eps, T, H));
+    ARCH_TRY(o->gemm(c, &ao));
+    ARCH_TRY(o->layernorm(c, ws->x, ws->x, attn, L->n1_w, L->n1_b, cf->eps, T, H));
     for (size_t at0 = 0; at0 < T; at0 += ws->chunk) {
         size_t rows = T - at0 < ws->chunk ? T - at0 : ws->chunk;
         struct bk_gemm gu = {.m = rows, .n = 2 * I, .k = H,
@@ -403,11 +397,11 @@ static int nomic_layer_run(const struct arch_rt *rt, const struct nomic_model *m
                              .bias = L->gu_b, .c = ws->gu};
         struct bk_gemm f2 = {.m = rows, .n = H, .k = I, .a = ws->inter, .w = L->fc2_w,
                              .bias = L->fc2_b, .c = arch_act_at(rt, ws->ctx, at0 * H)};
-        TRY(o->gemm(c, &gu));
-        TRY(o->swiglu(c, ws->inter, ws->gu, rows, I));
-        TRY(o->gemm(c, &f2));
+        ARCH_TRY(o->gemm(c, &gu));
+        ARCH_TRY(o->swiglu(c, ws->inter, ws->gu, rows, I));
+        ARCH_TRY(o->gemm(c, &f2));
     }
-    TRY(o->layernorm(c, ws->x, ws->x, ws->ctx, L->n2_w, L->n2_b, cf->eps, T, H));
+    ARCH_TRY(o->layernorm(c, ws->x, ws->x, ws->ctx, L->n2_w, L->n2_b, cf->eps, T, H));
     return 0;
 }
 
@@ -417,11 +411,10 @@ static int nomic_forward(const struct arch_rt *rt, const void *am, void *aws, vo
     const struct nomic_model *m = am;
     struct nomic_ws *ws = aws;
     const struct nomic_copy *cp = &m->copy[rt->ops->ctx_copy(c)];
-    int rc;
-    TRY(rt->ops->embed(c, ws->x, b->s, cp->word, NULL, 0, cp->type, 1, cp->eln_w, cp->eln_b,
+    ARCH_TRY(rt->ops->embed(c, ws->x, b->s, cp->word, NULL, 0, cp->type, 1, cp->eln_w, cp->eln_b,
                        m->cf.eps, m->cf.hidden));
     for (size_t l = 0; l < m->cf.n_layers; l++)
-        TRY(nomic_layer_run(rt, m, &cp->layers[l], cp->inv_freq, ws, c, b->s));
+        ARCH_TRY(nomic_layer_run(rt, m, &cp->layers[l], cp->inv_freq, ws, c, b->s));
     return head_run(rt, c, &m->head, &cp->head, 0, &ws->head, ws->x, b->s, m->cf.hidden,
                     out);
 }

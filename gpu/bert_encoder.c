@@ -290,11 +290,6 @@ void bert_encoder_ws_free(void *aws)
     free(aws);
 }
 
-#define TRY(call)                         \
-    do {                                  \
-        if ((rc = (call)) < 0) return rc; \
-    } while (0)
-
 /* One post-LayerNorm layer over all T packed tokens: x = LN(x + attn(x));
  * x = LN(x + ffn(x)). */
 static int bert_layer_run(const struct arch_rt *rt, const struct bert_model *m,
@@ -304,21 +299,20 @@ static int bert_layer_run(const struct arch_rt *rt, const struct bert_model *m,
     const struct backend_ops *o = rt->ops;
     const struct bert_encoder_conf *cf = &m->cf;
     size_t H = cf->hidden, T = s->tokens, dh = H / cf->heads;
-    int rc;
     struct bk_gemm qkv = {.m = T, .n = 3 * H, .k = H, .a = ws->x, .w = L->qkv_w,
                           .bias = L->qkv_b, .c = ws->qkv};
-    TRY(o->gemm(c, &qkv));
+    ARCH_TRY(o->gemm(c, &qkv));
     struct bk_attention at = {.qkv = ws->qkv, .ld = 3 * H, .q_col = 0, .k_col = H,
                               .v_col = 2 * H, .heads = cf->heads, .kv_heads = cf->heads,
                               .dh = dh, .scale = 1.0f / sqrtf((float)dh),
                               .rel_bias = rel_bias, .rel_span = rel_bias ? cf->rel_span : 0,
                               .s = s, .out = ws->ctx, .ldo = H, .scratch = ws->scratch};
-    TRY(o->attention(c, &at));
+    ARCH_TRY(o->attention(c, &at));
     void *attn = ws->qkv; /* the projections are spent */
     struct bk_gemm ao = {.m = T, .n = H, .k = H, .a = ws->ctx, .w = L->ao_w, .bias = L->ao_b,
                          .c = attn};
-    TRY(o->gemm(c, &ao));
-    TRY(o->layernorm(c, ws->x, ws->x, attn, L->ln1_w, L->ln1_b, cf->eps, T, H));
+    ARCH_TRY(o->gemm(c, &ao));
+    ARCH_TRY(o->layernorm(c, ws->x, ws->x, attn, L->ln1_w, L->ln1_b, cf->eps, T, H));
     for (size_t at0 = 0; at0 < T; at0 += ws->chunk) {
         size_t rows = T - at0 < ws->chunk ? T - at0 : ws->chunk;
         struct bk_gemm f1 = {.m = rows, .n = cf->inter, .k = H,
@@ -326,10 +320,10 @@ static int bert_layer_run(const struct arch_rt *rt, const struct bert_model *m,
                              .bias = L->i_b, .act = cf->act, .c = ws->inter};
         struct bk_gemm f2 = {.m = rows, .n = H, .k = cf->inter, .a = ws->inter, .w = L->o_w,
                              .bias = L->o_b, .c = arch_act_at(rt, ws->ctx, at0 * H)};
-        TRY(o->gemm(c, &f1));
-        TRY(o->gemm(c, &f2));
+        ARCH_TRY(o->gemm(c, &f1));
+        ARCH_TRY(o->gemm(c, &f2));
     }
-    TRY(o->layernorm(c, ws->x, ws->x, ws->ctx, L->ln2_w, L->ln2_b, cf->eps, T, H));
+    ARCH_TRY(o->layernorm(c, ws->x, ws->x, ws->ctx, L->ln2_w, L->ln2_b, cf->eps, T, H));
     return 0;
 }
 
@@ -340,11 +334,10 @@ int bert_encoder_forward(const struct arch_rt *rt, const void *am, void *aws, vo
     const struct bert_model *m = am;
     struct bert_ws *ws = aws;
     const struct bert_copy *cp = &m->copy[rt->ops->ctx_copy(c)];
-    int rc;
-    TRY(rt->ops->embed(c, ws->x, b->s, cp->word, cp->pos, m->cf.pos_base, cp->type, 1,
+    ARCH_TRY(rt->ops->embed(c, ws->x, b->s, cp->word, cp->pos, m->cf.pos_base, cp->type, 1,
                        cp->emb_ln_w, cp->emb_ln_b, m->cf.eps, m->cf.hidden));
     for (size_t l = 0; l < m->cf.n_layers; l++)
-        TRY(bert_layer_run(rt, m, &cp->layers[l], cp->rel_bias, ws, c, b->s));
+        ARCH_TRY(bert_layer_run(rt, m, &cp->layers[l], cp->rel_bias, ws, c, b->s));
     return head_run(rt, c, &m->head, &cp->head, m->n_labels, &ws->head, ws->x, b->s,
                     m->cf.hidden, out);
 }

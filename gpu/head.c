@@ -296,25 +296,19 @@ static enum bk_pool head_pool_mode(enum model_pooling p)
     }
 }
 
-#define TRY(call)                  \
-    do {                           \
-        int rc_ = (call);          \
-        if (rc_ < 0) return rc_;   \
-    } while (0)
-
 int head_run(const struct arch_rt *rt, void *c, const struct head_conf *h,
              const struct head_weights *w, size_t n_labels, struct head_ws *ws, void *x,
              const struct bk_seqs *s, size_t hidden, const void **out)
 {
     const struct backend_ops *o = rt->ops;
     if (h->head == MODEL_HEAD_EMBEDDING && h->pooling == MODEL_POOL_NONE) {
-        if (h->normalize) TRY(o->l2norm(c, x, s->tokens, hidden));
+        if (h->normalize) ARCH_TRY(o->l2norm(c, x, s->tokens, hidden));
         *out = x;
         return 0;
     }
-    TRY(o->pool(c, ws->pooled, x, s, head_pool_mode(h->pooling), hidden));
+    ARCH_TRY(o->pool(c, ws->pooled, x, s, head_pool_mode(h->pooling), hidden));
     if (h->head == MODEL_HEAD_EMBEDDING) {
-        if (h->normalize) TRY(o->l2norm(c, ws->pooled, s->n, hidden));
+        if (h->normalize) ARCH_TRY(o->l2norm(c, ws->pooled, s->n, hidden));
         *out = ws->pooled;
         return 0;
     }
@@ -322,16 +316,16 @@ int head_run(const struct arch_rt *rt, void *c, const struct head_conf *h,
     if (w->pre_w) {
         struct bk_gemm g = {.m = s->n, .n = hidden, .k = hidden, .a = in, .w = w->pre_w,
                             .bias = w->pre_b, .act = w->pre_act, .c = ws->tmp};
-        TRY(o->gemm(c, &g));
+        ARCH_TRY(o->gemm(c, &g));
         in = ws->tmp;
     }
     struct bk_gemm g = {.m = s->n, .n = n_labels, .k = hidden, .a = in, .w = w->out_w,
                         .bias = w->out_b, .c = ws->logits};
-    TRY(o->gemm(c, &g));
+    ARCH_TRY(o->gemm(c, &g));
     if (h->sigmoid == MODEL_SCORES_SIGMOID)
-        TRY(o->act(c, ws->logits, s->n * n_labels, BK_ACT_SIGMOID));
+        ARCH_TRY(o->act(c, ws->logits, s->n * n_labels, BK_ACT_SIGMOID));
     else if (h->sigmoid == MODEL_SCORES_SOFTMAX)
-        TRY(o->softmax(c, ws->logits, s->n, n_labels));
+        ARCH_TRY(o->softmax(c, ws->logits, s->n, n_labels));
     *out = ws->logits;
     return 0;
 }
