@@ -40,6 +40,7 @@
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const backends[] = {"auto", "cpu", "cuda", NULL};
+static const char *const cpu_precisions[] = {"fp32", "bf16", NULL};
 static const char *const precisions[] = {"fp32", "tf32", "fp16", "bf16", NULL};
 
 static int check_listen(const char *value, char *why, size_t why_size);
@@ -149,6 +150,8 @@ static const struct cfgtab_row options[] = {
             "what runs the models: auto (CUDA when a device is usable, else the CPU), cpu or cuda"),
     INT_OPT("worker.blas_threads", 0, 1024, 1, worker.blas_threads,
             "OpenBLAS threads per forward pass; 0 = OpenBLAS's own default (one per core)"),
+    STR_OPT("worker.cpu_precision", 4, 4, "fp32", cpu_precisions, NULL, worker.cpu_precision,
+            "CPU backend number format: fp32, or bf16 (bfloat16 weights and GEMM inputs, float32 sums; AMX tiles where the CPU has them)"),
     INT_OPT("worker.max_attempts", 0, 1000, 3, worker.max_attempts,
             "a job running when the worker died this many times is answered, not run; 0 = off"),
     STR_OPT("worker.attempt_prefix", 1, 1024, "kinfer:attempt:", NULL, NULL,
@@ -857,6 +860,7 @@ void cfg_model_runtime(const struct kcfg *c, struct model_runtime_conf *rc)
     rc->backend = c->worker.backend;
     rc->cpu_threads = c->worker.blas_threads;
     model_precision_parse(c->gpu.precision, &rc->precision); /* validated: one of them */
+    model_precision_parse(c->worker.cpu_precision, &rc->cpu_precision);
     rc->graphs = c->gpu.graphs;
     rc->n_devices = c->gpu.n_devices;
     for (size_t i = 0; i < c->gpu.n_devices && i < MODEL_MAX_DEVICES; i++)

@@ -88,6 +88,7 @@ struct kcfg {
         int max_text_chars;     /* 65536: characters per text row, before tokenizing */
         char *backend;          /* "auto" | "cpu" | "cuda" */
         int blas_threads;       /* 0 = OpenBLAS default */
+        char *cpu_precision;    /* "fp32" | "bf16": the CPU backend's number format */
         int max_attempts;       /* 3: a job running when the worker died this many
                                    times is answered inference_failed, not run again */
         char *attempt_prefix;   /* "kinfer:attempt:": Redis keys of those counters */

@@ -23,6 +23,7 @@
  * ctx_alloc returned and its attention scratch is the caller's. */
 #include "backend.h"
 #include "backend_cpu_kv.h"
+#include "cpu_amx.h"
 #include "cpu_mm.h"
 #include "cpu_vec.h"
 
@@ -37,12 +38,20 @@
 #include <unistd.h>
 
 /* d (float32) or h (16-bit, kind BF16 or F16): n elements; rows x
- * cols for a 16-bit one. */
+ * cols for a 16-bit one, packed for the AMX tiles (cpu_amx.h) when
+ * packed is 1 (kind BF16, h of cpu_amx_packed_elems(rows, cols)). */
 struct bk_weight {
     float *d;
     uint16_t *h;
     enum cpu_wkind kind;
-    size_t n, cols;
+    size_t n, rows, cols;
+    int packed;
+};
+
+/* The backend's handle: its number format (worker.cpu_precision). */
+struct cpu_be {
+    int bf16; /* GEMM weights in bfloat16, their products in bfloat16 */
+    int amx;  /* ... on the AMX tiles (bf16 and the CPU has them) */
 };
 
 /* GEMMs against a weight with at most this many rows of A go to cpu_mm. */
@@ -64,20 +73,32 @@ static int cpu_probe(char *what, size_t what_size)
 static void *cpu_open(const struct model_runtime_conf *c, char *desc, size_t desc_size,
                       char *errstr, size_t errstr_size)
 {
-    (void)errstr;
-    (void)errstr_size;
-    static int marker;
+    if (c->cpu_precision != MODEL_FP32 && c->cpu_precision != MODEL_BF16) {
+        snprintf(errstr, errstr_size, "the CPU backend runs fp32 or bf16, not %s",
+                 model_precision_name(c->cpu_precision));
+        return NULL;
+    }
+    struct cpu_be *be = calloc(1, sizeof(*be));
+    if (!be) {
+        snprintf(errstr, errstr_size, "out of memory");
+        return NULL;
+    }
+    be->bf16 = c->cpu_precision == MODEL_BF16;
+    be->amx = be->bf16 && cpu_amx_ready();
     if (c->cpu_threads > 0) openblas_set_num_threads(c->cpu_threads);
     int n = openblas_get_num_threads();
     cpu_mm_threads(n);
-    snprintf(desc, desc_size, "cpu: OpenBLAS (%s), %d thread%s per pass",
-             openblas_get_config(), n, n == 1 ? "" : "s");
-    return &marker;
+    snprintf(desc, desc_size, "cpu: OpenBLAS (%s), %d thread%s per pass, %s", openblas_get_config(),
+             n, n == 1 ? "" : "s",
+             !be->bf16 ? "fp32"
+             : be->amx ? "bf16 on AMX tiles"
+                       : "bf16 weights widened in registers (no AMX tiles on this CPU)");
+    return be;
 }
 
 static void cpu_close(void *be)
 {
-    (void)be;
+    free(be);
 }
 
 /* One executor per online CPU: with one OpenBLAS thread each, that keeps
@@ -91,8 +112,7 @@ static size_t cpu_executors(void *be)
 
 static const char *cpu_precision(void *be)
 {
-    (void)be;
-    return "fp32";
+    return ((struct cpu_be *)be)->bf16 ? "bf16" : "fp32";
 }
 
 static size_t cpu_devices(void *be)
@@ -123,36 +143,95 @@ static size_t cpu_act_size(void *be)
 
 /* ---- weights ------------------------------------------------------------- */
 
-/* The 16-bit kind every piece of an activation-type weight has, all
- * matrices of the same width (their cols into *cols), else CPU_W_F32. */
-static enum cpu_wkind cpu_wsrc_kind(enum bk_wtype type, const struct bk_wsrc *src, size_t n,
-                                    size_t *cols)
+/* 1 when every piece of an activation-type weight is a matrix of the
+ * file in float32, bfloat16 or float16, all of one width (into *cols)
+ * and, with same_dtype, of one dtype. */
+static int cpu_wsrc_matrix(enum bk_wtype type, const struct bk_wsrc *src, size_t n,
+                           int same_dtype, size_t *cols)
 {
     if (type != BK_W_ACT || !n || !src[0].t || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__)
-        return CPU_W_F32;
-    enum st_dtype dt = src[0].t->dtype;
-    if (dt != ST_BF16 && dt != ST_F16) return CPU_W_F32;
-    for (size_t i = 0; i < n; i++)
-        if (!src[i].t || src[i].t->dtype != dt || src[i].t->ndim != 2 ||
-            src[i].t->shape[1] != src[0].t->shape[1] || !src[i].t->shape[1])
-            return CPU_W_F32;
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct st_tensor *t = src[i].t;
+        if (!t || t->ndim != 2 || t->shape[1] != src[0].t->shape[1] || !t->shape[1] ||
+            (same_dtype && t->dtype != src[0].t->dtype) ||
+            (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16))
+            return 0;
+    }
     *cols = (size_t)src[0].t->shape[1];
-    return dt == ST_BF16 ? CPU_W_BF16 : CPU_W_F16;
+    return 1;
 }
 
-/* The pieces one after the other: 16-bit matrices as the file has them
- * (cpu_wsrc_kind), everything else converted to float32 (the loader
- * checked the dtypes). */
-static struct bk_weight *cpu_weight_new(void *be, size_t dev, enum bk_wtype type,
+static enum cpu_wkind cpu_kind_of(enum st_dtype dt)
+{
+    return dt == ST_BF16 ? CPU_W_BF16 : dt == ST_F16 ? CPU_W_F16 : CPU_W_F32;
+}
+
+/* The matrices of src in bfloat16 (worker.cpu_precision "bf16"): packed
+ * for the AMX tiles when amx, else row-major; a row at a time through
+ * an aligned copy (the file's data may be unaligned), float32 and
+ * float16 rows rounded to nearest even. */
+static struct bk_weight *cpu_weight_bf16(const struct bk_wsrc *src, size_t n, size_t cols,
+                                         int amx, char *errstr, size_t errstr_size)
+{
+    size_t rows = 0;
+    for (size_t i = 0; i < n; i++) rows += (size_t)src[i].t->shape[0];
+    size_t elems = amx ? cpu_amx_packed_elems(rows, cols) : rows * cols;
+    struct bk_weight *w = calloc(1, sizeof(*w));
+    float *row = malloc(cols * sizeof(float));
+    if (w) w->h = amx ? calloc(elems, sizeof(uint16_t)) : malloc(elems * sizeof(uint16_t));
+    if (!w || !w->h || !row) {
+        snprintf(errstr, errstr_size, "out of memory for a weight of %zu x %zu", rows, cols);
+        if (w) free(w->h);
+        free(w);
+        free(row);
+        return NULL;
+    }
+    w->kind = CPU_W_BF16;
+    w->n = rows * cols;
+    w->rows = rows;
+    w->cols = cols;
+    w->packed = amx;
+    size_t r0 = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct st_tensor *t = src[i].t;
+        enum cpu_wkind kind = cpu_kind_of(t->dtype);
+        size_t esz = kind == CPU_W_F32 ? sizeof(float) : sizeof(uint16_t);
+        for (size_t r = 0; r < (size_t)t->shape[0]; r++, r0++) {
+            memcpy(row, (const unsigned char *)t->data + r * cols * esz, cols * esz);
+            if (amx) {
+                cpu_amx_pack(w->h, rows, cols, r0, 1, row, kind);
+            } else {
+                uint16_t *out = w->h + r0 * cols;
+                if (kind == CPU_W_F16) { /* out holds the words until they are widened */
+                    memcpy(out, row, cols * sizeof(uint16_t));
+                    cpu_mm_widen(row, out, cols, kind);
+                }
+                if (kind == CPU_W_BF16)
+                    memcpy(out, row, cols * sizeof(uint16_t));
+                else
+                    for (size_t c = 0; c < cols; c++) out[c] = st_f32_to_bf16(row[c]);
+            }
+        }
+    }
+    free(row);
+    return w;
+}
+
+/* The pieces one after the other. In bf16, matrices as cpu_weight_bf16
+ * makes them; in fp32, 16-bit matrices as the file has them; everything
+ * else converted to float32 (the loader checked the dtypes). */
+static struct bk_weight *cpu_weight_new(void *bep, size_t dev, enum bk_wtype type,
                                         const struct bk_wsrc *src, size_t n, char *errstr,
                                         size_t errstr_size)
 {
-    (void)be;
+    const struct cpu_be *be = bep;
     (void)dev;
     size_t total = 0, cols = 0;
     for (size_t i = 0; i < n; i++) total += src[i].t ? (size_t)src[i].t->numel : src[i].n;
-    enum cpu_wkind kind = cpu_wsrc_kind(type, src, n, &cols);
-    if (kind != CPU_W_F32) {
+    if (be->bf16 && cpu_wsrc_matrix(type, src, n, 0, &cols))
+        return cpu_weight_bf16(src, n, cols, be->amx, errstr, errstr_size);
+    if (cpu_wsrc_matrix(type, src, n, 1, &cols) && src[0].t->dtype != ST_F32) {
         struct bk_weight *w = calloc(1, sizeof(*w));
         if (w) w->h = malloc(total * sizeof(uint16_t));
         if (!w || !w->h) {
@@ -160,9 +239,10 @@ static struct bk_weight *cpu_weight_new(void *be, size_t dev, enum bk_wtype type
             free(w);
             return NULL;
         }
-        w->kind = kind;
+        w->kind = cpu_kind_of(src[0].t->dtype);
         w->n = total;
         w->cols = cols;
+        w->rows = total / cols;
         uint16_t *p = w->h;
         for (size_t i = 0; i < n; i++) {
             memcpy(p, src[i].t->data, (size_t)src[i].t->numel * sizeof(uint16_t));
@@ -223,6 +303,7 @@ static void cpu_ctx_free(void *cp)
     for (size_t i = 0; i < c->n_bufs; i++) free(c->bufs[i]);
     free(c->bufs);
     free(c->conv);
+    free(c->amx);
     free(c);
 }
 
@@ -413,7 +494,8 @@ static int cpu_l2norm(void *cp, void *xp, size_t rows, size_t w)
 
 /* ---- GEMM ------------------------------------------------------------------ */
 
-/* model_cpu_gemm_profile: nanoseconds spent in cblas_sgemm while on. */
+/* model_cpu_gemm_profile: nanoseconds spent in cblas_sgemm and on the
+ * AMX tiles while on. */
 static atomic_int gemm_prof;
 static atomic_ullong gemm_ns;
 
@@ -499,13 +581,47 @@ static int cpu_gemm_conv(struct cpu_ctx *c, const struct bk_weight *w, size_t m,
     return 0;
 }
 
+/* C = alpha A W^T (+ bias) on the AMX tiles, W packed: A converted in the
+ * context's scratch; alpha other than 1 scales C before the bias. */
+static int cpu_gemm_amx(struct cpu_ctx *c, const struct bk_weight *w, size_t m, size_t n,
+                        size_t k, float alpha, const float *a, size_t lda, const float *bias,
+                        float *out, size_t ldc)
+{
+    size_t need = (cpu_amx_scratch_size(m, k) + 63) / 64 * 64;
+    if (c->amx_n < need) {
+        free(c->amx);
+        c->amx = aligned_alloc(64, need);
+        c->amx_n = c->amx ? need : 0;
+        if (!c->amx) {
+            snprintf(c->err, sizeof(c->err), "out of memory for a product of %zu x %zu", m, k);
+            return MODEL_EINVAL;
+        }
+    }
+    int prof = atomic_load_explicit(&gemm_prof, memory_order_relaxed);
+    uint64_t t0 = prof ? mono_ns() : 0;
+    cpu_amx_mm(m, n, k, a, lda, w->h, w->rows, alpha == 1.0f ? bias : NULL, out, ldc, c->amx);
+    if (prof) atomic_fetch_add_explicit(&gemm_ns, mono_ns() - t0, memory_order_relaxed);
+    if (alpha != 1.0f)
+        for (size_t r = 0; r < m; r++)
+            for (size_t j = 0; j < n; j++)
+                out[r * ldc + j] = alpha * out[r * ldc + j] + (bias ? bias[j] : 0.0f);
+    return 0;
+}
+
 /* One product per matrix of the batch (row-major; a weight is [n,k],
  * hence Trans). Against a weight, with few rows (decoding) and alpha 1:
  * cpu_mm, bias included. Otherwise cblas_sgemm: the bias is copied into
  * C first and added through beta = 1 (OpenBLAS clears C for beta = 0, so
  * the copy costs nothing more); a 16-bit weight through cpu_gemm_conv.
+ * A weight packed for the AMX tiles (bf16) goes to cpu_gemm_amx whatever
+ * the rows.
  * The activation is applied to C's rows afterwards, while they are in
  * cache. */
+static size_t batch_of(const struct bk_gemm *g)
+{
+    return g->batch ? g->batch : 1;
+}
+
 static int cpu_gemm(void *cp, const struct bk_gemm *g)
 {
     if (!g->m || !g->n || !g->k || (!g->w == !g->b) || g->m > INT_MAX || g->n > INT_MAX ||
@@ -518,7 +634,18 @@ static int cpu_gemm(void *cp, const struct bk_gemm *g)
     if (lda < g->k || ldb < (trans ? g->k : g->n) || ldc < g->n) return MODEL_EINVAL;
     if (g->w && (g->w->n < g->n * g->k || (g->w->h && g->w->cols != g->k)))
         return MODEL_EINVAL;
-    size_t batch = g->batch ? g->batch : 1;
+    if (g->w && g->w->packed) {
+        for (size_t i = 0; i < batch_of(g); i++) {
+            float *c = (float *)g->c + i * g->stride_c;
+            int rc = cpu_gemm_amx(cp, g->w, g->m, g->n, g->k, g->alpha != 0.0f ? g->alpha : 1.0f,
+                                  (const float *)g->a + i * g->stride_a, lda, W(g->bias), c, ldc);
+            if (rc) return rc;
+            if (g->act != BK_ACT_NONE)
+                for (size_t r = 0; r < g->m; r++) cpu_act_run(c + r * ldc, g->n, g->act);
+        }
+        return 0;
+    }
+    size_t batch = batch_of(g);
     float alpha = g->alpha != 0.0f ? g->alpha : 1.0f;
     const float *bias = W(g->bias);
     int small = g->w && g->m <= CPU_MM_MAX_M && alpha == 1.0f;
@@ -556,7 +683,10 @@ static int cpu_gemm(void *cp, const struct bk_gemm *g)
 static const float *cpu_row(const struct bk_weight *tab, size_t r, size_t w, float *buf)
 {
     if (!tab->h) return tab->d + r * w;
-    cpu_mm_widen(buf, tab->h + r * w, w, tab->kind);
+    if (tab->packed)
+        cpu_amx_row(buf, tab->h, tab->rows, w, r);
+    else
+        cpu_mm_widen(buf, tab->h + r * w, w, tab->kind);
     return buf;
 }
 

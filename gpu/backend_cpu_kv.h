@@ -14,6 +14,9 @@ struct cpu_ctx {
     float *conv;     /* 16-bit weight rows widened for a BLAS GEMM (grown on
                         first need, freed with the context) */
     size_t conv_n;   /* floats at conv */
+    void *amx;       /* bfloat16 rows of A for cpu_amx_mm (64-byte aligned, grown
+                        on first need, freed with the context) */
+    size_t amx_n;    /* bytes at amx */
     char err[256];
 };
 

@@ -628,6 +628,7 @@ void model_runtime_conf_defaults(struct model_runtime_conf *c)
     c->backend = "auto";
     c->cpu_threads = 1;
     c->precision = MODEL_FP32;
+    c->cpu_precision = MODEL_FP32;
     c->graphs = 1;
     c->executors_per_device = 2;
     c->workspace_mb = 32;

@@ -150,6 +150,7 @@ struct model_runtime_conf {
     const char *backend;  /* "auto" (CUDA when a device is usable, else the CPU),
                              "cpu" or "cuda" */
     int cpu_threads;      /* OpenBLAS threads per forward pass; 0 = its default */
+    enum model_precision cpu_precision; /* MODEL_FP32 or MODEL_BF16 (worker.cpu_precision) */
     /* The CUDA backend's (gpu.* in worker.cfg): */
     enum model_precision precision;
     int graphs;           /* 1: a batch shape seen twice is captured and replayed */

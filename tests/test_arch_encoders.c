@@ -43,6 +43,10 @@
  * Hugging Face gives a token equal to it the padding position (tokenizers
  * never put one inside a sequence, and kinfer numbers every token).
  *
+ * On the CPU backend in bf16 (test_cpu_bf16: worker.cpu_precision, on the
+ * AMX tiles where the CPU has them, and with them off), every model of
+ * test_reference within 4e-2 of the same reference.
+ *
  * On the CUDA backend (test_cuda), every model of test_reference in every
  * precision against the same reference, within test_gpu.c's encoder
  * tolerances; skipped with a printed line where there is no device. The
@@ -68,6 +72,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../gpu/cpu_amx.h"
 #include "../gpu/model.h"
 #include "../gpu/safetensors.h"
 #include "../text/tokenizer.h"
@@ -854,6 +859,32 @@ static void test_reference(void **state)
     if (w > run_worst) run_worst = w;
 }
 
+/* Every model of test_reference on the CPU backend in bf16
+ * (worker.cpu_precision), on the AMX tiles where the CPU has them and
+ * with the bfloat16 weights widened in registers, within 4e-2 (an
+ * estimate written before a run: inputs rounded to 8 bits of mantissa,
+ * float32 sums and activations, so tighter than the CUDA backend's
+ * bf16). */
+static void test_cpu_bf16(void **state)
+{
+    (void)state;
+    for (int on = cpu_amx_ready(); on >= 0; on--) {
+        cpu_amx_allow(on);
+        struct model_runtime_conf rc;
+        model_runtime_conf_defaults(&rc);
+        rc.backend = "cpu";
+        rc.cpu_precision = MODEL_BF16;
+        char err[512];
+        struct model_runtime *rt = model_runtime_new(&rc, err, sizeof(err));
+        if (!rt) fail_msg("model_runtime_new(cpu, bf16): %s", err);
+        assert_string_equal(model_runtime_precision(rt), "bf16");
+        double w = reference_on(rt, 4e-2, on ? " (cpu bf16, AMX)" : " (cpu bf16, widened)");
+        printf("  CPU bf16 (%s): worst err/tol %.3f (tol 4e-2)\n", on ? "AMX" : "widened", w);
+        model_runtime_destroy(rt);
+    }
+    cpu_amx_allow(1);
+}
+
 /* Every model of test_reference on the CUDA backend in every precision,
  * graphs on (each shape eager, then captured), against the float64
  * reference within cuda_tol: the families' kernels (RoBERTa's positions
@@ -1244,7 +1275,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference), cmocka_unit_test(test_offsets_matter),
         cmocka_unit_test(test_demo),      cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_torch),     cmocka_unit_test(test_cuda), /* stays last */
+        cmocka_unit_test(test_torch),     cmocka_unit_test(test_cpu_bf16),
+        cmocka_unit_test(test_cuda), /* stays last */
     };
     size_t n = sizeof(tests) / sizeof(tests[0]), first = 0;
 #ifdef KINFER_EMU

@@ -22,6 +22,9 @@
  * does). Runs from the repository root; the PyTorch check needs
  * /usr/bin/python3 with torch (make deps); KINFER_TEST_NO_TORCH=1 skips it
  * with a printed line.
+ * test_cpu_bf16 runs every variant on the CPU backend in bf16
+ * (worker.cpu_precision; the AMX tiles where the CPU has them, and with
+ * them off) within 4e-2 of the largest logit.
  * test_cuda runs every variant on the CUDA backend in every precision
  * (the program built over the emulated device, build/emu/tests/, runs only
  * that test). */
@@ -38,6 +41,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../gpu/cpu_amx.h"
 #include "../gpu/decoder.h"
 #include "../gpu/safetensors.h"
 #include "../text/tokenizer.h"
@@ -344,6 +348,7 @@ static double worst_seen;
  * them). */
 static const char *rt_backend = "cpu";
 static enum model_precision rt_prec = MODEL_FP32;
+static enum model_precision rt_cpu_prec = MODEL_FP32;
 static double tol = TOL;
 
 static void check_row(const char *what, const float *got, const double *ref, size_t n)
@@ -366,6 +371,7 @@ static struct model_runtime *runtime(void)
     model_runtime_conf_defaults(&c);
     c.backend = rt_backend;
     c.precision = rt_prec;
+    c.cpu_precision = rt_cpu_prec;
     char err[256];
     struct model_runtime *rt = model_runtime_new(&c, err, sizeof(err));
     if (!rt) fail_msg("runtime: %s", err);
@@ -546,7 +552,7 @@ static void run_variant(const struct variant *V)
         decoder_ws_destroy(ws);
     }
     printf("  %-8s worst err/tol %.3f (%s %s)\n", V->name, worst_seen, rt_backend,
-           model_precision_name(rt_prec));
+           model_precision_name(strcmp(rt_backend, "cpu") ? rt_prec : rt_cpu_prec));
     for (int i = 0; i < 3; i++) free(S[i].ref);
     decoder_destroy(d);
     model_runtime_destroy(rt);
@@ -785,6 +791,34 @@ static void test_torch(void **state)
     free(cmd);
 }
 
+/* Every variant on the CPU backend in bf16 (worker.cpu_precision), on the
+ * AMX tiles where the CPU has them and with the bfloat16 weights widened
+ * in registers, against the same reference within 4e-2 of the largest
+ * logit (an estimate written before a run: inputs rounded to 8 bits of
+ * mantissa, sums in float32, activations kept in float32 between the
+ * products, so tighter than the CUDA backend's bf16). */
+static void test_cpu_bf16(void **state)
+{
+    (void)state;
+    int amx = cpu_amx_ready();
+    rt_cpu_prec = MODEL_BF16;
+    tol = 4e-2;
+    for (int on = amx; on >= 0; on--) {
+        cpu_amx_allow(on);
+        printf("  CPU bf16, %s:\n", on ? "AMX tiles" : "weights widened");
+        double before = worst_seen;
+        worst_seen = 0;
+        for (size_t i = 0; i < sizeof(variants) / sizeof(variants[0]); i++)
+            run_variant(&variants[i]);
+        printf("  CPU bf16 (%s): worst err/tol %.3f (tol %g)\n", on ? "AMX" : "widened",
+               worst_seen, tol);
+        worst_seen = before;
+    }
+    cpu_amx_allow(1);
+    rt_cpu_prec = MODEL_FP32;
+    tol = TOL;
+}
+
 /* Every variant on the CUDA backend in every precision, against the same
  * reference: within 1e-4 of the largest logit in fp32, 1e-2 in tf32, 2e-2
  * in fp16 and 8e-2 in bf16 (test_cuda_prims.c's per-primitive bounds,
@@ -822,6 +856,7 @@ int main(void)
         cmocka_unit_test(test_refused_folders),
         cmocka_unit_test(test_demo),
         cmocka_unit_test(test_torch),
+        cmocka_unit_test(test_cpu_bf16),
         cmocka_unit_test(test_cuda), /* stays last */
     };
     size_t n = sizeof(tests) / sizeof(tests[0]), first = 0;

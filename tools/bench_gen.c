@@ -184,14 +184,13 @@ static int gen_run(const struct gen_set *g, struct decoder_ws *ws, size_t b, siz
 
 int bench_generate(const struct kcfg *c, const struct bench_opts *o)
 {
-    (void)c;
     char err[512], dev[128];
     if (!o->model) {
         fprintf(stderr, "kinfer bench generate: --model DIR is required\n");
         return 1;
     }
     struct model_runtime_conf rconf;
-    model_runtime_conf_defaults(&rconf);
+    cfg_model_runtime(c, &rconf); /* worker.cpu_precision */
     rconf.backend = "cpu";
     rconf.cpu_threads = o->threads;
     struct model_runtime *rt = model_runtime_new(&rconf, err, sizeof(err));
@@ -206,7 +205,8 @@ int bench_generate(const struct kcfg *c, const struct bench_opts *o)
     }
     const struct decoder_info *in = decoder_info(d);
     struct gen_set g = {d, in, o->length ? o->length : 128, o->steps ? o->steps : 64};
-    size_t wb = gen_weight_bytes(o->model), Q = in->heads * in->head_dim;
+    const char *prec = model_runtime_precision(rt);
+    size_t wb = strcmp(prec, "bf16") == 0 ? 2 : gen_weight_bytes(o->model), Q = in->heads * in->head_dim;
     size_t K = in->kv_heads * in->head_dim, H = in->hidden;
     double wparams = (double)in->layers * (double)(2 * H * Q + 2 * H * K +
                                                    3 * H * in->intermediate) +
@@ -215,8 +215,8 @@ int bench_generate(const struct kcfg *c, const struct bench_opts *o)
     int threads = o->threads > 0 ? o->threads : 1;
     double bw = gen_bandwidth(threads);
     model_runtime_device_name(rt, dev, sizeof(dev));
-    printf("generate: phase=bandwidth threads=%d read_gbs=%.2f weight_bytes=%.0f "
-           "weight_dtype_bytes=%zu bound_steps_per_s=%.1f\n", threads, bw, wbytes, wb,
+    printf("generate: phase=bandwidth threads=%d precision=%s read_gbs=%.2f weight_bytes=%.0f "
+           "weight_dtype_bytes=%zu bound_steps_per_s=%.1f\n", threads, prec, bw, wbytes, wb,
            wbytes > 0 ? bw * 1e9 / wbytes : 0.0);
     fflush(stdout);
     int rc = 0;
@@ -233,8 +233,8 @@ int bench_generate(const struct kcfg *c, const struct bench_opts *o)
     decoder_ws_destroy(ws);
     if (!ws) rc = -1;
     if (rc == 0)
-        printf("generate: phase=prefill threads=%d prompt=%zu tokens_per_s=%.1f\n", threads,
-               g.prompt, best_pre);
+        printf("generate: phase=prefill threads=%d precision=%s prompt=%zu tokens_per_s=%.1f\n",
+               threads, prec, g.prompt, best_pre);
     const char *p = o->batches;
     while (rc == 0 && p && *p) {
         size_t b = strtoul(p, NULL, 10);
@@ -254,9 +254,9 @@ int bench_generate(const struct kcfg *c, const struct bench_opts *o)
         if (rc) break;
         qsort(rate, GEN_ROUNDS, sizeof(double), bench_cmp_double);
         double bound = wbytes > 0 ? bw * 1e9 / wbytes * (double)b : 0;
-        printf("generate: phase=decode threads=%d seqs=%zu prompt=%zu steps=%zu "
+        printf("generate: phase=decode threads=%d precision=%s seqs=%zu prompt=%zu steps=%zu "
                "tokens_per_s=%.1f steps_per_s=%.2f bound_tokens_per_s=%.1f bound_frac=%.3f "
-               "device=\"%s\"\n", threads, b, g.prompt, g.steps, rate[GEN_ROUNDS / 2],
+               "device=\"%s\"\n", threads, prec, b, g.prompt, g.steps, rate[GEN_ROUNDS / 2],
                rate[GEN_ROUNDS / 2] / (double)b, bound,
                bound > 0 ? rate[GEN_ROUNDS / 2] / bound : 0.0, dev);
         fflush(stdout);
