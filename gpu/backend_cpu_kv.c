@@ -22,6 +22,8 @@
 /* Attention runs in at most this many parts at once (each with its own
  * scratch). */
 #define KV_PARTS 8
+#define KV_GROUP 8 /* query heads of one cache head done together */
+#define KV_AHEAD 4 /* cache rows prefetched ahead */
 
 __attribute__((format(printf, 2, 3)))
 static int kv_refuse(void *cp, const char *fmt, ...)
@@ -88,23 +90,24 @@ int cpu_kv_store(void *cp, const struct bk_kv *kv, const void *kp, size_t ldk, c
     return 0;
 }
 
-/* Per part: a score and a cache slot per position of the longest
- * context. */
+/* Per part: KV_GROUP scores and a cache slot per position of the
+ * longest context. */
 size_t cpu_paged_attention_scratch(void *be, size_t max_tokens, size_t max_ctx, size_t heads)
 {
     (void)be;
     (void)max_tokens;
     (void)heads;
-    return KV_PARTS * (max_ctx ? max_ctx : 1) * (sizeof(float) + sizeof(uint32_t));
+    return KV_PARTS * (max_ctx ? max_ctx : 1) * (KV_GROUP * sizeof(float) + sizeof(uint32_t));
 }
 
 struct kv_att {
     const struct bk_paged_attention *a;
-    size_t items;            /* tokens x heads */
+    size_t items;            /* tokens x cache heads */
 };
 
 #pragma GCC diagnostic ignored "-Wpsabi"
 typedef float kv_v16 __attribute__((vector_size(64)));
+typedef int kv_i16 __attribute__((vector_size(64)));
 
 static inline __attribute__((always_inline)) float kv_dot(const float *x, const float *y, size_t n)
 {
@@ -116,10 +119,21 @@ static inline __attribute__((always_inline)) float kv_dot(const float *x, const 
         memcpy(&b, y + e, sizeof(b));
         acc += a * b;
     }
-    float s = 0;
-    for (int l = 0; l < 16; l++) s += acc[l];
+    /* lanes added pairwise, 8 apart, then 4, 2, 1 */
+    acc += __builtin_shuffle(acc, (kv_i16){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+    acc += __builtin_shuffle(acc, (kv_i16){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+    acc += __builtin_shuffle(acc, (kv_i16){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+    acc += __builtin_shuffle(acc, (kv_i16){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+    float s = acc[0];
     for (; e < n; e++) s += x[e] * y[e];
     return s;
+}
+
+/* The cache lines of n floats from p, asked for ahead of their use
+ * (rows of scattered blocks defeat the hardware's prefetchers). */
+static inline __attribute__((always_inline)) void kv_prefetch(const float *p, size_t n)
+{
+    for (size_t e = 0; e < n; e += 16) __builtin_prefetch(p + e);
 }
 
 /* o[e] += p v[e], n values. */
@@ -137,9 +151,11 @@ static inline __attribute__((always_inline)) void kv_axpy(float *o, float p, con
     for (; e < n; e++) o[e] += p * v[e];
 }
 
-/* Part `part` of the (token, head) pairs: the slots of the token's
- * positions (checked by the caller), the scores, softmax shifted by
- * their max (cpuv_exp), the weighted sum of the values. */
+/* Part `part` of the (token, cache head) pairs: the slots of the
+ * token's positions (checked by the caller), then for up to KV_GROUP of
+ * the query heads reading that cache head at once (each key and value
+ * row loaded once for all of them): the scores, softmax shifted by their
+ * max (cpuv_exp), the weighted sum of the values. */
 __attribute__((target_clones("avx512f", "default")))
 static void kv_att_part(void *arg, size_t part, size_t parts)
 {
@@ -149,32 +165,47 @@ static void kv_att_part(void *arg, size_t part, size_t parts)
     const struct bk_seqs *s = a->s;
     size_t dh = kv->dh, group = a->heads / kv->kv_heads, row = kv->kv_heads * dh;
     size_t ctx = a->max_ctx ? a->max_ctx : 1;
-    float *sc = (float *)a->scratch + part * ctx * 2;
-    uint32_t *slot = (uint32_t *)(sc + ctx);
+    float *sc = (float *)a->scratch + part * ctx * (KV_GROUP + 1);
+    uint32_t *slot = (uint32_t *)(sc + ctx * KV_GROUP);
     const float *K = kv->k, *V = kv->v;
     size_t i0 = w->items * part / parts, i1 = w->items * (part + 1) / parts, cur = SIZE_MAX;
     for (size_t it = i0; it < i1; it++) {
-        size_t t = it / a->heads, h = it % a->heads, g = h / group;
-        uint32_t pos = s->pos[t];
+        size_t t = it / kv->kv_heads, g = it % kv->kv_heads;
+        uint32_t pos = s->pos[t], n = pos + 1;
         if (t != cur) {
-            for (uint32_t j = 0; j <= pos; j++) slot[j] = (uint32_t)kv_slot(kv, s->seq[t], j);
+            for (uint32_t j = 0; j < n; j++) slot[j] = (uint32_t)kv_slot(kv, s->seq[t], j);
             cur = t;
         }
-        const float *q = (const float *)a->q + t * a->ldq + h * dh;
-        float mx = -INFINITY;
-        for (uint32_t j = 0; j <= pos; j++) {
-            sc[j] = kv_dot(q, K + (size_t)slot[j] * row + g * dh, dh) * a->scale;
-            if (sc[j] > mx) mx = sc[j];
+        for (size_t h0 = g * group; h0 < (g + 1) * group; h0 += KV_GROUP) {
+            size_t nh = (g + 1) * group - h0 < KV_GROUP ? (g + 1) * group - h0 : KV_GROUP;
+            const float *q = (const float *)a->q + t * a->ldq + h0 * dh;
+            for (uint32_t j = 0; j < n; j++) {
+                const float *kr = K + (size_t)slot[j] * row + g * dh;
+                if (j + KV_AHEAD < n) kv_prefetch(K + (size_t)slot[j + KV_AHEAD] * row + g * dh, dh);
+                for (size_t x = 0; x < nh; x++) sc[x * ctx + j] = kv_dot(q + x * dh, kr, dh);
+            }
+            float inv[KV_GROUP];
+            for (size_t x = 0; x < nh; x++) {
+                float *p = sc + x * ctx, mx = -INFINITY;
+                for (uint32_t j = 0; j < n; j++) {
+                    p[j] *= a->scale;
+                    if (p[j] > mx) mx = p[j];
+                }
+                for (uint32_t j = 0; j < n; j++) p[j] -= mx;
+                cpuv_exp(p, p, n);
+                double sum = 0.0;
+                for (uint32_t j = 0; j < n; j++) sum += p[j];
+                inv[x] = (float)(1.0 / sum);
+            }
+            float *o = (float *)a->out + t * a->ldo + h0 * dh;
+            for (size_t x = 0; x < nh; x++) memset(o + x * dh, 0, dh * sizeof(float));
+            for (uint32_t j = 0; j < n; j++) {
+                const float *vr = V + (size_t)slot[j] * row + g * dh;
+                if (j + KV_AHEAD < n) kv_prefetch(V + (size_t)slot[j + KV_AHEAD] * row + g * dh, dh);
+                for (size_t x = 0; x < nh; x++)
+                    kv_axpy(o + x * dh, sc[x * ctx + j] * inv[x], vr, dh);
+            }
         }
-        for (uint32_t j = 0; j <= pos; j++) sc[j] -= mx;
-        cpuv_exp(sc, sc, (size_t)pos + 1);
-        double sum = 0.0;
-        for (uint32_t j = 0; j <= pos; j++) sum += sc[j];
-        float inv = (float)(1.0 / sum);
-        float *o = (float *)a->out + t * a->ldo + h * dh;
-        memset(o, 0, dh * sizeof(float));
-        for (uint32_t j = 0; j <= pos; j++)
-            kv_axpy(o, sc[j] * inv, V + (size_t)slot[j] * row + g * dh, dh);
     }
 }
 
@@ -199,7 +230,7 @@ int cpu_paged_attention(void *cp, const struct bk_paged_attention *a)
                 return kv_refuse(cp, "paged attention: sequence %u has no block for position %u",
                                  seq, j);
     }
-    struct kv_att w = {a, s->tokens * a->heads};
+    struct kv_att w = {a, s->tokens * kv->kv_heads};
     if (w.items) cpu_par(kv_att_part, &w, w.items < KV_PARTS ? w.items : KV_PARTS);
     return 0;
 }
