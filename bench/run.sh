@@ -26,7 +26,9 @@
 #   6. a text encoder, MiniLM-L6-shaped (6 layers, hidden 384, 12 heads,
 #      random weights), on texts of mixed lengths: its forward pass alone
 #      and PyTorch's (Debian's python3-torch) on the very same batches with
-#      the same threads, and kinfer end to end draining a backlog of text
+#      the same threads; the same in worker.cpu_precision "bf16", and a
+#      BERT-base-shaped encoder in both, against PyTorch in float32 and
+#      bfloat16; and kinfer end to end draining a backlog of text
 #      jobs, with batching.group_by_length on and off (the padding ratio
 #      of the batches each formed);
 #   7. text generation on the CPU, SmolLM2-135M-shaped random Llama
@@ -80,6 +82,7 @@ BENCH_ENC=${BENCH_ENC:-1}          # 0 = skip the encoder rows (section 6)
 N_ENC=${N_ENC:-1500}               # text jobs for kinfer end to end on the encoder
 ENC_SEQS=${ENC_SEQS:-512}          # sequences of the forward-pass-alone runs
 ENC_SECONDS=${ENC_SECONDS:-3}      # at least this long per forward-pass-alone run
+ENC_BERT_SEQS=${ENC_BERT_SEQS:-128} # sequences of the BERT-base-shaped runs
 GPU_ENC_TOKENS=${GPU_ENC_TOKENS:-"4096 16384"} # batching.max_batch_tokens of the GPU encoder rows
 GPU_ENC_SEQS=${GPU_ENC_SEQS:-2048} # sequences of the GPU encoder rows
 GPU_PYTHON=${GPU_PYTHON:-python3}  # a Python whose torch has CUDA, for the GPU comparison
@@ -563,6 +566,32 @@ if [ "$BENCH_ENC" = 1 ]; then
     ENC_ROWS+="| encoder 6 x 384 (MiniLM-L6 shape), forward pass alone, $t thread(s) | $(kv seqs_per_s "$E") seq/s, $(k "$(kv tokens_per_s "$E")")k tokens/s, $(kv gflops "$E") GFLOP/s | PyTorch $(kv version "$T"), same batches and threads: $(kv seqs_per_s "$T") seq/s: **kinfer at $(pct "$(kv seqs_per_s "$E")" "$(kv seqs_per_s "$T")")%**; $(gemm_note "$E"); $(kv batches "$E") batches of $(kv mean_batch_rows "$E") rows, $(kv mean_tokens "$E") tokens per text |"$'\n'
     ENC_ALONE=$(max "${ENC_ALONE:-0}" "$(kv seqs_per_s "$E")")
   done
+  # worker.cpu_precision = "bf16" (bfloat16 GEMMs, on AMX tiles where the
+  # CPU has them) on the MiniLM shape, and the BERT-base shape in both
+  # precisions; PyTorch on the same batches in float32 and in bfloat16.
+  $K model demo --kind bert -o "$work/bertbase-cpu" --layers 12 --hidden 768 --heads 12 \
+    --intermediate 3072 --seed 4 >/dev/null || die "model demo bertbase"
+  write_cfg enc-bert enc-true bertbase-cpu
+  for spec in "minilm enc-alone bf16 $ENC_SEQS" "bertbase-cpu enc-bert fp32 $ENC_BERT_SEQS" \
+              "bertbase-cpu enc-bert bf16 $ENC_BERT_SEQS"; do
+    read -r em ecfg ep en <<<"$spec"
+    for t in 1 "$NCPU"; do
+      say "encoder $em, $ep, $t thread(s): forward pass alone, then PyTorch float32 and bfloat16"
+      E=$($K bench encode -c "$work/$ecfg.cfg" --jobs "$en" --threads "$t" --seconds "$ENC_SECONDS" \
+            --set "worker.cpu_precision=$ep" --dump "$work/enc-$em.jsonl") || die "bench encode"
+      echo "$E" >>"$OUT/raw.log"
+      T32=$(/usr/bin/python3 bench/torch_encoder_bench.py "$work/$em" "$work/enc-$em.jsonl" "$t" \
+              "$ENC_SECONDS" cpu float32 2>"$work/torch.err") || die "torch: $(tail -n3 "$work/torch.err")"
+      T16=$(/usr/bin/python3 bench/torch_encoder_bench.py "$work/$em" "$work/enc-$em.jsonl" "$t" \
+              "$ENC_SECONDS" cpu bfloat16 2>"$work/torch.err") || die "torch: $(tail -n3 "$work/torch.err")"
+      echo "$T32"$'\n'"$T16" >>"$OUT/raw.log"
+      best=$(max "$(kv seqs_per_s "$T32")" "$(kv seqs_per_s "$T16")")
+      amx=""
+      [ -n "$(kv amx_peak_frac "$E")" ] && amx=", $(P=0 calc "100 * $(kv amx_peak_frac "$E")")% of the AMX tiles' measured $(kv amx_peak_gflops "$E") GFLOP/s"
+      say "  kinfer $(kv seqs_per_s "$E") seq/s, PyTorch float32 $(kv seqs_per_s "$T32"), bfloat16 $(kv seqs_per_s "$T16")"
+      ENC_ROWS+="| **encoder $(sed 's/-cpu//; s/minilm/6 x 384 (MiniLM-L6 shape)/; s/bertbase/12 x 768 (BERT-base shape)/' <<<"$em"), cpu_precision $ep, forward pass alone, $t thread(s)** | **$(kv seqs_per_s "$E") seq/s**, $(kv gflops "$E") GFLOP/s | PyTorch $(kv version "$T32") on the same batches and threads: float32 $(kv seqs_per_s "$T32"), bfloat16 $(kv seqs_per_s "$T16") seq/s: **kinfer at $(P=2 calc "$(kv seqs_per_s "$E") / $best")x the better**; $(gemm_note "$E")$amx |"$'\n'
+    done
+  done
   # The worker's own layout: one single-threaded pass per core at once.
   E=$($K bench encode -c "$work/enc-alone.cfg" --jobs "$ENC_SEQS" --threads 1 \
         --parallel "$NCPU" --seconds "$ENC_SECONDS") || die "bench encode"
@@ -596,30 +625,36 @@ fi
 # ---- 7. text generation on the CPU --------------------------------------------------------
 GEN_ROWS=""
 if [ "$BENCH_GEN" = 1 ]; then
-  for dt in f32 bf16; do
-    $K model demo --kind llama -o "$work/smol-$dt" --layers 30 --hidden 576 --heads 9 \
-      --kv-heads 3 --intermediate 1536 --vocab 49152 --dtype "$dt" >/dev/null \
-      || die "model demo llama $dt"
-    say "generation, SmolLM2-135M shape, $dt: kinfer then PyTorch, $NCPU threads"
+  # The f32 and bf16 folders in fp32, then the bf16 folder in
+  # worker.cpu_precision "bf16" (against the same PyTorch run).
+  for spec in "f32 fp32" "bf16 fp32" "bf16 bf16"; do
+    read -r dt prec <<<"$spec"
+    [ -d "$work/smol-$dt" ] || $K model demo --kind llama -o "$work/smol-$dt" --layers 30 \
+      --hidden 576 --heads 9 --kv-heads 3 --intermediate 1536 --vocab 49152 --dtype "$dt" \
+      >/dev/null || die "model demo llama $dt"
+    say "generation, SmolLM2-135M shape, $dt folder, cpu_precision $prec: kinfer then PyTorch, $NCPU threads"
     G=$($K bench generate -c worker.cfg --model "$work/smol-$dt" --threads "$NCPU" \
-          --batch "$GEN_BATCHES" --length "$GEN_PROMPT" --steps "$GEN_STEPS") \
-      || die "bench generate"
+          --batch "$GEN_BATCHES" --length "$GEN_PROMPT" --steps "$GEN_STEPS" \
+          --set "worker.cpu_precision=$prec") || die "bench generate"
     echo "$G" >>"$OUT/raw.log"
-    T=$(/usr/bin/python3 bench/torch_decoder_bench.py "$work/smol-$dt" "$NCPU" "$GEN_PROMPT" \
-          "$GEN_STEPS" "$GEN_BATCHES" 2>"$work/torch.err") || die "torch: $(tail -n3 "$work/torch.err")"
-    echo "$T" >>"$OUT/raw.log"
+    if [ "$prec" = fp32 ]; then
+      T=$(/usr/bin/python3 bench/torch_decoder_bench.py "$work/smol-$dt" "$NCPU" "$GEN_PROMPT" \
+            "$GEN_STEPS" "$GEN_BATCHES" 2>"$work/torch.err") || die "torch: $(tail -n3 "$work/torch.err")"
+      echo "$T" >>"$OUT/raw.log"
+    fi
+    [ "$prec" = fp32 ] && dt_label="$dt folder" || dt_label="$dt folder, cpu_precision bf16"
     bw=$(kv read_gbs "$(grep phase=bandwidth <<<"$G")")
     wmb=$(P=0 calc "$(kv weight_bytes "$(grep phase=bandwidth <<<"$G")") / 1e6")
     gp=$(kv tokens_per_s "$(grep phase=prefill <<<"$G")")
     tp=$(kv tokens_per_s "$(grep phase=prefill <<<"$T")")
-    GEN_ROWS+="| generation, SmolLM2-135M shape, $dt folder, prefill of $GEN_PROMPT tokens, $NCPU threads | $gp tokens/s | PyTorch $tp tokens/s: kinfer at $(pct "$gp" "$tp")% |"$'\n'
+    GEN_ROWS+="| generation, SmolLM2-135M shape, $dt_label, prefill of $GEN_PROMPT tokens, $NCPU threads | $gp tokens/s | PyTorch $tp tokens/s: kinfer at $(pct "$gp" "$tp")% |"$'\n'
     for b in ${GEN_BATCHES//,/ }; do
       gl=$(grep "phase=decode .*seqs=$b " <<<"$G")
       tl=$(grep "phase=decode .*seqs=$b " <<<"$T")
       gd=$(kv tokens_per_s "$gl")
       td=$(kv tokens_per_s "$tl")
-      say "  $dt, $b sequence(s): kinfer $gd tokens/s, PyTorch $td, bound $(kv bound_tokens_per_s "$gl")"
-      GEN_ROWS+="| **generation, $dt folder, decode, $b sequence(s) at once** | **$gd tokens/s** | **$(P=0 calc "100 * $(kv bound_frac "$gl")")% of the bandwidth bound** ($(kv bound_tokens_per_s "$gl") tokens/s: $bw GB/s read over $wmb MB of weights per step); PyTorch $td tokens/s: kinfer at $(pct "$gd" "$td")% |"$'\n'
+      say "  $dt_label, $b sequence(s): kinfer $gd tokens/s, PyTorch $td, bound $(kv bound_tokens_per_s "$gl")"
+      GEN_ROWS+="| **generation, $dt_label, decode, $b sequence(s) at once** | **$gd tokens/s** | **$(P=0 calc "100 * $(kv bound_frac "$gl")")% of the bandwidth bound** ($(kv bound_tokens_per_s "$gl") tokens/s: $bw GB/s read over $wmb MB of weights per step); PyTorch $td tokens/s: kinfer at $(pct "$gd" "$td")% |"$'\n'
     done
   done
 fi

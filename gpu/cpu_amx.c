@@ -15,11 +15,13 @@
  * build runs on any x86-64 CPU. Elsewhere this file only packs and
  * unpacks (cpu_amx_ready says 0). */
 #include "cpu_amx.h"
+#include "model.h"
 #include "safetensors.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <cpuid.h>
@@ -286,4 +288,36 @@ void cpu_amx_mm(size_t m, size_t n, size_t k, const float *a, size_t lda, const 
     (void)m, (void)n, (void)k, (void)a, (void)lda, (void)w, (void)bias, (void)c, (void)ldc;
     (void)scratch;
 #endif
+}
+
+static double amx_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double model_cpu_amx_peak(size_t n, double seconds)
+{
+    if (!n || n > 8192 || !cpu_amx_ready()) return 0;
+    float *a = malloc(n * n * sizeof(float)), *c = malloc(n * n * sizeof(float));
+    uint16_t *w = calloc(cpu_amx_packed_elems(n, n), sizeof(uint16_t));
+    void *scratch = aligned_alloc(64, (cpu_amx_scratch_size(n, n) + 63) / 64 * 64);
+    double best = 0;
+    if (a && c && w && scratch) {
+        for (size_t i = 0; i < n * n; i++) a[i] = (float)(i % 7) * 0.25f - 0.75f;
+        for (size_t r = 0; r < n; r++) cpu_amx_pack(w, n, n, r, 1, a + r * n, CPU_W_F32);
+        double start = amx_now();
+        for (int rep = 0; rep < 3 || amx_now() - start < seconds; rep++) {
+            double t0 = amx_now();
+            cpu_amx_mm(n, n, n, a, n, w, n, NULL, c, n, scratch);
+            double s = amx_now() - t0, gf = 2.0 * (double)n * (double)n * (double)n / s / 1e9;
+            if (s > 0 && gf > best) best = gf;
+        }
+    }
+    free(a);
+    free(c);
+    free(w);
+    free(scratch);
+    return best;
 }

@@ -372,6 +372,11 @@ double model_cpu_gemm_seconds(void);
  * forward pass's GFLOP/s is compared with. */
 double model_cpu_sgemm_peak(size_t n, double seconds);
 
+/* The same yardstick for worker.cpu_precision "bf16": the best rate of
+ * n x n x n products on the AMX tiles (cpu_amx.h) with the threads the
+ * last runtime opened, GFLOP/s; 0 where the CPU has no tiles. */
+double model_cpu_amx_peak(size_t n, double seconds);
+
 /* Writes a demo 2-layer MLP to path as a safetensors file (F32): tensors
  * "0.weight" [hidden,in], "0.bias" [hidden], "2.weight" [out,hidden],
  * "2.bias" [out], drawn like PyTorch's nn.Linear init (uniform in

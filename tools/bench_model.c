@@ -143,7 +143,8 @@ int bench_gemm(const struct kcfg *c, const struct bench_opts *o)
  * backend also the share of the passes' time spent in cblas_sgemm
  * (gemm_share, warm-up pass included) and the passes' GFLOP/s as a
  * fraction of the machine's measured cblas_sgemm rate (1024^3 products
- * with the same OpenBLAS threads; times --parallel). --dump FILE
+ * with the same OpenBLAS threads; times --parallel), and in bf16 as a
+ * fraction of the AMX tiles' measured rate (amx_peak_frac). --dump FILE
  * writes the batches' ids, one JSON array of arrays per line, so PyTorch
  * can run the very same batches (bench/torch_encoder_bench.py). */
 
@@ -327,12 +328,17 @@ int bench_encode(const struct kcfg *c, const struct bench_opts *o)
         passes_s += (double)runs[k].passes / runs[k].elapsed_s;
         busy_s += runs[k].warm_s + runs[k].elapsed_s;
     }
-    char gemm[160] = "";
+    char gemm[256] = "";
     if (cpu && rc == 0 && busy_s > 0) {
         model_cpu_gemm_profile(0);
         double share = model_cpu_gemm_seconds() / busy_s, peak = model_cpu_sgemm_peak(1024, 1.0);
-        snprintf(gemm, sizeof(gemm), " gemm_share=%.3f sgemm_peak_gflops=%.1f peak_frac=%.3f",
-                 share, peak, peak > 0 ? flops * passes_s / 1e9 / (peak * (double)par) : 0.0);
+        double rate = flops * passes_s / 1e9 / (double)par;
+        int at = snprintf(gemm, sizeof(gemm), " gemm_share=%.3f sgemm_peak_gflops=%.1f peak_frac=%.3f",
+                          share, peak, peak > 0 ? rate / peak : 0.0);
+        double amx = strcmp(model_runtime_precision(rt), "bf16") ? 0 : model_cpu_amx_peak(1024, 1.0);
+        if (amx > 0 && at > 0 && (size_t)at < sizeof(gemm))
+            snprintf(gemm + at, sizeof(gemm) - (size_t)at, " amx_peak_gflops=%.1f amx_peak_frac=%.3f",
+                     amx, rate / amx);
     }
     pthread_barrier_destroy(&start);
     char dev[128];
