@@ -32,7 +32,7 @@
 #endif
 
 #define AMX_MCHUNK 16        /* 16-row blocks of A per chunk */
-#define AMX_PREFETCH 8       /* W blocks (KiB) ahead of the loads */
+#define AMX_PREFETCH 32      /* W blocks (KiB) ahead of the loads */
 #define AMX_POOL_MIN 262144  /* m n k below this: one thread */
 
 /* Layout: element (r, c) of a rows x cols matrix. */

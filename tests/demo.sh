@@ -80,22 +80,22 @@ echo "   /readyz: $(readyz)"
 RATE=${RATE:-400}
 echo "== kinfer smoke: $JOBS jobs at $RATE/s (every 5th as JSON), every result checked against the model"
 status=0
-$K smoke -c worker.cfg "${set_args[@]}" --jobs "$JOBS" --rate "$RATE" --json-every 5 --timeout 120 || status=$?
+$K smoke -c worker.cfg "${set_args[@]}" "${demo_sets[@]}" --jobs "$JOBS" --rate "$RATE" --json-every 5 --timeout 120 || status=$?
 
 TEXT_JOBS=${TEXT_JOBS:-100}
 echo "== kinfer smoke --model text-demo: $TEXT_JOBS text jobs of 2 rows each, every result checked against the encoder"
-$K smoke -c worker.cfg "${set_args[@]}" --model text-demo --jobs "$TEXT_JOBS" --rows 2 --rate 100 \
+$K smoke -c worker.cfg "${set_args[@]}" "${demo_sets[@]}" --model text-demo --jobs "$TEXT_JOBS" --rows 2 --rate 100 \
   --json-every 5 --timeout 120 || status=$?
 
 ROBERTA_JOBS=${ROBERTA_JOBS:-40}
 echo "== kinfer smoke --model roberta-demo: $ROBERTA_JOBS text jobs of 2 rows each (RoBERTa, byte-level BPE)"
-$K smoke -c worker.cfg "${set_args[@]}" --model roberta-demo --jobs "$ROBERTA_JOBS" --rows 2 --rate 100 \
+$K smoke -c worker.cfg "${set_args[@]}" "${demo_sets[@]}" --model roberta-demo --jobs "$ROBERTA_JOBS" --rows 2 --rate 100 \
   --json-every 5 --timeout 120 || status=$?
 
 GEN_JOBS=${GEN_JOBS:-40}
 echo "== kinfer smoke --model llama-demo: $GEN_JOBS generation jobs (prompts and chats, some streamed with"
 echo "   stop strings), every result checked against the contract; random weights: the text is gibberish"
-$K smoke -c worker.cfg "${set_args[@]}" --model llama-demo --jobs "$GEN_JOBS" --rate 50 \
+$K smoke -c worker.cfg "${set_args[@]}" "${demo_sets[@]}" --model llama-demo --jobs "$GEN_JOBS" --rate 50 \
   --json-every 5 --timeout 120 || status=$?
 
 echo "== a few of its metrics (http://127.0.0.1:$mport/metrics)"

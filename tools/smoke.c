@@ -289,6 +289,14 @@ int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
     fprintf(stderr, "kinfer smoke: sent %zu jobs to %s in %.2f s; waiting for results in Redis\n",
             o->jobs, c->kafka.topics[0], now_s() - t0);
 
+    /* The worker's number format sets the tolerance: the precision its
+     * backend runs (worker.cpu_precision or gpu.precision, from the
+     * settings smoke was given, which should be the worker's). */
+    char dev[300];
+    smoke_worker_device(c, dev, sizeof(dev));
+    const char *prec = strncmp(dev, "backend=cuda", 12) == 0 ? c->gpu.precision : c->worker.cpu_precision;
+    double rel = !prec || strcmp(prec, "fp32") == 0 ? 1e-4 : strcmp(prec, "tf32") == 0 ? 1e-2 : 8e-2;
+
     /* Collect: pipelined GET of every missing id, every 50 ms. */
     size_t got = 0, ok = 0, wrong = 0;
     double batches = 0, deadline = now_s() + o->timeout_s, maxdiff = 0;
@@ -322,7 +330,7 @@ int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
                     int good = r.ok && r.rows == o->rows && r.width == out_w && r.output;
                     for (size_t k = 0; good && k < o->rows * out_w; k++) {
                         double d = fabs((double)r.output[k] - p[i].expected[k]);
-                        double tol = 1e-4 * fmax(1.0, fabs((double)p[i].expected[k]));
+                        double tol = rel * fmax(1.0, fabs((double)p[i].expected[k]));
                         if (d > maxdiff) maxdiff = d;
                         if (d > tol) good = 0;
                     }
@@ -346,11 +354,10 @@ int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
                "p99=%.1f max=%.1f (record timestamp to result)\n",
                batches, batches > 0 ? (double)(got * o->rows) / batches : 0.0,
                lat[(got - 1) / 2], lat[(size_t)((double)(got - 1) * 0.99)], lat[got - 1]);
-        printf("kinfer smoke: max |output - local model| = %.3g; %.0f jobs/s end to end\n",
-               maxdiff, (double)got / secs);
+        printf("kinfer smoke: max |output - local model| = %.3g (tolerance %g of the larger of 1 "
+               "and the value, %s); %.0f jobs/s end to end\n", maxdiff, rel, prec ? prec : "fp32",
+               (double)got / secs);
     }
-    char dev[300];
-    smoke_worker_device(c, dev, sizeof(dev));
     printf("kinfer smoke: the worker ran them on %s\n", dev);
     rc = (ok == o->jobs) ? 0 : 1;
 out:
