@@ -228,10 +228,7 @@ static void produce(const char *topic, struct gcase **cs, size_t n)
     rd_kafka_destroy(p);
 }
 
-/* Waits for every case's result in Redis (prefix:id), then reads the reply
- * topic: each id answered once, with Redis's bytes. Cases before first
- * were collected by an earlier call (the topic is read from its start). */
-static int at_least_once; /* $KINFER_TEST_BACKEND runs the workers on another backend ("cuda": the
+/* $KINFER_TEST_BACKEND runs the workers on another backend ("cuda": the
  * emulated device in tests/emu_e2e.sh); $KINFER_TEST_WAIT_S, when set,
  * is how long to wait for answers instead of 120 s. */
 static const char *test_backend(void)
@@ -247,8 +244,12 @@ static double wait_s(void)
     return v > 0 ? v : 120;
 }
 
-/* a crash test: an id may be answered more than once */
+/* Set by a crash test: an id may be answered more than once. */
+static int at_least_once;
 
+/* Waits for every case's result in Redis (prefix:id), then reads the reply
+ * topic: each id answered once, with Redis's bytes. Cases before first
+ * were collected by an earlier call (the topic is read from its start). */
 static void collect(const char *name, struct gcase **cs, size_t n, size_t first)
 {
     redisContext *r = redisConnect("127.0.0.1", redis_port);
