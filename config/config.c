@@ -94,6 +94,8 @@ static const struct cfgtab_row options[] = {
             "generating models: the key/value cache of each model, MiB"),
     INT_OPT("generation.block_tokens", 1, 4096, 16, generation.block_tokens,
             "generating models: tokens per key/value cache block"),
+    BOOL_OPT("generation.prefix_sharing", 1, generation.prefix_sharing,
+             "generating models: reuse cached blocks of a prompt's leading tokens"),
     INT_OPT("generation.max_seqs", 1, 4096, 16, generation.max_seqs,
             "generating models: sequences generating at once per model; at most "
             "batching.max_batch_tokens"),

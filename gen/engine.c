@@ -41,6 +41,8 @@ struct gen_seq {
     size_t text_len, text_cap, searched, streamed;
     int cid;             /* cache id, -1 while waiting */
     size_t computed;     /* ids in the cache */
+    size_t keyed;        /* full blocks published (or shared) so far */
+    uint64_t key;        /* the chained key of the last of them */
     size_t take;         /* ids this step reads */
     double submit_ms, first_ms;
     unsigned preempt;
@@ -64,7 +66,8 @@ struct gen_engine {
     uint32_t *b_off;
     struct gen_seq **b_of;
     struct gen_scratch *scratch;
-    uint64_t arrivals, preemptions;
+    uint64_t arrivals, preemptions, shared_tokens;
+    uint32_t *match;          /* scratch: blocks an admission found */
     char err[256];
 };
 
@@ -147,9 +150,10 @@ struct gen_engine *gen_engine_new(const struct decoder *d, const struct tokenize
     e->b_of = calloc(ns, sizeof(*e->b_of));
     e->b_off = calloc(ns + 1, sizeof(*e->b_off));
     e->b_ids = calloc(conf->max_batch_tokens, sizeof(*e->b_ids));
+    e->match = calloc(kvcache_table_width(e->kv), sizeof(*e->match));
     e->scratch = gen_scratch_new(e->vocab);
     if (!e->waiting || !e->running || !e->order || !e->b_seqs || !e->b_of || !e->b_off ||
-        !e->b_ids || !e->scratch)
+        !e->b_ids || !e->match || !e->scratch)
         goto nomem;
     return e;
 nomem:
@@ -172,6 +176,7 @@ void gen_engine_destroy(struct gen_engine *e)
     free(e->b_of);
     free(e->b_off);
     free(e->b_ids);
+    free(e->match);
     gen_scratch_destroy(e->scratch);
     free(e);
 }
@@ -179,6 +184,7 @@ void gen_engine_destroy(struct gen_engine *e)
 size_t gen_engine_waiting(const struct gen_engine *e) { return e->n_waiting; }
 size_t gen_engine_running(const struct gen_engine *e) { return e->n_running; }
 uint64_t gen_engine_preemptions(const struct gen_engine *e) { return e->preemptions; }
+uint64_t gen_engine_shared_tokens(const struct gen_engine *e) { return e->shared_tokens; }
 const char *gen_engine_error(const struct gen_engine *e) { return e->err; }
 struct decoder_ws *gen_engine_ws(struct gen_engine *e) { return e->ws; }
 
@@ -394,6 +400,8 @@ static void preempt(struct gen_engine *e, struct gen_seq *s)
     kvcache_seq_free(e->kv, s->cid);
     s->cid = -1;
     s->computed = 0;
+    s->keyed = 0;
+    s->key = 0;
     s->take = 0;
     s->preempt++;
     e->preemptions++;
@@ -465,16 +473,33 @@ static size_t schedule(struct gen_engine *e)
             finish(e, s, GEN_OK, GEN_FINISH_LENGTH, NULL);
             continue;
         }
+        /* the blocks of its leading ids the cache holds already (never
+         * the last id's: its logits are needed) */
+        uint64_t key = 0;
+        size_t m = 0, idle = 0;
+        while (e->conf.prefix_sharing && (m + 1) * e->bt < s->n_ids) {
+            uint64_t k = kvcache_key(key, s->ids + m * e->bt, e->bt);
+            long b = kvcache_find(e->kv, k, s->ids + m * e->bt);
+            if (b < 0) break;
+            idle += (size_t)kvcache_block_idle(e->kv, (uint32_t)b);
+            e->match[m++] = (uint32_t)b;
+            key = k;
+        }
         size_t avail = kvcache_free_blocks(e->kv) - reserved;
-        if (blocks_for(e, s->n_ids) > avail) break;
+        if (idle + blocks_for(e, s->n_ids) - m > avail) break;
         int cid = kvcache_seq_new(e->kv);
         if (cid < 0) break;
+        for (size_t j = 0; j < m; j++) kvcache_share(e->kv, cid, e->match[j]); /* checked above */
         memmove(e->waiting, e->waiting + 1, (e->n_waiting - 1) * sizeof(*e->waiting));
         e->n_waiting--;
         if (s->preempt == 0) e->n_fresh--; /* a preempted one was not counted */
         s->cid = cid;
-        s->computed = 0;
-        s->take = s->n_ids < budget ? s->n_ids : budget;
+        s->computed = m * e->bt;
+        s->keyed = m;
+        s->key = key;
+        e->shared_tokens += m * e->bt;
+        size_t left = s->n_ids - s->computed;
+        s->take = left < budget ? left : budget;
         reserved += kvcache_blocks_needed(e->kv, cid, s->take);
         budget -= s->take;
         e->running[e->n_running++] = s;
@@ -588,6 +613,11 @@ int gen_engine_step(struct gen_engine *e)
         struct gen_seq *s = e->b_of[i];
         s->computed += s->take;
         s->take = 0;
+        /* its newly full blocks, findable by later sequences */
+        for (; e->conf.prefix_sharing && (s->keyed + 1) * e->bt <= s->computed; s->keyed++) {
+            s->key = kvcache_key(s->key, s->ids + s->keyed * e->bt, e->bt);
+            kvcache_publish(e->kv, s->cid, s->keyed, s->key, s->ids + s->keyed * e->bt);
+        }
         if (s->computed == s->n_ids) advance(e, s, logits + i * e->vocab, t);
     }
     return (int)(e->n_waiting + e->n_running);

@@ -126,6 +126,8 @@ struct gen_engine_conf {
     size_t max_ctx;          /* tokens per sequence; 0 = the model's context */
     size_t block_tokens;     /* 0 = 16 */
     size_t kv_bytes;         /* the cache's budget (decoder_ws_conf) */
+    int prefix_sharing;      /* 1: full blocks of ids already in the cache are shared
+                                (kvcache.h), not computed again */
     /* The clock deadlines and timings are read on (ms); NULL = the
      * monotonic clock (clock_mono_us / 1000). */
     double (*clock_ms)(void *arg);
@@ -167,6 +169,8 @@ size_t gen_engine_waiting(const struct gen_engine *e);
 size_t gen_engine_running(const struct gen_engine *e);
 /* Preemptions since the engine was made. */
 uint64_t gen_engine_preemptions(const struct gen_engine *e);
+/* Tokens sequences found in the cache when admitted (shared prefixes). */
+uint64_t gen_engine_shared_tokens(const struct gen_engine *e);
 const char *gen_engine_error(const struct gen_engine *e);
 /* The workspace (for tests and statistics: its cache's free blocks). */
 struct decoder_ws *gen_engine_ws(struct gen_engine *e);

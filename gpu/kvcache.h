@@ -34,7 +34,10 @@ void kvcache_destroy(struct kvcache *kv);
 
 size_t kvcache_block_tokens(const struct kvcache *kv);
 size_t kvcache_total_blocks(const struct kvcache *kv);
+/* Blocks a table may take now: the free ones and the idle ones (below). */
 size_t kvcache_free_blocks(const struct kvcache *kv);
+/* Of those, the idle ones: published, held by no table. */
+size_t kvcache_idle_blocks(const struct kvcache *kv);
 size_t kvcache_max_seqs(const struct kvcache *kv);
 size_t kvcache_max_seq_tokens(const struct kvcache *kv);
 /* Entries per block table row: ceil(max_seq_tokens / block_tokens). */
@@ -60,8 +63,38 @@ int kvcache_fits(const struct kvcache *kv, int id, size_t n);
  * nothing changed when it does not fit. */
 int kvcache_extend(struct kvcache *kv, int id, size_t n);
 /* Shrinks the sequence to len tokens (len >= its length: nothing),
- * giving back the blocks it no longer needs. */
+ * giving back the blocks it no longer needs. A len inside a published
+ * block (below) unpublishes it when no other table holds it, else is
+ * rounded down to that block's start. */
 void kvcache_truncate(struct kvcache *kv, int id, size_t len);
+
+/* Shared prefixes. A full block whose contents are a function of the
+ * tokens up to its end alone (a decoder's keys and values at positions
+ * from 0) can be published under a key that chains those tokens: key_i =
+ * kvcache_key(key_{i-1}, the block's tokens, block_tokens), key_{-1} = 0.
+ * Another sequence starting with the same tokens then finds the block
+ * (kvcache_find: the key, and the block's own tokens compared) and puts it
+ * in its table (kvcache_share) instead of computing it again. Nothing
+ * ever writes a block that has a key: a sequence writes only past its
+ * length, and a shared block lies before it. A published block no table
+ * holds stays findable, idle and counted as free, until a table needs a
+ * block and none is free: then the least recently idle one is taken and
+ * forgotten. */
+uint64_t kvcache_key(uint64_t prev, const int32_t *tokens, size_t n);
+/* The published block of key whose block_tokens tokens are tokens, or -1. */
+long kvcache_find(const struct kvcache *kv, uint64_t key, const int32_t *tokens);
+/* 1 when block is published and held by no table (taking it into a table
+ * takes one from kvcache_free_blocks). */
+int kvcache_block_idle(const struct kvcache *kv, uint32_t block);
+/* Appends published block to the sequence's table; its length must be a
+ * multiple of block_tokens and grows by block_tokens. 0, or -1 with
+ * nothing changed. */
+int kvcache_share(struct kvcache *kv, int id, uint32_t block);
+/* Publishes the sequence's block index (wholly within its length) under
+ * key, its tokens those given (block_tokens of them, copied); nothing
+ * when the block has a key already or another block has this one. */
+void kvcache_publish(struct kvcache *kv, int id, size_t index, uint64_t key,
+                     const int32_t *tokens);
 
 /* The sequence's block table: kvcache_table_width entries, the first
  * ceil(len / block_tokens) meaningful (the rest 0). Borrowed; NULL for an

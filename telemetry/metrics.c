@@ -338,6 +338,9 @@ int metrics_render(const struct stats_snapshot *s, char **out, size_t *len)
         single(&b, "kinfer_gen_preemptions_total", "counter",
                "Generation: sequences that gave their cache blocks back to wait again.",
                (double)s->gen_preemptions);
+        single(&b, "kinfer_gen_prefix_tokens_total", "counter",
+               "Generation: prompt tokens found in the key/value cache, not computed again.",
+               (double)s->gen_shared_tokens);
         single(&b, "kinfer_gen_running_sequences", "gauge",
                "Generation: sequences generating now.", (double)s->gen_running);
         single(&b, "kinfer_gen_waiting_sequences", "gauge",

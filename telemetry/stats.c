@@ -67,7 +67,7 @@ struct stats {
     atomic_uint_fast64_t offset_resets;
     atomic_uint_fast64_t rows_run, jobs_done; /* feed the smoothed rates */
     atomic_uint_fast64_t tokens_run, padded_run; /* encoders' tokens, and padded */
-    atomic_uint_fast64_t gen_prompt, gen_out, gen_pre; /* generation (stats_gen_*) */
+    atomic_uint_fast64_t gen_prompt, gen_out, gen_pre, gen_shared; /* generation (stats_gen_*) */
     atomic_int_fast64_t gen_g[4];                 /* running, waiting, blocks used, total */
     atomic_int gen_models;
     /* gauges */
@@ -299,7 +299,8 @@ void stats_gen_done(struct stats *st, size_t prompt, size_t generated, double tt
 }
 
 void stats_gen_gauges(struct stats *st, int models, size_t running, size_t waiting,
-                      size_t blocks_used, size_t blocks_total, uint64_t preemptions)
+                      size_t blocks_used, size_t blocks_total, uint64_t preemptions,
+                      uint64_t shared_tokens)
 {
     atomic_store(&st->gen_models, models);
     atomic_store(&st->gen_g[0], (int64_t)running);
@@ -307,6 +308,7 @@ void stats_gen_gauges(struct stats *st, int models, size_t running, size_t waiti
     atomic_store(&st->gen_g[2], (int64_t)blocks_used);
     atomic_store(&st->gen_g[3], (int64_t)blocks_total);
     atomic_store(&st->gen_pre, preemptions);
+    atomic_store(&st->gen_shared, shared_tokens);
 }
 
 /* Counted when both acknowledgements are in, so kinfer_jobs_total is what
@@ -755,6 +757,7 @@ int stats_snapshot(struct stats *st, int64_t now_us, struct stats_snapshot *out)
     out->gen_prompt_tokens = get_u(&st->gen_prompt);
     out->gen_tokens = get_u(&st->gen_out);
     out->gen_preemptions = get_u(&st->gen_pre);
+    out->gen_shared_tokens = get_u(&st->gen_shared);
     out->gen_running = atomic_load(&st->gen_g[0]);
     out->gen_waiting = atomic_load(&st->gen_g[1]);
     out->gen_blocks_used = atomic_load(&st->gen_g[2]);

@@ -148,8 +148,9 @@ struct stats_snapshot {
     double tokens_per_s, padding_ratio;
     /* generation: prompt and generated tokens of finished jobs; the
      * generator's sequences running and waiting, KV cache blocks used
-     * and total, preemptions (stats_gen_gauges) */
-    uint64_t gen_prompt_tokens, gen_tokens, gen_preemptions;
+     * and total, preemptions, prompt tokens found in the cache
+     * (stats_gen_gauges) */
+    uint64_t gen_prompt_tokens, gen_tokens, gen_preemptions, gen_shared_tokens;
     int64_t gen_running, gen_waiting, gen_blocks_used, gen_blocks_total;
     int gen_models;   /* generating models loaded (0: none; the families are left out) */
     int drain_known;  /* 0: lag > 0 but nothing finished lately */
@@ -258,7 +259,8 @@ void stats_gen_done(struct stats *st, size_t prompt, size_t generated, double tt
                     double tpot_s);
 /* The generator's gauges (worker tick), and how many generating models run. */
 void stats_gen_gauges(struct stats *st, int models, size_t running, size_t waiting,
-                      size_t blocks_used, size_t blocks_total, uint64_t preemptions);
+                      size_t blocks_used, size_t blocks_total, uint64_t preemptions,
+                      uint64_t shared_tokens);
 
 /* ---- sink thread ---- */
 

@@ -36,7 +36,11 @@
  * and deadline_exceeded; a failed step leaves the jobs to step again,
  * gen_engine_abort reports them; (5) prompts that can never
  * fit are refused at submit; (6) the waiting queue is bounded; (7) a
- * long prompt read in chunks gives what one read gives. Streams: the
+ * long prompt read in chunks gives what one read gives; (8) shared
+ * prefixes: jobs starting with a common prefix (and a job that is all
+ * prefix, one shorter than it, identical jobs) find its blocks in the
+ * cache, skip computing them and give what they give without sharing,
+ * also in a cache small enough to preempt and evict. Streams: the
  * pieces joined are always the final text. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -772,6 +776,70 @@ static int teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
+/* (8) shared prefixes. */
+static void run_shared(const struct gen_engine_conf *c, struct job *jobs, size_t n,
+                       struct out *o, uint64_t *shared, uint64_t *preemptions)
+{
+    struct gen_engine *e = engine(c);
+    for (size_t i = 0; i < n; i++) submit(e, &jobs[i], &o[i]);
+    drain(e);
+    *shared = gen_engine_shared_tokens(e);
+    *preemptions = gen_engine_preemptions(e);
+    gen_engine_destroy(e);
+    for (size_t i = 0; i < n; i++) assert_int_equal(o[i].done, 1);
+}
+
+static void test_shared_prefix(void **state)
+{
+    (void)state;
+    enum { N = 16 };
+    static struct job jobs[N];
+    static struct out alone[N], shared_out[N];
+    int32_t prefix[37];
+    for (size_t i = 0; i < 37; i++) prefix[i] = (int32_t)(3 + tu_rand64() % (vocab - 3));
+    for (size_t i = 0; i < N; i++) {
+        job_init(&jobs[i], 1, 20, 8 + tu_rand64() % 12);
+        size_t pre = i == 0 ? 12 : 37; /* job 0: only the prefix's first 12 */
+        size_t own = i == 1 ? 0 : jobs[i].n; /* job 1: the prefix alone */
+        memmove(jobs[i].prompt + pre, jobs[i].prompt, own * sizeof(int32_t));
+        memcpy(jobs[i].prompt, prefix, pre * sizeof(int32_t));
+        jobs[i].n = pre + own;
+        jobs[i].r.n_prompt = jobs[i].n;
+        if (i % 3 == 2) {
+            jobs[i].r.sampling.temperature = 0.8f;
+            jobs[i].r.sampling.top_p = 0.9f;
+        }
+    }
+    jobs[N - 1] = jobs[N - 2]; /* the same job twice */
+    jobs[N - 1].r.prompt = jobs[N - 1].prompt;
+    struct gen_engine_conf c = conf_of(4, 64, 200, 4); /* four at a time: later ones share */
+    run_alone(&c, jobs, N, alone);
+    c.prefix_sharing = 1;
+    uint64_t shared = 0, pre = 0;
+    run_shared(&c, jobs, N, shared_out, &shared, &pre);
+    size_t checked = 0;
+    for (size_t i = 0; i < N; i++) checked += agree(&jobs[i], &alone[i], &shared_out[i]);
+    printf("test_shared_prefix: %llu prompt tokens found in the cache; %zu of %zu tokens "
+           "checked\n", (unsigned long long)shared, checked, total_tokens(alone, N));
+    /* each of the 12 jobs after the first wave skips at least the 36
+     * prefix tokens of its 9 full blocks (the all-prefix job 8) */
+    assert_true(shared >= 12 * 32);
+    assert_true(checked * 2 >= total_tokens(alone, N));
+    /* a cache of 30 blocks for 6 at a time: preempted jobs come back to
+     * their own idle blocks, evicted ones compute them again */
+    c = conf_of(6, 16, 30, 4);
+    c.prefix_sharing = 1;
+    run_shared(&c, jobs, N, shared_out, &shared, &pre);
+    checked = 0;
+    for (size_t i = 0; i < N; i++) checked += agree(&jobs[i], &alone[i], &shared_out[i]);
+    printf("test_shared_prefix: small cache: %llu preemptions, %llu tokens found; %zu of %zu "
+           "tokens checked\n", (unsigned long long)pre, (unsigned long long)shared, checked,
+           total_tokens(alone, N));
+    assert_true(pre > 0);
+    assert_true(shared > 0);
+    assert_true(checked * 2 >= total_tokens(alone, N));
+}
+
 int main(void)
 {
     tu_seed("test_gen_engine");
@@ -780,6 +848,7 @@ int main(void)
         cmocka_unit_test(test_preemption),       cmocka_unit_test(test_seeds),
         cmocka_unit_test(test_chunked_prefill),  cmocka_unit_test(test_finish_reasons),
         cmocka_unit_test(test_refused),          cmocka_unit_test(test_bounded),
+        cmocka_unit_test(test_shared_prefix),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

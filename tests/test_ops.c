@@ -434,7 +434,7 @@ static char *catalogue(void)
     struct stats_device d = {.index = 0, .busy_ratio = 0.5, .mem_used = 1, .mem_total = 2,
                              .batches = 3};
     stats_set_device(st, 0, &d);
-    stats_gen_gauges(st, 1, 1, 0, 2, 8, 0); /* a generating model: its families too */
+    stats_gen_gauges(st, 1, 1, 0, 2, 8, 0, 0); /* a generating model: its families too */
     stats_alive(st, STATS_LOOP_POLL);
     struct stats_snapshot s;
     assert_int_equal(stats_snapshot(st, clock_mono_us(), &s), 0);

@@ -862,7 +862,7 @@ static void test_demo_grep_matches(void **state)
     struct stats *st = stats_new();
     assert_non_null(st);
     stats_consumed(st);
-    stats_gen_gauges(st, 1, 0, 0, 0, 16, 0); /* the demo serves a generating model */
+    stats_gen_gauges(st, 1, 0, 0, 0, 16, 0, 0); /* the demo serves a generating model */
     char *text = render(st, clock_mono_us());
     char path[] = "/tmp/kinfer-test-demo-grep-XXXXXX";
     int fd = mkstemp(path);

@@ -40,7 +40,7 @@ struct genexec {
     struct rsink *rs;             /* stream entries and attempt counters */
     int64_t stream_down_until;    /* after a failed entry: streams end until then (us) */
     atomic_size_t g_running, g_waiting, g_used, g_total;
-    atomic_uint_fast64_t g_preempt;
+    atomic_uint_fast64_t g_preempt, g_shared;
 };
 
 static void sleep_ms(int ms)
@@ -247,9 +247,10 @@ static void feed(struct genexec *g, int wait_ms)
 static void gauges_update(struct genexec *g)
 {
     size_t run = 0, wait = 0, used = 0, total = 0;
-    uint64_t pre = 0;
+    uint64_t pre = 0, shared = 0;
     for (size_t i = 0; i < g->c.n_models; i++) {
         if (!g->eng[i]) continue;
+        shared += gen_engine_shared_tokens(g->eng[i]);
         run += gen_engine_running(g->eng[i]);
         wait += gen_engine_waiting(g->eng[i]);
         pre += gen_engine_preemptions(g->eng[i]);
@@ -263,6 +264,7 @@ static void gauges_update(struct genexec *g)
     atomic_store(&g->g_used, used);
     atomic_store(&g->g_total, total);
     atomic_store(&g->g_preempt, pre);
+    atomic_store(&g->g_shared, shared);
 }
 
 static void *genexec_main(void *arg)
@@ -275,6 +277,7 @@ static void *genexec_main(void *arg)
         .max_waiting = 2 * (size_t)k->generation.max_seqs + 8,
         .max_batch_tokens = (size_t)k->batching.max_batch_tokens,
         .block_tokens = (size_t)k->generation.block_tokens,
+        .prefix_sharing = k->generation.prefix_sharing,
         .kv_bytes = (size_t)k->generation.kv_cache_mb << 20};
     if (ec.max_batch_tokens < ec.max_seqs) ec.max_batch_tokens = ec.max_seqs;
     for (size_t i = 0; i < g->c.n_models; i++) {
@@ -376,6 +379,7 @@ void genexec_gauges(struct genexec *g, struct genexec_gauges *out)
     out->blocks_used = g ? atomic_load(&g->g_used) : 0;
     out->blocks_total = g ? atomic_load(&g->g_total) : 0;
     out->preemptions = g ? atomic_load(&g->g_preempt) : 0;
+    out->shared_tokens = g ? atomic_load(&g->g_shared) : 0;
 }
 
 void genexec_cut(struct genexec *g)

@@ -73,7 +73,7 @@ void genexec_push(struct genexec *g, struct job *j);
  * stage's queue), KV cache blocks used and total, preemptions. */
 struct genexec_gauges {
     size_t running, waiting, blocks_used, blocks_total;
-    uint64_t preemptions;
+    uint64_t preemptions, shared_tokens;
 };
 void genexec_gauges(struct genexec *g, struct genexec_gauges *out);
 

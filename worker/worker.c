@@ -290,7 +290,7 @@ static void tick(struct worker *w, struct ticks *t)
         size_t ng = 0;
         for (size_t i = 0; i < w->models.n; i++) ng += w->models.g[i] != NULL;
         stats_gen_gauges(w->stats, (int)ng, gg.running, gg.waiting, gg.blocks_used,
-                         gg.blocks_total, gg.preemptions);
+                         gg.blocks_total, gg.preemptions, gg.shared_tokens);
         t->gauges = now + 100000;
     }
     if (now >= t->watchdog) {
