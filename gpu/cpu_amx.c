@@ -201,9 +201,12 @@ AMX_INLINE void amx_block(const struct amx_job *j, size_t mb, size_t nb, int two
     }
 }
 
-static AMX_TGT void amx_block_any(const struct amx_job *j, size_t mb, size_t nb, float *tmp)
+/* The block at A's row block mb (and mb + 1 when below mend) and W's
+ * band nb (and nb + 1 when there is one). */
+static AMX_TGT void amx_block_any(const struct amx_job *j, size_t mb, size_t mend, size_t nb,
+                                  float *tmp)
 {
-    int two_m = mb + 1 < j->mblocks, two_n = nb + 1 < j->bands;
+    int two_m = mb + 1 < mend, two_n = nb + 1 < j->bands;
     if (two_m && two_n)
         amx_block(j, mb, nb, 1, 1, tmp);
     else if (two_m)
@@ -232,11 +235,7 @@ static AMX_TGT void amx_part(void *arg, size_t part, size_t parts)
     for (size_t mc = 0; mc < j->mblocks; mc += AMX_MCHUNK) {
         size_t me = mc + AMX_MCHUNK < j->mblocks ? mc + AMX_MCHUNK : j->mblocks;
         for (size_t p = p0; p < p1; p++)
-            for (size_t mb = mc; mb < me; mb += 2) {
-                struct amx_job sub = *j;
-                sub.mblocks = me; /* a block's second row block stays in the chunk */
-                amx_block_any(&sub, mb, 2 * p, tmp);
-            }
+            for (size_t mb = mc; mb < me; mb += 2) amx_block_any(j, mb, me, 2 * p, tmp);
     }
     _tile_release();
 }
@@ -274,7 +273,7 @@ static void amx_part_fn(void *arg, size_t part, size_t parts)
 void cpu_amx_mm(size_t m, size_t n, size_t k, const float *a, size_t lda, const uint16_t *w,
                 size_t rows, const float *bias, float *c, size_t ldc, void *scratch)
 {
-    (void)rows;
+    if (n > rows) return; /* past the packed rows: refused (the backend checks) */
 #ifdef AMX_X86
     struct amx_job j = {.m = m, .n = n, .k = k, .kp = (k + 31) / 32 * 32,
                         .mblocks = (m + 15) / 16, .bands = (n + 15) / 16, .a = scratch,
