@@ -494,8 +494,8 @@ static int cpu_l2norm(void *cp, void *xp, size_t rows, size_t w)
 
 /* ---- GEMM ------------------------------------------------------------------ */
 
-/* model_cpu_gemm_profile: nanoseconds spent in cblas_sgemm and on the
- * AMX tiles while on. */
+/* model_cpu_gemm_profile: nanoseconds spent in cblas_sgemm, cpu_mm and on
+ * the AMX tiles while on. */
 static atomic_int gemm_prof;
 static atomic_ullong gemm_ns;
 
@@ -653,8 +653,11 @@ static int cpu_gemm(void *cp, const struct bk_gemm *g)
         const float *a = (const float *)g->a + i * g->stride_a;
         float *c = (float *)g->c + i * g->stride_c;
         if (small) {
+            int prof = atomic_load_explicit(&gemm_prof, memory_order_relaxed);
+            uint64_t t0 = prof ? mono_ns() : 0;
             cpu_mm(g->m, g->n, g->k, a, lda, g->w->h ? (const void *)g->w->h : g->w->d,
                    g->w->kind, bias, c, ldc);
+            if (prof) atomic_fetch_add_explicit(&gemm_ns, mono_ns() - t0, memory_order_relaxed);
         } else {
             float beta = 0.0f;
             if (bias) {

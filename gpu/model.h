@@ -360,7 +360,8 @@ void model_ws_inject_fault(struct model_ws *ws);
 double model_flops_per_row(const struct model *m);
 
 /* For benchmarks of the CPU backend: while profiling is on, every
- * cblas_sgemm of every pass (projections and attention alike) is timed,
+ * matrix product of every pass (cblas_sgemm, cpu_mm and the AMX tiles;
+ * projections and attention alike) is timed,
  * and model_cpu_gemm_seconds is their total so far, summed over threads.
  * Off by default; turn it on or off before passes start. */
 void model_cpu_gemm_profile(int on);

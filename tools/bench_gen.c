@@ -139,7 +139,7 @@ static struct decoder_ws *gen_ws(const struct gen_set *g, size_t b)
  * runs `steps` decode steps of one token each; the seconds of each phase
  * into pre_s and dec_s. 0, or -1 with the reason printed. */
 static int gen_run(const struct gen_set *g, struct decoder_ws *ws, size_t b, size_t chunk,
-                   double *pre_s, double *dec_s)
+                   double *pre_s, double *dec_s, double *gemm_s)
 {
     struct kvcache *kv = decoder_ws_cache(ws);
     size_t P = g->prompt, V = g->in->vocab;
@@ -161,7 +161,8 @@ static int gen_run(const struct gen_set *g, struct decoder_ws *ws, size_t b, siz
         struct decoder_batch bt = {.n = n, .seqs = seqs + at, .ids = ids, .offsets = off};
         if (decoder_step(g->d, ws, &bt, &lg) != MODEL_OK) rc = -1;
     }
-    double t1 = bench_mono_s();
+    model_cpu_gemm_profile(1);
+    double g0 = model_cpu_gemm_seconds(), t1 = bench_mono_s();
     for (size_t s = 0; rc == 0 && s < g->steps; s++) {
         for (size_t i = 0; i < b; i++) {
             ids[i] = gen_id(i, P + s, V);
@@ -173,6 +174,8 @@ static int gen_run(const struct gen_set *g, struct decoder_ws *ws, size_t b, siz
     }
     *pre_s = t1 - t0;
     *dec_s = bench_mono_s() - t1;
+    *gemm_s = model_cpu_gemm_seconds() - g0;
+    model_cpu_gemm_profile(0);
     if (rc) fprintf(stderr, "kinfer bench generate: step: %s\n", decoder_ws_error(ws));
     for (size_t i = 0; seqs && i < b; i++)
         if (seqs[i] >= 0) kvcache_seq_free(kv, seqs[i]);
@@ -222,11 +225,11 @@ int bench_generate(const struct kcfg *c, const struct bench_opts *o)
     int rc = 0;
     /* prefill: one sequence, its whole prompt in one step */
     struct decoder_ws *ws = gen_ws(&g, 1);
-    double best_pre = 0, pre, dec;
+    double best_pre = 0, pre, dec, gs;
     for (int r = 0; ws && rc == 0 && r < GEN_ROUNDS; r++) {
         struct gen_set one = g;
         one.steps = 0;
-        rc = gen_run(&one, ws, 1, 1, &pre, &dec);
+        rc = gen_run(&one, ws, 1, 1, &pre, &dec, &gs);
         if (rc == 0 && pre > 0 && (double)g.prompt / pre > best_pre)
             best_pre = (double)g.prompt / pre;
     }
@@ -245,20 +248,28 @@ int bench_generate(const struct kcfg *c, const struct bench_opts *o)
             rc = -1;
             break;
         }
-        double rate[GEN_ROUNDS];
+        double rate[GEN_ROUNDS], share[GEN_ROUNDS], gbs[GEN_ROUNDS];
         for (int r = 0; rc == 0 && r < GEN_ROUNDS; r++) {
-            rc = gen_run(&g, ws, b, 1, &pre, &dec);
+            rc = gen_run(&g, ws, b, 1, &pre, &dec, &gs);
             rate[r] = dec > 0 ? (double)(g.steps * b) / dec : 0;
+            share[r] = dec > 0 ? gs / dec : 0;
+            gbs[r] = gs > 0 ? wbytes * (double)g.steps / gs / 1e9 : 0;
         }
         decoder_ws_destroy(ws);
         if (rc) break;
-        qsort(rate, GEN_ROUNDS, sizeof(double), bench_cmp_double);
+        /* the median run (by rate), its share of time in the GEMMs and
+         * the weight bytes per second those read */
+        double sorted[GEN_ROUNDS];
+        memcpy(sorted, rate, sizeof(sorted));
+        qsort(sorted, GEN_ROUNDS, sizeof(double), bench_cmp_double);
+        int med = 0;
+        while (med < GEN_ROUNDS - 1 && rate[med] != sorted[GEN_ROUNDS / 2]) med++;
         double bound = wbytes > 0 ? bw * 1e9 / wbytes * (double)b : 0;
         printf("generate: phase=decode threads=%d precision=%s seqs=%zu prompt=%zu steps=%zu "
                "tokens_per_s=%.1f steps_per_s=%.2f bound_tokens_per_s=%.1f bound_frac=%.3f "
-               "device=\"%s\"\n", threads, prec, b, g.prompt, g.steps, rate[GEN_ROUNDS / 2],
-               rate[GEN_ROUNDS / 2] / (double)b, bound,
-               bound > 0 ? rate[GEN_ROUNDS / 2] / bound : 0.0, dev);
+               "gemm_share=%.3f gemm_read_gbs=%.2f device=\"%s\"\n", threads, prec, b, g.prompt,
+               g.steps, rate[med], rate[med] / (double)b, bound,
+               bound > 0 ? rate[med] / bound : 0.0, share[med], gbs[med], dev);
         fflush(stdout);
     }
     decoder_destroy(d);
