@@ -654,7 +654,7 @@ if [ "$BENCH_GEN" = 1 ]; then
       gd=$(kv tokens_per_s "$gl")
       td=$(kv tokens_per_s "$tl")
       say "  $dt_label, $b sequence(s): kinfer $gd tokens/s, PyTorch $td, bound $(kv bound_tokens_per_s "$gl")"
-      GEN_ROWS+="| **generation, $dt_label, decode, $b sequence(s) at once** | **$gd tokens/s** | **$(P=0 calc "100 * $(kv bound_frac "$gl")")% of the bandwidth bound** ($(kv bound_tokens_per_s "$gl") tokens/s: $bw GB/s read over $wmb MB of weights per step); PyTorch $td tokens/s: kinfer at $(pct "$gd" "$td")% |"$'\n'
+      GEN_ROWS+="| **generation, $dt_label, decode, $b sequence(s) at once** | **$gd tokens/s** | **$(P=0 calc "100 * $(kv bound_frac "$gl")")% of the bandwidth bound** ($(kv bound_tokens_per_s "$gl") tokens/s: $bw GB/s read over $wmb MB of weights per step; GEMMs $(P=0 calc "100 * $(kv gemm_share "$gl")")% of a step, reading $(kv gemm_read_gbs "$gl") GB/s of weights); PyTorch $td tokens/s: kinfer at $(pct "$gd" "$td")% |"$'\n'
     done
   done
 fi
