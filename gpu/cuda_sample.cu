@@ -22,7 +22,8 @@
 // bisection step is one pass over the row.
 //
 // Values: e_i = exp(l_i / T - max / T) in float64, as the host computes
-// them; the masses are float64 sums in another order than the host's, so
+// them (top-p's bisection guesses in float first, then checks its
+// answer in float64); the masses are float64 sums in another order than the host's, so
 // a boundary (top-p's, min-p's, the draw's) can only fall differently
 // when it lies within a few float64 roundings of it. The draw: the kept
 // tokens' e summed in id order, each thread a contiguous chunk of ids and
@@ -210,22 +211,44 @@ __global__ void sample_kernel(const T *logits, size_t ldl, size_t n,
         if (p.top_p < 1.0f) {
             // The largest key t >= tk whose tokens at or above it hold at
             // least top_p of S (t = tk holds all of S).
+            // The bisection's passes take e in float (expf), a guess that
+            // one float64 pass then checks: the answer is the one key
+            // whose tokens at or above it hold at least P and those above
+            // it less. Only a guess within float roundings of the
+            // boundary fails the check, and the float64 bisection runs.
             const double P = (double)p.top_p * S;
-            uint32_t lo = tk, hi = kmax;
-            while (lo < hi) {
-                uint32_t mid = lo + (hi - lo + 1) / 2;
-                double g;
-                count_from(mid, false, &g);
-                if (g >= P)
-                    lo = mid;
-                else
-                    hi = mid - 1;
-            }
-            unsigned long long avail = tc;
-            if (lo != tk) {
+            auto bisect = [&](bool quick) {
+                uint32_t lo = tk, hi = kmax;
+                while (lo < hi) {
+                    uint32_t mid = lo + (hi - lo + 1) / 2;
+                    double g = 0.0;
+                    if (quick) {
+                        for (size_t i = tid; i < n; i += kThreads) {
+                            float v = ld(x, i);
+                            if (fin(v) && key_of(v) >= mid)
+                                g += (double)expf((float)((double)v * it - mv));
+                        }
+                        g = block_all(g, Sum(), shd);
+                    } else {
+                        count_from(mid, false, &g);
+                    }
+                    if (g >= P)
+                        lo = mid;
+                    else
+                        hi = mid - 1;
+                }
+                return lo;
+            };
+            uint32_t lo = bisect(true);
+            double at;
+            unsigned long long at_n;
+            for (int exact = 0;; exact = 1) {
+                at_n = count_from(lo, false, &at);
                 above_n = count_from(lo, true, &above);
-                avail = count_from(lo, false, nullptr) - above_n;
+                if (exact || ((lo == tk || at >= P) && above < P)) break;
+                lo = bisect(false);
             }
+            unsigned long long avail = lo != tk ? at_n - above_n : tc;
             // The host's loop: a token stays while those before it (in
             // the order) hold less than top_p, the first one always.
             const double et = e_of(val_of(lo));
