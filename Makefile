@@ -108,7 +108,8 @@ EMU_DEV_OBJS := $(EMU_GPU_OBJS) $(EMU_RT_OBJS) $(EMU_LT_OBJS) $(EMU_KERNEL_OBJS)
 EMU_LIB_OBJS := $(filter-out $(CUDA_C_SRCS:%.c=$(B)/%.o) $(B)/gpu/cuda_stub.o,$(LIB_OBJS))
 EMU_LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread -lstdc++ -ldl -lrt
 # The CUDA backend's tests that run on the emulated device in make test.
-EMU_GPU_TESTS := $(B)/emu/tests/test_cuda_prims $(B)/emu/tests/test_gpu \
+EMU_GPU_TESTS := $(B)/emu/tests/test_cuda_prims $(B)/emu/tests/test_cuda_sample \
+                 $(B)/emu/tests/test_gpu \
                  $(B)/emu/tests/test_arch_encoders $(B)/emu/tests/test_arch_nomic \
                  $(B)/emu/tests/test_decoder $(B)/emu/tests/test_gen_engine
 # Scripts make test runs after the programs: the worker end to end on the
@@ -234,9 +235,10 @@ test-faults: deps
 # The CUDA backend's tests alone (make test runs them too; without a
 # device they print "skipped: no CUDA device").
 test-gpu: deps
-	$(MAKE) $(B)/kinfer $(B)/tests/test_gpu $(B)/tests/test_gpu_plan $(B)/tests/test_cuda_prims
+	$(MAKE) $(B)/kinfer $(B)/tests/test_gpu $(B)/tests/test_gpu_plan $(B)/tests/test_cuda_prims \
+	  $(B)/tests/test_cuda_sample
 	KINFER_BIN=$(B)/kinfer tests/run.sh $(B)/tests/test_gpu_plan $(B)/tests/test_cuda_prims \
-	  $(B)/tests/test_gpu
+	  $(B)/tests/test_cuda_sample $(B)/tests/test_gpu
 
 demo: deps
 	$(MAKE) all

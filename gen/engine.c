@@ -65,6 +65,9 @@ struct gen_engine {
     int32_t *b_ids;
     uint32_t *b_off;
     struct gen_seq **b_of;
+    struct decoder_sample *b_samp;  /* with a device sampler: each row's parameters */
+    struct decoder_pick *b_pick;    /* and its pick */
+    struct gen_rng *b_rng;          /* each row's stream after its draw (kept if the step ran) */
     struct gen_scratch *scratch;
     uint64_t arrivals, preemptions, shared_tokens;
     uint32_t *match;          /* scratch: blocks an admission found */
@@ -155,6 +158,11 @@ struct gen_engine *gen_engine_new(const struct decoder *d, const struct tokenize
     if (!e->waiting || !e->running || !e->order || !e->b_seqs || !e->b_of || !e->b_off ||
         !e->b_ids || !e->match || !e->scratch)
         goto nomem;
+    if (decoder_ws_samples(e->ws) &&
+        (!(e->b_samp = calloc(ns, sizeof(*e->b_samp))) ||
+         !(e->b_pick = calloc(ns, sizeof(*e->b_pick))) ||
+         !(e->b_rng = calloc(ns, sizeof(*e->b_rng)))))
+        goto nomem;
     return e;
 nomem:
     snprintf(errstr, errstr_size, "generation engine: out of memory");
@@ -177,6 +185,9 @@ void gen_engine_destroy(struct gen_engine *e)
     free(e->b_off);
     free(e->b_ids);
     free(e->match);
+    free(e->b_samp);
+    free(e->b_pick);
+    free(e->b_rng);
     gen_scratch_destroy(e->scratch);
     free(e);
 }
@@ -517,12 +528,10 @@ static int is_end(const struct gen_seq *s, int32_t id)
     return 0;
 }
 
-/* s read all its ids: the next token from its logits. */
-static void advance(struct gen_engine *e, struct gen_seq *s, const float *logits, double t)
+/* s read all its ids: its next token is id (-1: its logits had no
+ * finite value), lp its log-probability when asked. */
+static void advance(struct gen_engine *e, struct gen_seq *s, int32_t id, float lp, double t)
 {
-    float lp = 0;
-    struct gen_rng *r = s->sp.temperature > 0 ? &s->rng : NULL;
-    int32_t id = gen_sample(logits, e->vocab, &s->sp, r, e->scratch, s->want_lp ? &lp : NULL);
     if (id < 0) {
         finish(e, s, GEN_FAILED, 0, "the model's logits are not finite");
         return;
@@ -601,8 +610,27 @@ int gen_engine_step(struct gen_engine *e)
         e->b_off[++k] = (uint32_t)tok;
     }
     struct decoder_batch b = {.n = k, .seqs = e->b_seqs, .ids = e->b_ids, .offsets = e->b_off};
-    const float *logits;
-    int rc = decoder_step(e->d, e->ws, &b, &logits);
+    const float *logits = NULL;
+    int rc;
+    if (e->b_samp) {
+        /* The device picks: each row that ends its ids gets its
+         * parameters and its draw, taken from a copy of the job's stream
+         * that replaces it once the step ran (one draw per sampled token,
+         * as gen_sample takes it). */
+        for (size_t i = 0; i < k; i++) {
+            struct gen_seq *s = e->b_of[i];
+            struct decoder_sample *r = &e->b_samp[i];
+            e->b_rng[i] = s->rng;
+            *r = (struct decoder_sample){
+                .temperature = s->sp.temperature, .top_k = s->sp.top_k, .top_p = s->sp.top_p,
+                .min_p = s->sp.min_p, .on = s->computed + s->take == s->n_ids,
+                .logprob = s->want_lp};
+            if (r->on && s->sp.temperature > 0) r->u = gen_rng_uniform(&e->b_rng[i]);
+        }
+        rc = decoder_step_sample(e->d, e->ws, &b, e->b_samp, e->b_pick);
+    } else {
+        rc = decoder_step(e->d, e->ws, &b, &logits);
+    }
     if (rc != MODEL_OK) {
         snprintf(e->err, sizeof(e->err), "%s", decoder_ws_error(e->ws));
         for (size_t i = 0; i < e->n_running; i++) e->running[i]->take = 0;
@@ -618,7 +646,19 @@ int gen_engine_step(struct gen_engine *e)
             s->key = kvcache_key(s->key, s->ids + s->keyed * e->bt, e->bt);
             kvcache_publish(e->kv, s->cid, s->keyed, s->key, s->ids + s->keyed * e->bt);
         }
-        if (s->computed == s->n_ids) advance(e, s, logits + i * e->vocab, t);
+        if (s->computed != s->n_ids) continue;
+        int32_t id;
+        float lp = 0;
+        if (logits) {
+            struct gen_rng *r = s->sp.temperature > 0 ? &s->rng : NULL;
+            id = gen_sample(logits + i * e->vocab, e->vocab, &s->sp, r, e->scratch,
+                            s->want_lp ? &lp : NULL);
+        } else {
+            s->rng = e->b_rng[i];
+            id = e->b_pick[i].id;
+            lp = e->b_pick[i].logprob;
+        }
+        advance(e, s, id, lp, t);
     }
     return (int)(e->n_waiting + e->n_running);
 }

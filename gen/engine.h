@@ -3,7 +3,7 @@
  * and its paged key/value cache.
  *
  * A request (its prompt already tokenized) is submitted to a bounded
- * waiting queue. Each gen_engine_step makes one decoder_step over a batch:
+ * waiting queue. Each gen_engine_step makes one decoder step over a batch:
  * every running sequence that has its prompt in the cache adds one decode
  * token; sequences still reading their prompt add a chunk of it (a long
  * prompt is read over several steps); waiting requests are admitted by
@@ -13,8 +13,12 @@
  * only when the blocks its whole prompt takes are free, and admission
  * stops at the first that cannot be, so a large prompt is not passed over
  * for ever). Each sequence whose prompt is all read is sampled from its
- * last logits with its own random stream (gen/sample.h), the token is
- * decoded incrementally and the stop strings looked for (gen/stop.h).
+ * last logits with its own random stream (gen/sample.h): on the host, or
+ * where the workspace's backend has a sampler (decoder_ws_samples: the
+ * CUDA backend) on the device by decoder_step_sample, the same choice
+ * with the draw still taken from the job's stream here, so no logits
+ * come back. The token is decoded incrementally and the stop strings
+ * looked for (gen/stop.h).
  *
  * A sequence ends with finish_reason
  *   eos       it sampled one of the request's end ids (not in tokens)

@@ -20,6 +20,10 @@
  * bits (summed in another order in another batch) move each token's share
  * of [0, 1) by as little, and never swap two near ties' shares.
  *
+ * The CUDA backend makes the same choice on the device (gpu/backend.h's
+ * sample, gpu/cuda_sample.cu) from the same logits and the uniform draw
+ * the engine takes from the job's stream with gen_rng_uniform.
+ *
  * Threads: a sampler's scratch belongs to one thread; streams belong to
  * their jobs. Nothing here allocates except gen_scratch_new. */
 #ifndef KINFER_GEN_SAMPLE_H

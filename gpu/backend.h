@@ -171,6 +171,38 @@ struct bk_paged_attention {
     void *scratch;
 };
 
+/* Choosing the next token on the device (sample): one row of parameters
+ * per logits row, as gen/sample.h's struct gen_sampling, with the row's
+ * uniform draw taken by the caller from the job's own stream. */
+#define BK_SAMPLE_ON 1u      /* the row picks a token; else it is skipped */
+#define BK_SAMPLE_LOGPROB 2u /* and reports its raw log-probability */
+struct bk_sample_row {
+    float temperature;       /* 0: greedy (u unused) */
+    uint32_t top_k;          /* 0: off */
+    float top_p;             /* (0, 1]; 1: off */
+    float min_p;             /* [0, 1); 0: off */
+    double u;                /* [0, 1) */
+    uint32_t flags;          /* BK_SAMPLE_* */
+    uint32_t pad;
+};
+struct bk_sample_out {
+    int32_t id;              /* -1: no finite logit in the row */
+    float logprob;           /* with BK_SAMPLE_LOGPROB; NaN with id -1 */
+};
+
+/* rows rows of vocab logits (activations, ld elements apart, device
+ * memory); params and out are rows entries of the context's host memory
+ * (ctx_alloc with host = 1): params is read by the work, out is complete
+ * after pass_end. scratch is sample_scratch(rows) bytes of context
+ * memory. */
+struct bk_sample {
+    const void *logits;
+    size_t rows, vocab, ld;
+    const struct bk_sample_row *params;
+    struct bk_sample_out *out;
+    void *scratch;
+};
+
 /* What graph_begin asks of the caller. */
 enum bk_graph { BK_GRAPH_RUN = 0, BK_GRAPH_REPLAYED };
 
@@ -310,6 +342,18 @@ struct backend_ops {
      * tokens of sequences no longer than max_ctx, with heads query heads. */
     size_t (*paged_attention_scratch)(void *be, size_t max_tokens, size_t max_ctx, size_t heads);
     int (*paged_attention)(void *c, const struct bk_paged_attention *a);
+
+    /* ---- sampling (gpu/decoder.c) ------------------------------------ */
+
+    /* The next token of each row whose flags have BK_SAMPLE_ON, chosen
+     * as gen/sample.h's gen_sample chooses it from the same logits and
+     * draw (the same filters in the same order, ties broken the same way;
+     * masses summed in another order, so a draw within a few float64
+     * roundings of a boundary may fall to the other side); only the ids
+     * and log-probabilities come back. NULL (the CPU backend): the caller
+     * fetches the logits and samples on the host. */
+    size_t (*sample_scratch)(void *be, size_t max_rows);
+    int (*sample)(void *c, const struct bk_sample *a);
 };
 
 /* The backends of this build. backend_cuda is the stub of cuda_stub.c

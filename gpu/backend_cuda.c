@@ -723,4 +723,6 @@ const struct backend_ops backend_cuda = {
     .kv_store = cuda_kv_store,
     .paged_attention_scratch = cuda_paged_attention_scratch,
     .paged_attention = cuda_paged_attention,
+    .sample_scratch = cuda_sample_scratch,
+    .sample = cuda_sample,
 };

@@ -193,6 +193,8 @@ int cuda_kv_store(void *c, const struct bk_kv *kv, const void *k, size_t ldk, co
                  size_t ldv, const struct bk_seqs *s);
 size_t cuda_paged_attention_scratch(void *be, size_t max_tokens, size_t max_ctx, size_t heads);
 int cuda_paged_attention(void *c, const struct bk_paged_attention *a);
+size_t cuda_sample_scratch(void *be, size_t max_rows);
+int cuda_sample(void *c, const struct bk_sample *a);
 
 /* The emulated build (make emu, emu/) links its cuBLASLt into the
  * program, where lt_load finds it (dlopen(NULL)); the others load the

@@ -165,6 +165,32 @@ cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const void *q, si
                                size_t block_tokens, size_t blocks, size_t kv_heads, size_t dh,
                                size_t max_ctx, void *out, size_t ldo);
 
+/* ---- sampling (gpu/cuda_sample.cu) --------------------------------------
+ * One row's parameters and result, laid out as backend.h's bk_sample_row
+ * and bk_sample_out (gpu/cuda_prims.c checks that they match). */
+#define KC_SAMPLE_ON 1u      /* the row picks a token (else it is skipped) */
+#define KC_SAMPLE_LOGPROB 2u /* and its raw log-probability */
+struct kc_sample_row {
+    float temperature;       /* 0: greedy */
+    uint32_t top_k;          /* 0: off */
+    float top_p;             /* 1: off */
+    float min_p;             /* 0: off */
+    double u;                /* the row's uniform draw in [0, 1) */
+    uint32_t flags;
+    uint32_t pad;
+};
+struct kc_sample_out {
+    int32_t id;              /* -1: no finite logit */
+    float logprob;           /* NaN with id -1; 0 unless asked */
+};
+
+/* The next token of each of rows rows of logits (vocab values of type t,
+ * ld apart): gen/sample.h's choice (greedy, temperature, top-k, top-p,
+ * min-p, the draw u walking the kept tokens in id order) made on the
+ * device, one block per row. p and out are device memory, rows entries. */
+cudaError_t kc_sample(cudaStream_t s, enum kc_type t, const void *logits, size_t ld, size_t rows,
+                      size_t vocab, const struct kc_sample_row *p, struct kc_sample_out *out);
+
 /* A GEMM in the activation type, for the shapes cuBLASLt has no
  * algorithm for (gpu/cuda_lt.c): for each of batch matrices z,
  * C_z = act(alpha A_z op(B_z) + bias), row-major: A_z [m,k] at a + z sa

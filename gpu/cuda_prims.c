@@ -1,6 +1,6 @@
 /* cuda_prims.c - the CUDA backend's primitives other than the GEMM and the
  * copies: norms, embeddings, attention, rotary embedding, activations,
- * softmax, L2 norm and pooling, each a check of its arguments (a refusal
+ * softmax, L2 norm, pooling and sampling, each a check of its arguments (a refusal
  * is MODEL_EINVAL: nothing ran) and one or a few launches of
  * gpu/cuda_kernels.cu on the context's stream.
  *
@@ -332,4 +332,52 @@ int cuda_paged_attention(void *cp, const struct bk_paged_attention *a)
                                     a->s->pos, kv->tables, kv->table_w, kv->block_tokens,
                                     kv->blocks, kv->kv_heads, kv->dh, a->max_ctx, a->out,
                                     a->ldo));
+}
+
+/* ---- sampling ------------------------------------------------------------------ */
+
+/* The kernel reads backend.h's rows and writes its results as they are. */
+#define SAME_FIELD(f) offsetof(struct bk_sample_row, f) == offsetof(struct kc_sample_row, f)
+_Static_assert(sizeof(struct bk_sample_row) == sizeof(struct kc_sample_row) &&
+               SAME_FIELD(temperature) && SAME_FIELD(top_k) && SAME_FIELD(top_p) &&
+               SAME_FIELD(min_p) && SAME_FIELD(u) && SAME_FIELD(flags) &&
+               BK_SAMPLE_ON == KC_SAMPLE_ON && BK_SAMPLE_LOGPROB == KC_SAMPLE_LOGPROB,
+               "bk_sample_row and kc_sample_row differ");
+_Static_assert(sizeof(struct bk_sample_out) == sizeof(struct kc_sample_out) &&
+               offsetof(struct bk_sample_out, logprob) == offsetof(struct kc_sample_out, logprob),
+               "bk_sample_out and kc_sample_out differ");
+#undef SAME_FIELD
+
+/* The rows' parameters, then their results, on a 256-byte boundary. */
+static size_t sample_out_at(size_t rows)
+{
+    return round_up(rows * sizeof(struct kc_sample_row), 256);
+}
+
+size_t cuda_sample_scratch(void *be, size_t max_rows)
+{
+    (void)be;
+    return sample_out_at(max_rows) + round_up(max_rows * sizeof(struct kc_sample_out), 256);
+}
+
+/* The parameters go up, the kernel chooses, the results come down: three
+ * calls on the stream, the host buffers read and written in its order. */
+int cuda_sample(void *cp, const struct bk_sample *a)
+{
+    struct cuda_ctx *c = cp;
+    int rc = cx_live(c);
+    if (rc < 0) return rc;
+    if (!a || !a->logits || !a->params || !a->out || !a->scratch || !a->rows || !a->vocab ||
+        a->ld < a->vocab || a->rows > 0x7fffffffu || a->vocab > 0x7fffffffu)
+        return cx_refuse(c, "sample: %zu rows of %zu logits: bad sizes or a missing buffer",
+                         a ? a->rows : 0, a ? a->vocab : 0);
+    struct kc_sample_row *dp = a->scratch;
+    struct kc_sample_out *dout = (void *)((char *)a->scratch + sample_out_at(a->rows));
+    if ((rc = CX(c, cudaMemcpyAsync(dp, a->params, a->rows * sizeof(*dp),
+                                    cudaMemcpyHostToDevice, c->stream))) < 0 ||
+        (rc = CX(c, kc_sample(c->stream, c->be->kt, a->logits, a->ld, a->rows, a->vocab, dp,
+                              dout))) < 0)
+        return rc;
+    return CX(c, cudaMemcpyAsync(a->out, dout, a->rows * sizeof(*dout), cudaMemcpyDeviceToHost,
+                                 c->stream));
 }

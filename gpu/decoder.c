@@ -3,7 +3,8 @@
  * handing it to its architecture (arch.h's decoder registry), workspaces
  * with their paged cache, and the step: check the batch, grow the
  * sequences in the cache's bookkeeping, stage the token arrays and block
- * tables on the device, run the architecture, fetch the logits.
+ * tables on the device, run the architecture, fetch the logits (or let
+ * the backend's sampler pick from them and fetch the picks).
  *
  * Threads and ownership: as decoder.h says. */
 #include "decoder.h"
@@ -42,6 +43,10 @@ struct decoder_ws {
     void *k, *v;                     /* the cache */
     uint32_t *h_tok, *d_tok;         /* ids, pos, seq [T each], offsets [n+1], tables */
     float *h_out;
+    struct bk_sample_row *h_srow;    /* sampling: per row, host; NULL without a sampler */
+    struct bk_sample_out *h_sout;
+    void *d_sscr;                    /* the sampler's scratch */
+    struct decoder_ws_counters count;
     size_t *old_len;                 /* per batch row, to undo a failed step */
     unsigned char *mark;             /* per cache id: seen in this batch */
     char err[256];
@@ -287,6 +292,11 @@ struct decoder_ws *decoder_ws_new(const struct decoder *d, unsigned slot,
         !(ws->h_out = o->ctx_alloc(ws->ctx, lrows * d->info.vocab * sizeof(float), 1)) ||
         !(ws->old_len = calloc(c.max_seqs, sizeof(size_t))) || !(ws->mark = calloc(c.max_seqs, 1)))
         goto oom;
+    if (o->sample && !c.all_logits &&
+        (!(ws->h_srow = o->ctx_alloc(ws->ctx, c.max_seqs * sizeof(*ws->h_srow), 1)) ||
+         !(ws->h_sout = o->ctx_alloc(ws->ctx, c.max_seqs * sizeof(*ws->h_sout), 1)) ||
+         !(ws->d_sscr = o->ctx_alloc(ws->ctx, o->sample_scratch(d->rt.be, c.max_seqs), 0))))
+        goto oom;
     struct arch_dec_sizes sz = {c.max_seqs, c.max_tokens, c.max_ctx, c.all_logits};
     if (!(ws->aws = d->arch->ws_new(&d->rt, d->am, ws->ctx, &sz, err, sizeof(err)))) goto fail;
     return ws;
@@ -308,6 +318,16 @@ struct kvcache *decoder_ws_cache(struct decoder_ws *ws)
 const char *decoder_ws_error(const struct decoder_ws *ws)
 {
     return ws->err;
+}
+
+int decoder_ws_samples(const struct decoder_ws *ws)
+{
+    return ws->h_srow != NULL;
+}
+
+void decoder_ws_counters(const struct decoder_ws *ws, struct decoder_ws_counters *out)
+{
+    *out = ws->count;
 }
 
 void decoder_ws_inject_fault(struct decoder_ws *ws)
@@ -371,10 +391,12 @@ static int dec_check(const struct decoder *d, struct decoder_ws *ws, const struc
     return 0;
 }
 
-int decoder_step(const struct decoder *d, struct decoder_ws *ws, const struct decoder_batch *b,
-                 const float **logits)
+/* The step: the logits to the host (*logits), or with rows the picks of
+ * the device's sampler (picks). */
+static int dec_run(const struct decoder *d, struct decoder_ws *ws, const struct decoder_batch *b,
+                   const float **logits, const struct decoder_sample *rows,
+                   struct decoder_pick *picks)
 {
-    if (!d || !ws || ws->d != d || !logits) return MODEL_EINVAL;
     ws->err[0] = '\0';
     int rc = dec_check(d, ws, b);
     if (rc < 0) return rc;
@@ -417,8 +439,23 @@ int decoder_step(const struct decoder *d, struct decoder_ws *ws, const struct de
         .all_logits = ws->conf.all_logits};
     const void *out = NULL;
     if (rc == 0) rc = d->arch->step(&d->rt, d->am, ws->aws, ws->ctx, &ab, &out);
-    size_t rows = ws->conf.all_logits ? T : n;
-    if (rc == 0) rc = o->store_f32(ws->ctx, ws->h_out, out, rows * d->info.vocab);
+    size_t lrows = ws->conf.all_logits ? T : n, on = 0;
+    if (rc == 0 && rows) {
+        for (size_t i = 0; i < n; i++) {
+            ws->h_srow[i] = (struct bk_sample_row){
+                .temperature = rows[i].temperature, .top_k = rows[i].top_k,
+                .top_p = rows[i].top_p, .min_p = rows[i].min_p, .u = rows[i].u,
+                .flags = rows[i].on ? BK_SAMPLE_ON | (rows[i].logprob ? BK_SAMPLE_LOGPROB : 0)
+                                    : 0};
+            on += rows[i].on != 0;
+        }
+        struct bk_sample sa = {.logits = out, .rows = n, .vocab = d->info.vocab,
+                               .ld = d->info.vocab, .params = ws->h_srow, .out = ws->h_sout,
+                               .scratch = ws->d_sscr};
+        rc = o->sample(ws->ctx, &sa);
+    } else if (rc == 0) {
+        rc = o->store_f32(ws->ctx, ws->h_out, out, lrows * d->info.vocab);
+    }
     int end = o->pass_end(ws->ctx);
     if (end < rc) rc = end;
     if (rc < 0) {
@@ -426,6 +463,35 @@ int decoder_step(const struct decoder *d, struct decoder_ws *ws, const struct de
         for (size_t i = 0; i < n; i++) kvcache_truncate(ws->kv, b->seqs[i], ws->old_len[i]);
         return rc;
     }
-    *logits = ws->h_out;
+    ws->count.steps++;
+    if (rows) {
+        for (size_t i = 0; i < n; i++)
+            if (rows[i].on) picks[i] = (struct decoder_pick){ws->h_sout[i].id,
+                                                             ws->h_sout[i].logprob};
+        ws->count.device_picks += on;
+    } else {
+        *logits = ws->h_out;
+        ws->count.logits_bytes += lrows * d->info.vocab * sizeof(float);
+    }
     return MODEL_OK;
+}
+
+int decoder_step(const struct decoder *d, struct decoder_ws *ws, const struct decoder_batch *b,
+                 const float **logits)
+{
+    if (!d || !ws || ws->d != d || !logits) return MODEL_EINVAL;
+    return dec_run(d, ws, b, logits, NULL, NULL);
+}
+
+int decoder_step_sample(const struct decoder *d, struct decoder_ws *ws,
+                        const struct decoder_batch *b, const struct decoder_sample *rows,
+                        struct decoder_pick *picks)
+{
+    if (!d || !ws || ws->d != d || !rows || !picks) return MODEL_EINVAL;
+    if (!ws->h_srow) {
+        snprintf(ws->err, sizeof(ws->err), "this workspace's backend does not sample on the "
+                 "device");
+        return MODEL_EINVAL;
+    }
+    return dec_run(d, ws, b, NULL, rows, picks);
 }

@@ -3,8 +3,10 @@
  * model_runtime's backend, a workspace per executor holding a paged
  * key/value cache, and the step that runs a batch of sequences, each
  * adding k >= 1 new tokens (a prefill chunk, or one decode token) at its
- * current length, and returns their logits. Sampling, stopping and
- * scheduling are the caller's.
+ * current length, and returns their logits, or (decoder_step_sample, on
+ * a backend that samples on the device) the tokens chosen from them, so
+ * the logits never leave the device. Stopping and scheduling are the
+ * caller's, and so is the sampling's randomness: each row's draw.
  *
  * A sequence is a kvcache id (gpu/kvcache.h) of the workspace's cache:
  * the caller makes it (kvcache_seq_new), asks whether its next tokens fit
@@ -101,6 +103,46 @@ struct decoder_batch {
 int decoder_step(const struct decoder *d, struct decoder_ws *ws, const struct decoder_batch *b,
                  const float **logits);
 const char *decoder_ws_error(const struct decoder_ws *ws);
+
+/* Choosing the next tokens on the device. Row i of a step's batch picks
+ * a token when rows[i].on, under the parameters of gen/sample.h's struct
+ * gen_sampling, with u its draw from the job's own stream (unused when
+ * greedy): the same choice gen_sample makes from the logits decoder_step
+ * would return (gpu/backend.h's sample says how close), without copying
+ * them to the host. */
+struct decoder_sample {
+    float temperature;   /* 0: greedy */
+    uint32_t top_k;      /* 0: off */
+    float top_p;         /* 1: off */
+    float min_p;         /* 0: off */
+    double u;            /* [0, 1) */
+    int on;              /* 0: the row picks nothing (its pick is left as it was) */
+    int logprob;         /* 1: the pick's raw log-probability too */
+};
+struct decoder_pick {
+    int32_t id;          /* -1: the row's logits have no finite value */
+    float logprob;       /* with logprob; NaN when id is -1 */
+};
+
+/* 1 when ws's backend picks tokens on the device (decoder_step_sample
+ * may be called), 0 when the caller samples decoder_step's logits (the
+ * CPU backend, or a workspace with all_logits). */
+int decoder_ws_samples(const struct decoder_ws *ws);
+
+/* decoder_step, then the picks of the rows that ask (rows and picks: b->n
+ * entries each) instead of the logits: only the picks come back from the
+ * device. Return codes and failures as decoder_step; MODEL_EINVAL when
+ * decoder_ws_samples is 0. */
+int decoder_step_sample(const struct decoder *d, struct decoder_ws *ws,
+                        const struct decoder_batch *b, const struct decoder_sample *rows,
+                        struct decoder_pick *picks);
+
+/* What a workspace's steps moved: logits_bytes of logits copied to the
+ * host (decoder_step), tokens picked on the device (decoder_step_sample). */
+struct decoder_ws_counters {
+    uint64_t steps, logits_bytes, device_picks;
+};
+void decoder_ws_counters(const struct decoder_ws *ws, struct decoder_ws_counters *out);
 /* Fault injection (debug.device_fault_id): the next decoder_step on ws
  * fails as a dead device would (MODEL_EFATAL; on a GPU a sticky error
  * that poisons the process's CUDA context). */

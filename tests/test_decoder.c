@@ -41,6 +41,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../gen/sample.h"
 #include "../gpu/cpu_amx.h"
 #include "../gpu/decoder.h"
 #include "../gpu/safetensors.h"
@@ -507,6 +508,89 @@ static void check_refusals(const struct decoder *d, struct decoder_ws *ws, int i
     kvcache_seq_free(kv, id);
 }
 
+/* Picks on the device (decoder_step_sample) against gen_sample on the
+ * logits decoder_step gives for a twin sequence (the same tokens, alone
+ * in its step, so the same logits bit for bit): ids identical for greedy,
+ * and for a draw unless it lies within 1e-9 of a boundary of the host's
+ * walk (counted; test_cuda_sample.c states the rule); log-probabilities
+ * within 1e-5. A backend without a sampler refuses the call. */
+static void check_device_sample(const struct decoder *d, struct decoder_ws *ws)
+{
+    struct kvcache *kv = decoder_ws_cache(ws);
+    size_t vocab = decoder_info(d)->vocab;
+    int a = kvcache_seq_new(kv), b = kvcache_seq_new(kv);
+    assert_true(a >= 0 && b >= 0);
+    int32_t ids[4];
+    uint32_t off[2] = {0, 4};
+    for (int i = 0; i < 4; i++) ids[i] = (int32_t)(tu_rand64() % vocab);
+    struct decoder_batch ba = {.n = 1, .seqs = &a, .ids = ids, .offsets = off};
+    struct decoder_batch bb = {.n = 1, .seqs = &b, .ids = ids, .offsets = off};
+    struct decoder_sample row;
+    struct decoder_pick pick;
+    if (!decoder_ws_samples(ws)) {
+        memset(&row, 0, sizeof(row));
+        assert_int_equal(decoder_step_sample(d, ws, &bb, &row, &pick), MODEL_EINVAL);
+        kvcache_seq_free(kv, a);
+        kvcache_seq_free(kv, b);
+        return;
+    }
+    struct decoder_ws_counters c0, c1;
+    decoder_ws_counters(ws, &c0);
+    float *lg = malloc(vocab * sizeof(float));
+    struct gen_scratch *sc = gen_scratch_new(vocab);
+    assert_true(lg && sc);
+    size_t near = 0;
+    for (int step = 0; step < 12; step++) {
+        const float *out;
+        int rc = decoder_step(d, ws, &ba, &out);
+        if (rc) fail_msg("device sample: step: %d %s", rc, decoder_ws_error(ws));
+        memcpy(lg, out, vocab * sizeof(float));
+        struct gen_sampling sp;
+        gen_sampling_defaults(&sp);
+        if (step % 4) sp.temperature = tu_randf(0.3f, 1.5f);
+        if (step % 4 == 2) sp.top_k = (uint32_t)(1 + tu_rand64() % vocab);
+        if (step % 4 == 3) sp.top_p = tu_randf(0.1f, 1.0f), sp.min_p = tu_randf(0.0f, 0.3f);
+        struct gen_rng rng, copy;
+        gen_rng_seed(&rng, tu_rand64());
+        copy = rng;
+        row = (struct decoder_sample){.temperature = sp.temperature, .top_k = sp.top_k,
+                                      .top_p = sp.top_p, .min_p = sp.min_p,
+                                      .u = gen_rng_uniform(&copy), .on = 1, .logprob = 1};
+        rc = decoder_step_sample(d, ws, &bb, &row, &pick);
+        if (rc) fail_msg("device sample: %d %s", rc, decoder_ws_error(ws));
+        float lp;
+        int32_t want = gen_sample(lg, vocab, &sp, sp.temperature > 0 ? &rng : NULL, sc, &lp);
+        assert_true(want >= 0);
+        if (pick.id != want) {
+            size_t m = gen_filter(lg, vocab, &sp, sc);
+            double acc = 0;
+            int at = 0;
+            for (size_t i = 0; i < m; i++) {
+                acc += gen_scratch_prob(sc, gen_scratch_ids(sc)[i]);
+                at |= fabs(acc - row.u) < 1e-9;
+            }
+            if (sp.temperature == 0 || !at)
+                fail_msg("device sample, step %d: device %d, host %d (T %g)", step, pick.id,
+                         want, (double)sp.temperature);
+            near++;
+        } else if (!(fabs((double)pick.logprob - (double)lp) <= 1e-5 * fmax(1, fabs(lp)))) {
+            fail_msg("device sample, step %d: logprob %.9g, host %.9g", step,
+                     (double)pick.logprob, (double)lp);
+        }
+        /* both go on with the host's token */
+        ids[0] = want;
+        off[1] = 1;
+    }
+    decoder_ws_counters(ws, &c1);
+    assert_true(c1.device_picks == c0.device_picks + 12);
+    assert_true(c1.logits_bytes == c0.logits_bytes + 12 * vocab * sizeof(float));
+    assert_true(near <= 1);
+    free(lg);
+    gen_scratch_destroy(sc);
+    kvcache_seq_free(kv, a);
+    kvcache_seq_free(kv, b);
+}
+
 static void run_variant(const struct variant *V)
 {
     char dir[] = "/tmp/kinfer_test_decoder_XXXXXX";
@@ -538,6 +622,7 @@ static void run_variant(const struct variant *V)
     snprintf(what, sizeof(what), "%s prefill", V->name);
     run_mixed(d, ws, S, 1, MAXT, 1, what);
     check_refusals(d, ws, !strcmp(rt_backend, "cpu"));
+    assert_int_equal(decoder_ws_samples(ws), 0); /* all_logits: the caller samples */
     /* (c) mixed batches in random chunks, every position */
     snprintf(what, sizeof(what), "%s mixed", V->name);
     run_mixed(d, ws, S, 3, 7, 1, what);
@@ -549,6 +634,8 @@ static void run_variant(const struct variant *V)
         run_mixed(d, ws, S, 1, 1, 0, what);
         snprintf(what, sizeof(what), "%s mixed, block %zu", V->name, bt);
         run_mixed(d, ws, S, 3, 4, 0, what);
+        assert_int_equal(decoder_ws_samples(ws), strcmp(rt_backend, "cpu") != 0);
+        check_device_sample(d, ws);
         decoder_ws_destroy(ws);
     }
     printf("  %-8s worst err/tol %.3f (%s %s)\n", V->name, worst_seen, rt_backend,

@@ -41,7 +41,10 @@
  * prefix, one shorter than it, identical jobs) find its blocks in the
  * cache, skip computing them and give what they give without sharing,
  * also in a cache small enough to preempt and evict. Streams: the
- * pieces joined are always the final text. */
+ * pieces joined are always the final text. Every run checks where its
+ * tokens were chosen: on the CUDA backend by the device's sampler with
+ * no logits copied to the host (decoder_ws_counters), on the CPU backend
+ * on the host. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -190,6 +193,23 @@ static void drain(struct gen_engine *e)
     assert_int_equal(n, 0);
 }
 
+/* The tokens were chosen where the backend chooses them: on the device
+ * (the CUDA backend: no logits came back to the host, every token was a
+ * device pick) or on the host from the logits (the CPU backend). */
+static void check_path(struct gen_engine *e)
+{
+    struct decoder_ws_counters k;
+    decoder_ws_counters(gen_engine_ws(e), &k);
+    assert_true(k.steps > 0);
+    if (!strcmp(backend, "cuda")) {
+        assert_true(k.device_picks > 0);
+        assert_true(k.logits_bytes == 0);
+    } else {
+        assert_true(k.device_picks == 0);
+        assert_true(k.logits_bytes > 0);
+    }
+}
+
 /* Each job through e on its own, then all at once through e2. */
 static void run_alone(const struct gen_engine_conf *c, struct job *jobs, size_t n, struct out *o)
 {
@@ -199,6 +219,7 @@ static void run_alone(const struct gen_engine_conf *c, struct job *jobs, size_t 
         drain(e);
         assert_int_equal(o[i].done, 1);
     }
+    check_path(e);
     gen_engine_destroy(e);
 }
 
@@ -209,6 +230,7 @@ static void run_together(const struct gen_engine_conf *c, struct job *jobs, size
     for (size_t i = 0; i < n; i++) submit(e, &jobs[i], &o[i]);
     drain(e);
     if (preemptions) *preemptions = gen_engine_preemptions(e);
+    check_path(e);
     gen_engine_destroy(e);
     for (size_t i = 0; i < n; i++) assert_int_equal(o[i].done, 1);
 }

@@ -467,6 +467,8 @@ static void stop_worker(pid_t w, const char *name, size_t n_jobs)
 
 /* ---- the tests ---------------------------------------------------------------- */
 
+static int file_has(const char *path, const char *needle);
+
 static json_t *prompt_job(const char *prompt, int max_tokens, double temperature)
 {
     return json_pack("{s:s, s:s, s:i, s:f}", "model", "llm", "prompt", prompt, "max_tokens",
@@ -612,6 +614,16 @@ static void test_gen_results(void **state)
     free(ready);
     free(m);
     stop_worker(w, name, n);
+    /* Where the tokens were chosen (the worker says so as it stops): on
+     * the CUDA backend by the device's sampler, no logits to the host; on
+     * the CPU backend on the host. */
+    if (!strcmp(test_backend(), "cuda")) {
+        assert_true(file_has(last_log, "logits_bytes=0"));
+        assert_false(file_has(last_log, "device_picks=0 "));
+        assert_true(file_has(last_log, "device_picks="));
+    } else {
+        assert_true(file_has(last_log, "device_picks=0 "));
+    }
     for (size_t i = 0; i < n; i++) gc_free(cs[i]);
 }
 

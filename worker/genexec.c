@@ -321,8 +321,17 @@ static void *genexec_main(void *arg)
     }
     stats_loop_stop(g->c.stats, GENEXEC_LOOP);
     /* On the thread that made them; requests still in them are dropped
-     * unreported (their jobs are freed by genexec_stop). */
+     * unreported (their jobs are freed by genexec_stop). Each says where
+     * its tokens were chosen: on the device (no logits to the host) or
+     * on the host from the logits. */
     for (size_t i = 0; i < g->c.n_models; i++) {
+        if (g->eng[i]) {
+            struct decoder_ws_counters dc;
+            decoder_ws_counters(gen_engine_ws(g->eng[i]), &dc);
+            LOG_I("generator_stopped",
+                  "model=%s steps=%" PRIu64 " device_picks=%" PRIu64 " logits_bytes=%" PRIu64,
+                  g->c.gens[i]->name, dc.steps, dc.device_picks, dc.logits_bytes);
+        }
         gen_engine_destroy(g->eng[i]);
         g->eng[i] = NULL;
     }
