@@ -581,11 +581,17 @@ static int cpu_gemm_conv(struct cpu_ctx *c, const struct bk_weight *w, size_t m,
     return 0;
 }
 
-/* C = alpha A W^T (+ bias) on the AMX tiles, W packed: A converted in the
- * context's scratch; alpha other than 1 scales C before the bias. */
+static void cpu_act_epi(float *x, size_t n, const void *arg)
+{
+    cpu_act_run(x, n, *(const enum bk_act *)arg);
+}
+
+/* C = act(alpha A W^T (+ bias)) on the AMX tiles, W packed: A converted
+ * in the context's scratch; alpha other than 1 scales C before the bias;
+ * the activation runs on each tile as the tiles' threads store it. */
 static int cpu_gemm_amx(struct cpu_ctx *c, const struct bk_weight *w, size_t m, size_t n,
                         size_t k, float alpha, const float *a, size_t lda, const float *bias,
-                        float *out, size_t ldc)
+                        enum bk_act act, float *out, size_t ldc)
 {
     size_t need = (cpu_amx_scratch_size(m, k) + 63) / 64 * 64;
     if (c->amx_n < need) {
@@ -599,12 +605,17 @@ static int cpu_gemm_amx(struct cpu_ctx *c, const struct bk_weight *w, size_t m, 
     }
     int prof = atomic_load_explicit(&gemm_prof, memory_order_relaxed);
     uint64_t t0 = prof ? mono_ns() : 0;
-    cpu_amx_mm(m, n, k, a, lda, w->h, w->rows, alpha == 1.0f ? bias : NULL, out, ldc, c->amx);
+    struct cpu_amx_epi epi = {cpu_act_epi, &act};
+    int fused = alpha == 1.0f;
+    cpu_amx_mm(m, n, k, a, lda, w->h, w->rows, fused ? bias : NULL,
+               fused && act != BK_ACT_NONE ? &epi : NULL, out, ldc, c->amx);
     if (prof) atomic_fetch_add_explicit(&gemm_ns, mono_ns() - t0, memory_order_relaxed);
-    if (alpha != 1.0f)
-        for (size_t r = 0; r < m; r++)
+    if (!fused)
+        for (size_t r = 0; r < m; r++) {
             for (size_t j = 0; j < n; j++)
                 out[r * ldc + j] = alpha * out[r * ldc + j] + (bias ? bias[j] : 0.0f);
+            if (act != BK_ACT_NONE) cpu_act_run(out + r * ldc, n, act);
+        }
     return 0;
 }
 
@@ -638,10 +649,9 @@ static int cpu_gemm(void *cp, const struct bk_gemm *g)
         for (size_t i = 0; i < batch_of(g); i++) {
             float *c = (float *)g->c + i * g->stride_c;
             int rc = cpu_gemm_amx(cp, g->w, g->m, g->n, g->k, g->alpha != 0.0f ? g->alpha : 1.0f,
-                                  (const float *)g->a + i * g->stride_a, lda, W(g->bias), c, ldc);
+                                  (const float *)g->a + i * g->stride_a, lda, W(g->bias), g->act,
+                                  c, ldc);
             if (rc) return rc;
-            if (g->act != BK_ACT_NONE)
-                for (size_t r = 0; r < g->m; r++) cpu_act_run(c + r * ldc, g->n, g->act);
         }
         return 0;
     }

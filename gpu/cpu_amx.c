@@ -135,6 +135,7 @@ struct amx_job {
     const uint16_t *a;      /* mblocks * 16 x kp, row-major */
     const uint16_t *w;
     const float *bias;
+    const struct cpu_amx_epi *epi;
     float *c;
     size_t ldc;
 };
@@ -145,7 +146,8 @@ struct amx_cfg {
     uint8_t rows[16];
 };
 
-/* Tile t of C holds rows i0.. and columns j0..: stored with the bias. */
+/* Tile t of C holds rows i0.. and columns j0..: stored with the bias,
+ * then the epilogue. */
 AMX_INLINE void amx_store1(const struct amx_job *j, float *tmp, size_t i0, size_t j0)
 {
     size_t mr = j->m - i0 < 16 ? j->m - i0 : 16, nc = j->n - j0 < 16 ? j->n - j0 : 16;
@@ -154,6 +156,7 @@ AMX_INLINE void amx_store1(const struct amx_job *j, float *tmp, size_t i0, size_
     for (size_t r = 0; r < mr; r++) {
         float *out = j->c + (i0 + r) * j->ldc + j0;
         _mm512_mask_storeu_ps(out, mk, _mm512_add_ps(_mm512_loadu_ps(tmp + r * 16), b));
+        if (j->epi) j->epi->fn(out, nc, j->epi->arg);
     }
 }
 
@@ -271,20 +274,22 @@ static void amx_part_fn(void *arg, size_t part, size_t parts)
 #endif
 
 void cpu_amx_mm(size_t m, size_t n, size_t k, const float *a, size_t lda, const uint16_t *w,
-                size_t rows, const float *bias, float *c, size_t ldc, void *scratch)
+                size_t rows, const float *bias, const struct cpu_amx_epi *epi, float *c,
+                size_t ldc, void *scratch)
 {
     if (n > rows) return; /* past the packed rows: refused (the backend checks) */
 #ifdef AMX_X86
     struct amx_job j = {.m = m, .n = n, .k = k, .kp = (k + 31) / 32 * 32,
                         .mblocks = (m + 15) / 16, .bands = (n + 15) / 16, .a = scratch,
-                        .w = w, .bias = bias, .c = c, .ldc = ldc};
+                        .w = w, .bias = bias, .epi = epi, .c = c, .ldc = ldc};
     amx_convert(scratch, m, k, j.kp, a, lda);
     if (m * n * k < AMX_POOL_MIN)
         amx_part(&j, 0, 1);
     else
         cpu_par(amx_part_fn, &j, (j.bands + 1) / 2);
 #else
-    (void)m, (void)n, (void)k, (void)a, (void)lda, (void)w, (void)bias, (void)c, (void)ldc;
+    (void)m, (void)n, (void)k, (void)a, (void)lda, (void)w, (void)bias, (void)epi, (void)c;
+    (void)ldc;
     (void)scratch;
 #endif
 }
@@ -309,7 +314,7 @@ double model_cpu_amx_peak(size_t n, double seconds)
         double start = amx_now();
         for (int rep = 0; rep < 3 || amx_now() - start < seconds; rep++) {
             double t0 = amx_now();
-            cpu_amx_mm(n, n, n, a, n, w, n, NULL, c, n, scratch);
+            cpu_amx_mm(n, n, n, a, n, w, n, NULL, NULL, c, n, scratch);
             double s = amx_now() - t0, gf = 2.0 * (double)n * (double)n * (double)n / s / 1e9;
             if (s > 0 && gf > best) best = gf;
         }

@@ -54,12 +54,21 @@ void cpu_amx_row(float *dst, const uint16_t *w, size_t rows, size_t cols, size_t
 /* Bytes of scratch a product of m rows over k columns needs. */
 size_t cpu_amx_scratch_size(size_t m, size_t k);
 
-/* C[i, j] = sum_k bf16(A[i, k]) W[j, k] (+ bias[j]) for i < m, j < n:
- * A with leading dimension lda (floats), W packed as rows x k (n <=
- * rows), C with ldc; bias NULL or n floats; scratch of
+/* An elementwise function of C's values run where they are stored (an
+ * activation), on n consecutive values of a row at a time, by whichever
+ * thread stored them. */
+struct cpu_amx_epi {
+    void (*fn)(float *x, size_t n, const void *arg);
+    const void *arg;
+};
+
+/* C[i, j] = sum_k bf16(A[i, k]) W[j, k] (+ bias[j]) for i < m, j < n,
+ * then epi (NULL: none): A with leading dimension lda (floats), W packed
+ * as rows x k (n <= rows), C with ldc; bias NULL or n floats; scratch of
  * cpu_amx_scratch_size(m, k) bytes, 64-byte aligned. Only when
  * cpu_amx_ready() said 1. */
 void cpu_amx_mm(size_t m, size_t n, size_t k, const float *a, size_t lda, const uint16_t *w,
-                size_t rows, const float *bias, float *c, size_t ldc, void *scratch);
+                size_t rows, const float *bias, const struct cpu_amx_epi *epi, float *c,
+                size_t ldc, void *scratch);
 
 #endif

@@ -12,14 +12,16 @@
  *   C = bf16(A) W^T + bias for m, n, k from 1 (every tail of the 16-row
  *   blocks, the 2 x 2 tile blocks, the 32-column steps and the 256-row
  *   chunks of A), strided A and C (the columns past n left alone), no
- *   bias, one and two threads. Tolerance: |got - ref| <= (k + 20) 2^-24
- *   (sum_k |a w| + |bias|), the bound of float32 sums of exact products
- *   (ref: the float64 sum of the rounded values);
+ *   bias, an epilogue run once on every value, one and two threads.
+ *   Tolerance: |got - ref| <= (k + 20) 2^-24 (sum_k |a w| + |bias|), the
+ *   bound of float32 sums of exact products (ref: the float64 sum of the
+ *   rounded values);
  * - the backend in bf16: a weight stacked from two tensors (float32,
- *   bfloat16, float16) gives C = A W^T + bias, activation applied, alpha
- *   scaling, for few and many rows, on the tiles (A rounded) and with the
- *   tiles turned off (the bfloat16 weight widened, A exact); the same
- *   tolerance against the matching reference. */
+ *   bfloat16, float16) gives C = A W^T + bias, ReLU or the erf GELU
+ *   applied, alpha scaling, for few and many rows, on the tiles (A
+ *   rounded) and with the tiles turned off (the bfloat16 weight widened,
+ *   A exact); the same tolerance against the matching reference (GELU's:
+ *   1.13 times it, its largest slope, plus 6e-7 of the value). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -103,8 +105,16 @@ static void test_pack(void **state)
     }
 }
 
-/* One product of the given shape against the float64 reference. */
-static void check_mm(size_t m, size_t n, size_t k, int with_bias)
+/* The test's epilogue: x -> 2x + 1, and a count of the values it saw. */
+static void twice_plus_one(float *x, size_t n, const void *arg)
+{
+    for (size_t i = 0; i < n; i++) x[i] = 2.0f * x[i] + 1.0f;
+    __atomic_add_fetch((size_t *)(uintptr_t)arg, n, __ATOMIC_RELAXED);
+}
+
+/* One product of the given shape against the float64 reference; with_epi
+ * runs twice_plus_one on every value, once. */
+static void check_mm(size_t m, size_t n, size_t k, int with_bias, int with_epi)
 {
     size_t lda = k + irand(0, 3), ldc = n + irand(0, 3);
     float *wf = malloc(n * k * sizeof(float)), *a = malloc(m * lda * sizeof(float));
@@ -118,7 +128,11 @@ static void check_mm(size_t m, size_t n, size_t k, int with_bias)
     for (size_t i = 0; i < m * lda; i++) a[i] = tu_randf(-1.0f, 1.0f);
     for (size_t j = 0; j < n; j++) bias[j] = tu_randf(-1.0f, 1.0f);
     for (size_t i = 0; i < m * ldc; i++) c[i] = 12345.0f;
-    cpu_amx_mm(m, n, k, a, lda, p, n, with_bias ? bias : NULL, c, ldc, scratch);
+    size_t seen = 0;
+    struct cpu_amx_epi epi = {twice_plus_one, &seen};
+    cpu_amx_mm(m, n, k, a, lda, p, n, with_bias ? bias : NULL, with_epi ? &epi : NULL, c, ldc,
+               scratch);
+    assert_int_equal(seen, with_epi ? m * n : 0);
     for (size_t i = 0; i < m; i++) {
         for (size_t j = 0; j < n; j++) {
             double ref = with_bias ? bias[j] : 0, mag = fabs(ref);
@@ -128,9 +142,13 @@ static void check_mm(size_t m, size_t n, size_t k, int with_bias)
                 mag += fabs(t);
             }
             double tol = ((double)k + 20.0) * ldexp(1.0, -24) * mag + 1e-30;
+            if (with_epi) {
+                ref = 2.0 * ref + 1.0;
+                tol = 2.0 * tol + ldexp(1.0, -23) * fabs(ref);
+            }
             if (!(fabs((double)c[i * ldc + j] - ref) <= tol))
-                fail_msg("%zux%zux%zu bias %d: C[%zu,%zu] = %.9g, reference %.9g", m, n, k,
-                         with_bias, i, j, (double)c[i * ldc + j], ref);
+                fail_msg("%zux%zux%zu bias %d epi %d: C[%zu,%zu] = %.9g, reference %.9g", m, n,
+                         k, with_bias, with_epi, i, j, (double)c[i * ldc + j], ref);
         }
         for (size_t j = n; j < ldc; j++) assert_true(c[i * ldc + j] == 12345.0f);
     }
@@ -153,9 +171,9 @@ static void test_mm(void **state)
     for (int threads = 1; threads <= 2; threads++) {
         cpu_mm_threads(threads);
         for (int round = 0; round < 40; round++)
-            check_mm(irand(1, 70), irand(1, 100), irand(1, 200), round % 4 != 0);
-        check_mm(irand(257, 600), irand(33, 200), irand(200, 700), 1); /* chunks, the pool */
-        check_mm(1, irand(600, 1200), irand(300, 700), 1);             /* a decode row */
+            check_mm(irand(1, 70), irand(1, 100), irand(1, 200), round % 4 != 0, round % 3 == 0);
+        check_mm(irand(257, 600), irand(33, 200), irand(200, 700), 1, 1); /* chunks, the pool */
+        check_mm(1, irand(600, 1200), irand(300, 700), 1, 0);             /* a decode row */
     }
     cpu_mm_threads(1);
 }
@@ -188,8 +206,9 @@ static void backend_round(const struct backend_ops *o, void *be, void *c, int am
     assert_true(a && out);
     for (size_t i = 0; i < m * k; i++) a[i] = tu_randf(-1.0f, 1.0f);
     float alpha = irand(0, 1) ? 1.0f : 0.5f;
+    enum bk_act act = irand(0, 1) ? BK_ACT_RELU : BK_ACT_GELU;
     struct bk_gemm g = {.m = m, .n = n, .k = k, .a = a, .w = w, .bias = b, .alpha = alpha,
-                        .act = BK_ACT_RELU, .c = out};
+                        .act = act, .c = out};
     assert_int_equal(o->pass_begin(c), 0);
     assert_int_equal(o->gemm(c, &g), 0);
     assert_int_equal(o->pass_end(c), 0);
@@ -204,8 +223,13 @@ static void backend_round(const struct backend_ops *o, void *be, void *c, int am
             }
             ref = alpha * ref + bias_h[j];
             mag = alpha * mag + fabs(bias_h[j]);
-            ref = ref > 0 ? ref : 0;
             double tol = ((double)k + 20.0) * ldexp(1.0, -24) * mag + 1e-30;
+            if (act == BK_ACT_RELU) {
+                ref = ref > 0 ? ref : 0;
+            } else { /* the erf GELU: slope at most 1.13, within 6e-7 of itself */
+                ref = 0.5 * ref * erfc(-ref / sqrt(2.0));
+                tol = 1.13 * tol + 6e-7 * fabs(ref) + 1e-30;
+            }
             if (!(fabs((double)out[i * n + j] - ref) <= tol))
                 fail_msg("bf16 gemm (tiles %d) kind %d %zux%zux%zu alpha %g: C[%zu,%zu] = %.9g, "
                          "reference %.9g", amx, (int)kind, m, n, k, (double)alpha, i, j,
