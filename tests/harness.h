@@ -215,11 +215,33 @@ H_FN pid_t h_start_redis(int *port)
     return -1;
 }
 
+/* Records whose delivery failed (their keys, the first H_DR_KEEP), counted
+ * by every harness producer's delivery report and said on stderr, so a
+ * test can send them again instead of waiting for answers that cannot
+ * come. */
+#define H_DR_KEEP 64
+static char h_dr_keys[H_DR_KEEP][128];
+static size_t h_dr_failed;
+
+H_FN void h_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    (void)opaque;
+    if (!m->err) return;
+    fprintf(stderr, "harness: delivery of key %.*s failed: %s\n", (int)m->key_len,
+            (const char *)m->key, rd_kafka_err2str(m->err));
+    if (h_dr_failed < H_DR_KEEP)
+        snprintf(h_dr_keys[h_dr_failed], sizeof(h_dr_keys[0]), "%.*s", (int)m->key_len,
+                 (const char *)m->key);
+    h_dr_failed++;
+}
+
 /* A producer to the harness cluster with idempotence on. */
 H_FN rd_kafka_t *h_producer(const char *brokers)
 {
     char err[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set_dr_msg_cb(conf, h_dr_cb);
     rd_kafka_conf_set(conf, "bootstrap.servers", brokers, err, sizeof(err));
     rd_kafka_conf_set(conf, "enable.idempotence", "true", err, sizeof(err));
     rd_kafka_conf_set(conf, "linger.ms", "2", err, sizeof(err));
