@@ -974,17 +974,8 @@ int main(int argc, char **argv)
 {
     (void)argc;
     char what[256];
-    if (!B->compiled_in || B->probe(what, sizeof(what)) <= 0) {
-        const char *req = getenv("KINFER_REQUIRE_GPU");
-        if (req && !strcmp(req, "1")) {
-            printf("test_cuda_prims: FAILED: KINFER_REQUIRE_GPU=1 and no CUDA device (%s)\n",
-                   B->compiled_in ? what : "not built with CUDA");
-            return 1;
-        }
-        printf("test_cuda_prims: skipped: no CUDA device (%s)\n",
-               B->compiled_in ? what : "not built with CUDA");
-        return 77;
-    }
+    if (!B->compiled_in || B->probe(what, sizeof(what)) <= 0)
+        return tu_no_gpu("test_cuda_prims", B->compiled_in ? what : "not built with CUDA");
     have_device = 1;
     *(void **)&lt_refuse = dlsym(RTLD_DEFAULT, "emu_lt_refuse");
     *(void **)&lt_count = dlsym(RTLD_DEFAULT, "emu_lt_matmuls");

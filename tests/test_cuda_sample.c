@@ -323,17 +323,8 @@ int main(int argc, char **argv)
 {
     (void)argc;
     char what[256];
-    if (!B->compiled_in || B->probe(what, sizeof(what)) <= 0) {
-        const char *req = getenv("KINFER_REQUIRE_GPU");
-        if (req && !strcmp(req, "1")) {
-            printf("test_cuda_sample: FAILED: KINFER_REQUIRE_GPU=1 and no CUDA device (%s)\n",
-                   B->compiled_in ? what : "not built with CUDA");
-            return 1;
-        }
-        printf("test_cuda_sample: skipped: no CUDA device (%s)\n",
-               B->compiled_in ? what : "not built with CUDA");
-        return 77;
-    }
+    if (!B->compiled_in || B->probe(what, sizeof(what)) <= 0)
+        return tu_no_gpu("test_cuda_sample", B->compiled_in ? what : "not built with CUDA");
     have_device = 1;
     fprintf(stderr, "test_cuda_sample: %s\n", what);
     tu_seed(argv[0]);

@@ -1027,15 +1027,7 @@ int main(int argc, char **argv)
 {
     char cuda[512];
     model_cuda_describe(cuda, sizeof(cuda));
-    if (!model_cuda_built() || strstr(cuda, " 0 usable devices")) {
-        const char *req = getenv("KINFER_REQUIRE_GPU");
-        if (req && strcmp(req, "1") == 0) {
-            printf("test_gpu: FAILED: KINFER_REQUIRE_GPU=1 and no CUDA device (%s)\n", cuda);
-            return 1;
-        }
-        printf("test_gpu: skipped: no CUDA device (%s)\n", cuda);
-        return 77;
-    }
+    if (!model_cuda_built() || strstr(cuda, " 0 usable devices")) return tu_no_gpu("test_gpu", cuda);
     /* The seed goes to the environment, so test_encoder_fault's child
      * draws what this run draws and KINFER_TEST_SEED replays both. */
     char seed[32];

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static uint64_t tu_rng_state;
@@ -38,6 +39,21 @@ static inline uint64_t tu_rand64(void)
 static inline float tu_randf(float lo, float hi)
 {
     return lo + (hi - lo) * (float)((tu_rand64() >> 40) * (1.0 / 16777216.0));
+}
+
+/* A GPU program that found no usable device (why says what it found):
+ * prints that it is skipped and returns 77, which tests/run.sh counts as
+ * skipped; with KINFER_REQUIRE_GPU=1 (tools/device-run.sh sets it) no
+ * device is a failure instead: prints so and returns 1. */
+static inline int tu_no_gpu(const char *prog, const char *why)
+{
+    const char *req = getenv("KINFER_REQUIRE_GPU");
+    if (req && strcmp(req, "1") == 0) {
+        printf("%s: FAILED: KINFER_REQUIRE_GPU=1 and no CUDA device (%s)\n", prog, why);
+        return 1;
+    }
+    printf("%s: skipped: no CUDA device (%s)\n", prog, why);
+    return 77;
 }
 
 #endif
