@@ -179,7 +179,7 @@ static struct bk_weight *cpu_weight_bf16(const struct bk_wsrc *src, size_t n, si
     size_t elems = amx ? cpu_amx_packed_elems(rows, cols) : rows * cols;
     struct bk_weight *w = calloc(1, sizeof(*w));
     float *row = malloc(cols * sizeof(float));
-    if (w) w->h = amx ? calloc(elems, sizeof(uint16_t)) : malloc(elems * sizeof(uint16_t));
+    if (w) w->h = cpu_mm_alloc(elems * sizeof(uint16_t), amx);
     if (!w || !w->h || !row) {
         snprintf(errstr, errstr_size, "out of memory for a weight of %zu x %zu", rows, cols);
         if (w) free(w->h);
@@ -233,7 +233,7 @@ static struct bk_weight *cpu_weight_new(void *bep, size_t dev, enum bk_wtype typ
         return cpu_weight_bf16(src, n, cols, be->amx, errstr, errstr_size);
     if (cpu_wsrc_matrix(type, src, n, 1, &cols) && src[0].t->dtype != ST_F32) {
         struct bk_weight *w = calloc(1, sizeof(*w));
-        if (w) w->h = malloc(total * sizeof(uint16_t));
+        if (w) w->h = cpu_mm_alloc(total * sizeof(uint16_t), 0);
         if (!w || !w->h) {
             snprintf(errstr, errstr_size, "out of memory for a weight of %zu elements", total);
             free(w);
@@ -251,7 +251,7 @@ static struct bk_weight *cpu_weight_new(void *bep, size_t dev, enum bk_wtype typ
         return w;
     }
     struct bk_weight *w = calloc(1, sizeof(*w));
-    if (w) w->d = malloc((total ? total : 1) * sizeof(float));
+    if (w) w->d = cpu_mm_alloc(total * sizeof(float), 0);
     if (!w || !w->d) {
         snprintf(errstr, errstr_size, "out of memory for a weight of %zu floats", total);
         if (w) free(w);

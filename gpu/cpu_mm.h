@@ -50,6 +50,11 @@ void cpu_mm(size_t m, size_t n, size_t k, const float *a, size_t lda, const void
  * (fn on the caller alone) while another thread holds the pool. */
 void cpu_par(void (*fn)(void *arg, size_t part, size_t parts), void *arg, size_t max_parts);
 
+/* Storage for a W of bytes: 64-byte aligned, so that the products'
+ * loads never straddle two cache lines; zeroed when zero. Freed with
+ * free(). NULL when out of memory. */
+void *cpu_mm_alloc(size_t bytes, int zero);
+
 /* dst[i] = the float32 value of 16-bit element src[i] of kind (BF16 or
  * F16; exact, but a signalling F16 NaN may come out quieted), n
  * elements. */

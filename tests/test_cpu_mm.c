@@ -65,10 +65,11 @@ static void *make_w(enum cpu_wkind kind, size_t n, double *wd)
     return raw;
 }
 
-/* One random product of at most mmax x nmax x kmax, checked. */
-static double one_mm(size_t mmax, size_t nmax, size_t kmax, enum cpu_wkind kind)
+/* One random product of m in [mmin, mmax], at most nmax x kmax, checked. */
+static double one_mm_m(size_t mmin, size_t mmax, size_t nmax, size_t kmax,
+                       enum cpu_wkind kind)
 {
-    size_t m = irand(1, mmax), n = irand(1, nmax), k = irand(1, kmax);
+    size_t m = irand(mmin, mmax), n = irand(1, nmax), k = irand(1, kmax);
     size_t lda = k + irand(0, 3), ldc = n + irand(0, 3);
     float *a = malloc(m * lda * sizeof(float)), *c = malloc(m * ldc * sizeof(float));
     float *bias = irand(0, 1) ? malloc(n * sizeof(float)) : NULL;
@@ -103,6 +104,45 @@ static double one_mm(size_t mmax, size_t nmax, size_t kmax, enum cpu_wkind kind)
     free(wd);
     free(w);
     return worst;
+}
+
+static double one_mm(size_t mmax, size_t nmax, size_t kmax, enum cpu_wkind kind)
+{
+    return one_mm_m(1, mmax, nmax, kmax, kind);
+}
+
+/* One row of A (a decode step): BF16 takes its own loops there, over A
+ * split per 32-element chunk (whole chunks two rows of W at a time, a
+ * tail, an odd last row; past 16384 columns the general loop). */
+static void test_mm_one_row(void **state)
+{
+    (void)state;
+    int best = cpu_mm_level(-1);
+    for (int lvl = best; lvl >= 0; lvl--) {
+        assert_int_equal(cpu_mm_level(lvl), lvl);
+        for (int threads = 1; threads <= 2; threads++) {
+            cpu_mm_threads(threads);
+            double worst = 0, e;
+            for (int kind = 0; kind < 3; kind++) {
+                for (int r = 0; r < 40; r++)
+                    if ((e = one_mm_m(1, 1, 9, 200, (enum cpu_wkind)kind)) > worst) worst = e;
+                for (int r = 0; r < 4; r++) /* whole chunks, the pool */
+                    if ((e = one_mm_m(1, 1, 301, 64 * irand(1, 12), (enum cpu_wkind)kind)) >
+                        worst)
+                        worst = e;
+                if ((e = one_mm_m(1, 1, 7, 17000, (enum cpu_wkind)kind)) > worst) worst = e;
+            }
+            printf("  level %d, %d threads, one row: worst err/tol %.3f\n", lvl, threads, worst);
+        }
+    }
+    cpu_mm_level(-1);
+    for (size_t bytes = 0; bytes < 300; bytes += 7) { /* the weights' storage */
+        unsigned char *p = cpu_mm_alloc(bytes, 1);
+        assert_non_null(p);
+        assert_int_equal((uintptr_t)p % 64, 0);
+        for (size_t i = 0; i < bytes; i++) assert_int_equal(p[i], 0);
+        free(p);
+    }
 }
 
 static void test_mm(void **state)
@@ -257,6 +297,7 @@ int main(void)
     tu_seed("test_cpu_mm");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mm),
+        cmocka_unit_test(test_mm_one_row),
         cmocka_unit_test(test_widen),
         cmocka_unit_test(test_par),
         cmocka_unit_test(test_backend16),
