@@ -16,7 +16,9 @@
  * A product converts A into a caller's scratch (cpu_amx_scratch_size),
  * then splits W's bands over cpu_mm.h's pool of threads; each thread
  * configures its tiles, walks its bands against A in blocks of 2 x 2
- * tiles and releases the tiles when done.
+ * tiles and releases the tiles when done. A product of one row (a
+ * decode step, bound by reading W) runs on AVX-512 instead, the same
+ * exact products summed in float32, without the tiles' setup.
  *
  * Threads: cpu_amx_ready on any thread (it asks the kernel once for the
  * tile state); the rest on any thread with its own scratch. */

@@ -12,7 +12,8 @@
  *   C = bf16(A) W^T + bias for m, n, k from 1 (every tail of the 16-row
  *   blocks, the 2 x 2 tile blocks, the 32-column steps and the 256-row
  *   chunks of A), strided A and C (the columns past n left alone), no
- *   bias, an epilogue run once on every value, one and two threads.
+ *   bias, an epilogue run once on every value, one and two threads; one
+ *   row of A (its loop without the tiles) on every tail the same way.
  *   Tolerance: |got - ref| <= (k + 20) 2^-24 (sum_k |a w| + |bias|), the
  *   bound of float32 sums of exact products (ref: the float64 sum of the
  *   rounded values);
@@ -170,8 +171,10 @@ static void test_mm(void **state)
     }
     for (int threads = 1; threads <= 2; threads++) {
         cpu_mm_threads(threads);
-        for (int round = 0; round < 40; round++)
+        for (int round = 0; round < 40; round++) {
             check_mm(irand(1, 70), irand(1, 100), irand(1, 200), round % 4 != 0, round % 3 == 0);
+            check_mm(1, irand(1, 100), irand(1, 200), round % 2, round % 3 == 0); /* no tiles */
+        }
         check_mm(irand(257, 600), irand(33, 200), irand(200, 700), 1, 1); /* chunks, the pool */
         check_mm(1, irand(600, 1200), irand(300, 700), 1, 0);             /* a decode row */
     }
