@@ -47,6 +47,7 @@ struct decoder_ws {
     struct bk_sample_out *h_sout;
     void *d_sscr;                    /* the sampler's scratch */
     struct decoder_ws_counters count;
+    const void *step_out;            /* the architecture's output, for replayed steps */
     size_t *old_len;                 /* per batch row, to undo a failed step */
     unsigned char *mark;             /* per cache id: seen in this batch */
     char err[256];
@@ -438,7 +439,26 @@ static int dec_run(const struct decoder *d, struct decoder_ws *ws, const struct 
         .max_ctx = ws->conf.max_ctx,
         .all_logits = ws->conf.all_logits};
     const void *out = NULL;
-    if (rc == 0) rc = d->arch->step(&d->rt, d->am, ws->aws, ws->ctx, &ab, &out);
+    /* A step of decode tokens alone (one a sequence) issues calls that
+     * depend on n and the workspace only: the ids, positions and block
+     * tables are device data staged above. Such a step may be recorded
+     * and replayed (the backend's graphs); prefill runs eagerly. */
+    int g = BK_GRAPH_RUN, graphed = rc == 0 && T == n && o->graph_begin;
+    if (graphed) {
+        uint32_t key[3] = {0x636564u /* "dec" */, (uint32_t)n, (uint32_t)ws->conf.all_logits};
+        if ((g = o->graph_begin(ws->ctx, key, sizeof(key))) < 0) rc = g;
+    }
+    if (rc == 0 && g == BK_GRAPH_REPLAYED) {
+        out = ws->step_out;
+        ws->count.graph_steps++;
+    } else if (rc == 0) {
+        rc = d->arch->step(&d->rt, d->am, ws->aws, ws->ctx, &ab, &out);
+        if (graphed) {
+            int end = o->graph_end(ws->ctx);
+            if (end < rc) rc = end;
+        }
+        ws->step_out = out;
+    }
     size_t lrows = ws->conf.all_logits ? T : n, on = 0;
     if (rc == 0 && rows) {
         for (size_t i = 0; i < n; i++) {

@@ -138,9 +138,12 @@ int decoder_step_sample(const struct decoder *d, struct decoder_ws *ws,
                         struct decoder_pick *picks);
 
 /* What a workspace's steps moved: logits_bytes of logits copied to the
- * host (decoder_step), tokens picked on the device (decoder_step_sample). */
+ * host (decoder_step), tokens picked on the device (decoder_step_sample);
+ * graph_steps: decode steps replayed from a recording (a backend with
+ * graphs, gpu.graphs on: a step of n decode tokens is recorded the second
+ * time n is seen, then replayed). */
 struct decoder_ws_counters {
-    uint64_t steps, logits_bytes, device_picks;
+    uint64_t steps, logits_bytes, device_picks, graph_steps;
 };
 void decoder_ws_counters(const struct decoder_ws *ws, struct decoder_ws_counters *out);
 /* Fault injection (debug.device_fault_id): the next decoder_step on ws

@@ -25,8 +25,10 @@
  * test_cpu_bf16 runs every variant on the CPU backend in bf16
  * (worker.cpu_precision; the AMX tiles where the CPU has them, and with
  * them off) within 4e-2 of the largest logit.
- * test_cuda runs every variant on the CUDA backend in every precision
- * (the program built over the emulated device, build/emu/tests/, runs only
+ * test_cuda runs every variant on the CUDA backend in every precision,
+ * the token-by-token steps replayed from recorded graphs after their
+ * first two (counted: some are, not all) against the same reference (the
+ * program built over the emulated device, build/emu/tests/, runs only
  * that test). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -635,6 +637,13 @@ static void run_variant(const struct variant *V)
         snprintf(what, sizeof(what), "%s mixed, block %zu", V->name, bt);
         run_mixed(d, ws, S, 3, 4, 0, what);
         assert_int_equal(decoder_ws_samples(ws), strcmp(rt_backend, "cpu") != 0);
+        /* on CUDA (graphs on by default) the decode steps replayed */
+        struct decoder_ws_counters cnt;
+        decoder_ws_counters(ws, &cnt);
+        if (strcmp(rt_backend, "cpu"))
+            assert_true(cnt.graph_steps > 0 && cnt.graph_steps < cnt.steps);
+        else
+            assert_true(cnt.graph_steps == 0);
         check_device_sample(d, ws);
         decoder_ws_destroy(ws);
     }

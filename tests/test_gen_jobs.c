@@ -638,14 +638,17 @@ static void test_gen_results(void **state)
     free(m);
     stop_worker(w, name, n);
     /* Where the tokens were chosen (the worker says so as it stops): on
-     * the CUDA backend by the device's sampler, no logits to the host; on
-     * the CPU backend on the host. */
+     * the CUDA backend by the device's sampler, no logits to the host,
+     * decode steps replayed from graphs; on the CPU backend on the host. */
     if (!strcmp(test_backend(), "cuda")) {
         assert_true(file_has(last_log, "logits_bytes=0"));
         assert_false(file_has(last_log, "device_picks=0 "));
         assert_true(file_has(last_log, "device_picks="));
+        assert_false(file_has(last_log, "graph_steps=0 "));
+        assert_true(file_has(last_log, "graph_steps="));
     } else {
         assert_true(file_has(last_log, "device_picks=0 "));
+        assert_true(file_has(last_log, "graph_steps=0 "));
     }
     for (size_t i = 0; i < n; i++) gc_free(cs[i]);
 }

@@ -329,8 +329,9 @@ static void *genexec_main(void *arg)
             struct decoder_ws_counters dc;
             decoder_ws_counters(gen_engine_ws(g->eng[i]), &dc);
             LOG_I("generator_stopped",
-                  "model=%s steps=%" PRIu64 " device_picks=%" PRIu64 " logits_bytes=%" PRIu64,
-                  g->c.gens[i]->name, dc.steps, dc.device_picks, dc.logits_bytes);
+                  "model=%s steps=%" PRIu64 " graph_steps=%" PRIu64 " device_picks=%" PRIu64
+                  " logits_bytes=%" PRIu64,
+                  g->c.gens[i]->name, dc.steps, dc.graph_steps, dc.device_picks, dc.logits_bytes);
         }
         gen_engine_destroy(g->eng[i]);
         g->eng[i] = NULL;
