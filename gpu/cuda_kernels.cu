@@ -224,30 +224,24 @@ __global__ void kv_store_kernel(float *K, float *V, const T *k, size_t ldk, cons
 // (the online softmax), and each thread adds the tile's weighted values
 // into its own elements of the head's accumulator. Every decision that
 // ends the loop is the block's, so the barriers are met by every thread.
-template <typename T>
-__global__ void paged_attn_kernel(const T *q, size_t ldq, size_t heads, size_t group,
-                                  float scale, const float *K, const float *V,
-                                  const uint32_t *seq, const uint32_t *pos,
-                                  const uint32_t *tables, size_t table_w, size_t block_tokens,
-                                  size_t blocks, size_t row, size_t dh, size_t max_ctx, T *out,
-                                  size_t ldo)
+// The online softmax of one query head (qs, in shared memory) over cache
+// positions jlo .. jhi of sequence sq, cache head g, in tiles of
+// blockDim.x positions: acc (dh floats, shared, zeroed by the caller)
+// gets the weighted sum of the values, unnormalized; *m the largest
+// score, *l the sum of exp(score - *m). 1 (the whole block) when a
+// position's block is not in the table.
+__device__ int paged_attn_span(const float *qs, float scale, const float *K, const float *V,
+                               const uint32_t *tables, size_t table_w, size_t block_tokens,
+                               size_t blocks, size_t row, size_t dh, size_t sq, size_t g,
+                               size_t jlo, size_t jhi, float *acc, float *p, float *red,
+                               long long *slots, float *m_out, float *l_out)
 {
-    __shared__ float qs[KC_PAGED_MAX_DH], acc[KC_PAGED_MAX_DH], p[kThreads], red[kWarps];
-    __shared__ long long slots[kThreads];
-    size_t t = blockIdx.x / heads, h = blockIdx.x % heads, g = h / group;
-    size_t last = pos[t], sq = seq[t];
-    for (size_t e = threadIdx.x; e < dh; e += blockDim.x) {
-        qs[e] = ld(q, t * ldq + h * dh + e);
-        acc[e] = 0.0f;
-    }
-    __syncthreads();
-    int bad = last >= max_ctx;
     float m = -INFINITY, l = 0.0f;
-    for (size_t j0 = 0; !bad && j0 <= last; j0 += blockDim.x) {
+    for (size_t j0 = jlo; j0 <= jhi; j0 += blockDim.x) {
         size_t j = j0 + threadIdx.x;
         float sc = -INFINITY;
         long long slot = -1;
-        if (j <= last) {
+        if (j <= jhi) {
             size_t b = j / block_tokens;
             uint32_t blk = b < table_w ? tables[sq * table_w + b] : 0xffffffffu;
             if (blk < blocks) {
@@ -261,16 +255,13 @@ __global__ void paged_attn_kernel(const T *q, size_t ldq, size_t heads, size_t g
             }
         }
         slots[threadIdx.x] = slot;
-        if (block_reduce(slot == -2 ? 1.0f : 0.0f, 1, red) > 0.0f) {
-            bad = 1;
-            break;
-        }
+        if (block_reduce(slot == -2 ? 1.0f : 0.0f, 1, red) > 0.0f) return 1;
         float mn = fmaxf(m, block_reduce(sc, 1, red));
-        float pj = j <= last ? expf(sc - mn) : 0.0f;
+        float pj = j <= jhi ? expf(sc - mn) : 0.0f;
         p[threadIdx.x] = pj;
         float corr = expf(m - mn);
         l = l * corr + block_reduce(pj, 0, red); /* its barriers publish p and slots */
-        size_t n = last + 1 - j0 < blockDim.x ? last + 1 - j0 : blockDim.x;
+        size_t n = jhi + 1 - j0 < blockDim.x ? jhi + 1 - j0 : blockDim.x;
         for (size_t e = threadIdx.x; e < dh; e += blockDim.x) {
             float a = acc[e] * corr;
             for (size_t k = 0; k < n; k++) a += p[k] * V[(size_t)slots[k] * row + g * dh + e];
@@ -279,8 +270,101 @@ __global__ void paged_attn_kernel(const T *q, size_t ldq, size_t heads, size_t g
         m = mn;
         __syncthreads(); /* the next tile overwrites p and slots */
     }
+    *m_out = m;
+    *l_out = l;
+    return 0;
+}
+
+// Query head h of token t into qs, acc zeroed.
+template <typename T>
+__device__ void paged_attn_start(const T *q, size_t ldq, size_t t, size_t h, size_t dh,
+                                 float *qs, float *acc)
+{
+    for (size_t e = threadIdx.x; e < dh; e += blockDim.x) {
+        qs[e] = ld(q, t * ldq + h * dh + e);
+        acc[e] = 0.0f;
+    }
+    __syncthreads();
+}
+
+// One block per (token, head): its whole context.
+template <typename T>
+__global__ void paged_attn_kernel(const T *q, size_t ldq, size_t heads, size_t group,
+                                  float scale, const float *K, const float *V,
+                                  const uint32_t *seq, const uint32_t *pos,
+                                  const uint32_t *tables, size_t table_w, size_t block_tokens,
+                                  size_t blocks, size_t row, size_t dh, size_t max_ctx, T *out,
+                                  size_t ldo)
+{
+    __shared__ float qs[KC_PAGED_MAX_DH], acc[KC_PAGED_MAX_DH], p[kThreads], red[kWarps];
+    __shared__ long long slots[kThreads];
+    size_t t = blockIdx.x / heads, h = blockIdx.x % heads, last = pos[t];
+    paged_attn_start(q, ldq, t, h, dh, qs, acc);
+    float m = 0.0f, l = 0.0f;
+    int bad = last >= max_ctx ||
+              paged_attn_span(qs, scale, K, V, tables, table_w, block_tokens, blocks, row, dh,
+                              seq[t], h / group, 0, last, acc, p, red, slots, &m, &l);
     T *o = out + t * ldo + h * dh;
     for (size_t e = threadIdx.x; e < dh; e += blockDim.x) st(o, e, bad ? NAN : acc[e] / l);
+}
+
+// One block per (token, head, part): positions part chunk .. part chunk
+// + chunk - 1 of the context, into part's dh + 2 floats of the scratch
+// (the unnormalized sum, the largest score, the sum of exponentials;
+// -inf and 0 for a part past the context; NaN for the sum when a
+// position is missing).
+template <typename T>
+__global__ void paged_attn_part_kernel(const T *q, size_t ldq, size_t heads, size_t group,
+                                       float scale, const float *K, const float *V,
+                                       const uint32_t *seq, const uint32_t *pos,
+                                       const uint32_t *tables, size_t table_w,
+                                       size_t block_tokens, size_t blocks, size_t row,
+                                       size_t dh, size_t max_ctx, size_t parts, size_t chunk,
+                                       float *scratch)
+{
+    __shared__ float qs[KC_PAGED_MAX_DH], acc[KC_PAGED_MAX_DH], p[kThreads], red[kWarps];
+    __shared__ long long slots[kThreads];
+    size_t r = blockIdx.x / parts, part = blockIdx.x % parts;
+    size_t t = r / heads, h = r % heads, last = pos[t], jlo = part * chunk;
+    paged_attn_start(q, ldq, t, h, dh, qs, acc);
+    float m = -INFINITY, l = 0.0f;
+    int bad = last >= max_ctx;
+    if (!bad && jlo <= last)
+        bad = paged_attn_span(qs, scale, K, V, tables, table_w, block_tokens, blocks, row, dh,
+                              seq[t], h / group, jlo,
+                              last - jlo < chunk ? last : jlo + chunk - 1, acc, p, red, slots,
+                              &m, &l);
+    float *o = scratch + blockIdx.x * (dh + 2);
+    for (size_t e = threadIdx.x; e < dh; e += blockDim.x) o[e] = acc[e];
+    if (threadIdx.x == 0) {
+        o[dh] = m;
+        o[dh + 1] = bad ? NAN : l;
+    }
+}
+
+// One block per (token, head): its parts rescaled to the largest score
+// and summed.
+template <typename T>
+__global__ void paged_attn_combine_kernel(const float *scratch, size_t heads, size_t dh,
+                                          size_t parts, T *out, size_t ldo)
+{
+    const float *in = scratch + blockIdx.x * parts * (dh + 2);
+    float mx = -INFINITY, l = 0.0f;
+    for (size_t s = 0; s < parts; s++) mx = fmaxf(mx, in[s * (dh + 2) + dh]);
+    for (size_t s = 0; s < parts; s++) {
+        float ls = in[s * (dh + 2) + dh + 1];
+        l += ls != 0.0f ? ls * expf(in[s * (dh + 2) + dh] - mx) : 0.0f; /* NaN stays */
+    }
+    size_t t = blockIdx.x / heads, h = blockIdx.x % heads;
+    T *o = out + t * ldo + h * dh;
+    for (size_t e = threadIdx.x; e < dh; e += blockDim.x) {
+        float a = 0.0f;
+        for (size_t s = 0; s < parts; s++) {
+            const float *ps = in + s * (dh + 2);
+            if (ps[dh + 1] != 0.0f) a += ps[e] * expf(ps[dh] - mx);
+        }
+        st(o, e, a / l);
+    }
 }
 
 template <typename T>
@@ -620,23 +704,45 @@ extern "C" cudaError_t kc_kv_store(cudaStream_t s, enum kc_type t, float *K, flo
     });
 }
 
+extern "C" size_t kc_paged_attention_scratch(size_t max_tokens, size_t heads)
+{
+    size_t rows = max_tokens * heads < KC_SPLIT_ROWS ? max_tokens * heads : KC_SPLIT_ROWS;
+    return rows * KC_SPLIT_MAX * (KC_PAGED_MAX_DH + 2) * sizeof(float);
+}
+
 extern "C" cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const void *q,
                                           size_t ldq, size_t tokens, size_t heads, size_t group,
                                           float scale, const float *K, const float *V,
                                           const uint32_t *seq, const uint32_t *pos,
                                           const uint32_t *tables, size_t table_w,
                                           size_t block_tokens, size_t blocks, size_t kv_heads,
-                                          size_t dh, size_t max_ctx, void *out, size_t ldo)
+                                          size_t dh, size_t max_ctx, void *out, size_t ldo,
+                                          float *scratch)
 {
     size_t grid = tokens * heads;
     if (grid == 0 || grid > 0x7fffffffu || group == 0 || dh == 0 || dh > KC_PAGED_MAX_DH ||
-        block_tokens == 0 || table_w == 0 || heads != kv_heads * group)
+        block_tokens == 0 || table_w == 0 || heads != kv_heads * group || max_ctx == 0)
         return cudaErrorInvalidValue;
+    /* parts of at least KC_SPLIT_CHUNK positions (whole tiles), at most
+     * KC_SPLIT_MAX of them: all fixed by the sizes, so a graph may
+     * record them */
+    size_t chunk = (max_ctx + KC_SPLIT_MAX - 1) / KC_SPLIT_MAX;
+    chunk = chunk < KC_SPLIT_CHUNK ? KC_SPLIT_CHUNK : (chunk + kThreads - 1) / kThreads * kThreads;
+    size_t parts = (max_ctx + chunk - 1) / chunk;
+    int split = scratch && grid <= KC_SPLIT_ROWS && parts > 1;
     return with_type(t, [&](auto *p) {
         using T = KC_T(p);
-        paged_attn_kernel<<<(unsigned)grid, kThreads, 0, s>>>(
+        if (!split) {
+            paged_attn_kernel<<<(unsigned)grid, kThreads, 0, s>>>(
+                (const T *)q, ldq, heads, group, scale, K, V, seq, pos, tables, table_w,
+                block_tokens, blocks, kv_heads * dh, dh, max_ctx, (T *)out, ldo);
+            return;
+        }
+        paged_attn_part_kernel<<<(unsigned)(grid * parts), kThreads, 0, s>>>(
             (const T *)q, ldq, heads, group, scale, K, V, seq, pos, tables, table_w,
-            block_tokens, blocks, kv_heads * dh, dh, max_ctx, (T *)out, ldo);
+            block_tokens, blocks, kv_heads * dh, dh, max_ctx, parts, chunk, scratch);
+        paged_attn_combine_kernel<<<(unsigned)grid, kThreads, 0, s>>>(scratch, heads, dh, parts,
+                                                                      (T *)out, ldo);
     });
 }
 

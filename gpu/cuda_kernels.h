@@ -153,17 +153,29 @@ cudaError_t kc_kv_store(cudaStream_t s, enum kc_type t, float *K, float *V, cons
 /* Attention of each new token's query heads (q + t ldq + h dh) over its
  * sequence's cached positions 0 .. pos[t]: softmax(scale q k^T) v into
  * out + t ldo + h dh, head h reading cache head h / group. One block per
- * (token, head), an online softmax over tiles of positions, so no scratch
- * and any context length. dh is at most KC_PAGED_MAX_DH. A position at
- * or past max_ctx, or one whose block the table does not hold, gives NaN
- * rows (the runtime never passes one). */
+ * (token, head), an online softmax over tiles of positions, any context
+ * length. dh is at most KC_PAGED_MAX_DH. A position at or past max_ctx,
+ * or one whose block the table does not hold, gives NaN rows (the
+ * runtime never passes one).
+ *
+ * Few (token, head) rows (at most KC_SPLIT_ROWS: a decode step of few
+ * sequences, which would leave most of the device idle) over a max_ctx
+ * longer than KC_SPLIT_CHUNK split each row's context into parts of at
+ * least that many positions (at most KC_SPLIT_MAX parts), one block
+ * each, their partial sums in scratch (kc_paged_attention_scratch bytes
+ * for the max_tokens the caller passes at most), then a second kernel
+ * rescales and combines them. scratch NULL: never split. */
 #define KC_PAGED_MAX_DH 256
+#define KC_SPLIT_ROWS 256
+#define KC_SPLIT_MAX 32
+#define KC_SPLIT_CHUNK 256
+size_t kc_paged_attention_scratch(size_t max_tokens, size_t heads);
 cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const void *q, size_t ldq,
                                size_t tokens, size_t heads, size_t group, float scale,
                                const float *K, const float *V, const uint32_t *seq,
                                const uint32_t *pos, const uint32_t *tables, size_t table_w,
                                size_t block_tokens, size_t blocks, size_t kv_heads, size_t dh,
-                               size_t max_ctx, void *out, size_t ldo);
+                               size_t max_ctx, void *out, size_t ldo, float *scratch);
 
 /* ---- sampling (gpu/cuda_sample.cu) --------------------------------------
  * One row's parameters and result, laid out as backend.h's bk_sample_row

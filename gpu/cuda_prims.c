@@ -305,14 +305,13 @@ int cuda_kv_store(void *cp, const struct bk_kv *kv, const void *k, size_t ldk, c
                              row));
 }
 
-/* The kernel keeps its scores in shared memory a tile at a time. */
+/* The kernel keeps its scores in shared memory a tile at a time; the
+ * scratch holds the parts of a context split over blocks (few rows). */
 size_t cuda_paged_attention_scratch(void *be, size_t max_tokens, size_t max_ctx, size_t heads)
 {
     (void)be;
-    (void)max_tokens;
     (void)max_ctx;
-    (void)heads;
-    return 1;
+    return kc_paged_attention_scratch(max_tokens, heads);
 }
 
 int cuda_paged_attention(void *cp, const struct bk_paged_attention *a)
@@ -331,7 +330,7 @@ int cuda_paged_attention(void *cp, const struct bk_paged_attention *a)
                                     a->heads / kv->kv_heads, a->scale, kv->k, kv->v, a->s->seq,
                                     a->s->pos, kv->tables, kv->table_w, kv->block_tokens,
                                     kv->blocks, kv->kv_heads, kv->dh, a->max_ctx, a->out,
-                                    a->ldo));
+                                    a->ldo, a->scratch));
 }
 
 /* ---- sampling ------------------------------------------------------------------ */

@@ -10,7 +10,8 @@
  * with and without their LayerNorm, attention over a strided qkv (causal
  * or not, grouped-query, a relative-position bias), rope, swiglu, the
  * paged key/value cache (kv_store, paged_attention over scattered blocks,
- * grouped-query, contexts of several tiles, NaN for a missing block), the
+ * grouped-query, contexts of several tiles, split over blocks for few
+ * rows or not for many, NaN for a missing block), the
  * activations, softmax, l2norm, the four poolings, float32 loads and
  * stores; graphs (eager, captured, replayed, with new inputs each time);
  * the refusals (a bad leading dimension fails its pass only; ctx_alloc
@@ -647,18 +648,23 @@ static void test_swiglu(void **state)
 /* One random case on e: n sequences, each with past[i] cached positions
  * and k[i] new tokens (a prefill chunk or one decode token), blocks of
  * the pool handed out by gpu/kvcache.c to interleaved sequences; the past
- * is stored in one kv_store, then the new tokens, which attend. long: a
- * context of several of the kernel's tiles of positions. */
+ * is stored in one kv_store, then the new tokens, which attend. longctx
+ * 1: decode tokens over a context of several of the kernel's tiles of
+ * positions (on CUDA each split over blocks, then combined); 2: the same
+ * with a prefill chunk of 60 or more tokens in 9 heads (too many rows to
+ * split: one block a row over every tile). */
 static void paged_case(struct env *e, int round, int longctx)
 {
     char err[256];
-    size_t n = rnd(1, 4), kvh = rnd(1, 3), group = rnd(1, 3), heads = kvh * group;
+    size_t n = rnd(1, 4), kvh = longctx == 2 ? 3 : rnd(1, 3);
+    size_t group = longctx == 2 ? 3 : rnd(1, 3), heads = kvh * group;
     size_t dh = longctx ? 2 * rnd(1, 64) : 2 * rnd(1, 8), bt = rnd(1, 6);
-    size_t max_ctx = longctx ? rnd(260, 600) : rnd(1, 40);
+    size_t max_ctx = longctx == 1 ? rnd(260, 1500) : longctx ? rnd(260, 400) : rnd(1, 40);
     size_t past[4], k[4], total_new = 0, total_past = 0;
     for (size_t i = 0; i < n; i++) {
-        size_t len = rnd(1, max_ctx);
+        size_t len = rnd(longctx == 2 && i == 0 ? 100 : 1, max_ctx);
         k[i] = (i == 0 || tu_rand64() % 2) && !longctx ? rnd(1, len) : 1;
+        if (longctx == 2 && i == 0) k[i] = rnd(60, 100);
         past[i] = len - k[i];
         total_new += k[i];
         total_past += past[i];
@@ -795,7 +801,7 @@ static void test_paged(void **state)
     if (!have_device) skip();
     for (size_t p = 0; p < N_PRECS; p++) {
         struct env *e = env_new(precs[p], 0);
-        for (int round = 0; round < 8; round++) paged_case(e, round, round == 7);
+        for (int round = 0; round < 9; round++) paged_case(e, round, round < 6 ? 0 : round < 8 ? 1 : 2);
         env_free(e);
     }
 }
