@@ -405,11 +405,10 @@ static int llama_attn(const struct arch_rt *rt, const struct llama_model *m,
         ARCH_TRY(o->rmsnorm(c, ws->k, ws->k, NULL, L->k_norm, cf->eps, T * cf->kv_heads, dh));
     }
     ARCH_TRY(o->rope(c, ws->q, T, Q, 0, cf->heads, dh, s->pos, cp->inv_freq));
-    ARCH_TRY(o->rope(c, ws->k, T, K, 0, cf->kv_heads, dh, s->pos, cp->inv_freq));
     struct bk_kv kv = b->kv;
     kv.k = (float *)kv.k + l * b->layer_floats;
     kv.v = (float *)kv.v + l * b->layer_floats;
-    ARCH_TRY(o->kv_store(c, &kv, ws->k, K, ws->v, K, s));
+    ARCH_TRY(o->kv_store(c, &kv, ws->k, K, ws->v, K, s, cp->inv_freq)); /* keys rotated there */
     struct bk_paged_attention pa = {.q = ws->q, .ldq = Q, .heads = cf->heads,
                                     .scale = (float)(1.0 / sqrt((double)dh)), .kv = &kv, .s = s,
                                     .max_ctx = b->max_ctx, .out = ws->ctx, .ldo = Q,

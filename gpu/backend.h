@@ -330,14 +330,17 @@ struct backend_ops {
      * overlap x. */
     int (*swiglu)(void *c, void *y, const void *x, size_t rows, size_t w);
     /* Stores token t's key and value heads (activations at k + t ldk and
-     * v + t ldv, kv->kv_heads x kv->dh each, after rope) in the slot of
-     * its position s->pos[t] in sequence s->seq[t]'s blocks, converted to
-     * float32 (bk_kv). Only s->tokens, s->seq and s->pos are read. A
-     * token whose position falls outside its table or whose block id is
-     * not below kv->blocks is refused (MODEL_EINVAL) where the backend can
-     * check it cheaply; the runtime never passes one. */
+     * v + t ldv, kv->kv_heads x kv->dh each) in the slot of its position
+     * s->pos[t] in sequence s->seq[t]'s blocks, converted to float32
+     * (bk_kv); with rope (kv->dh / 2 float32 inverse frequencies, as rope
+     * takes them) each key head is rotated to its position on the way, as
+     * rope would rotate it in place (k itself is left as it was). Only
+     * s->tokens, s->seq and s->pos are read. A token whose position falls
+     * outside its table or whose block id is not below kv->blocks is
+     * refused (MODEL_EINVAL) where the backend can check it cheaply; the
+     * runtime never passes one. */
     int (*kv_store)(void *c, const struct bk_kv *kv, const void *k, size_t ldk, const void *v,
-                    size_t ldv, const struct bk_seqs *s);
+                    size_t ldv, const struct bk_seqs *s, const struct bk_weight *rope);
     /* Bytes of scratch paged_attention needs for up to max_tokens new
      * tokens of sequences no longer than max_ctx, with heads query heads. */
     size_t (*paged_attention_scratch)(void *be, size_t max_tokens, size_t max_ctx, size_t heads);

@@ -800,20 +800,15 @@ static int cpu_rope(void *cp, void *xp, size_t rows, size_t ld, size_t col, size
 {
     (void)cp;
     if (dh % 2 || !inv_freq || inv_freq->n < dh / 2) return MODEL_EINVAL;
-    float *x = xp;
-    size_t half = dh / 2;
-    for (size_t r = 0; r < rows; r++)
-        for (size_t i = 0; i < half; i++) {
-            double ang = (double)pos[r] * (double)inv_freq->d[i];
-            float cs = (float)cos(ang), sn = (float)sin(ang);
-            for (size_t h = 0; h < heads; h++) {
-                float *v = x + r * ld + col + h * dh;
-                float a = v[i], b = v[i + half];
-                v[i] = a * cs - b * sn;
-                v[i + half] = b * cs + a * sn;
-            }
-        }
+    cpu_rope_rows(xp, rows, ld, col, heads, dh, pos, inv_freq->d);
     return 0;
+}
+
+static int cpu_kv_store_w(void *c, const struct bk_kv *kv, const void *k, size_t ldk,
+                          const void *v, size_t ldv, const struct bk_seqs *s,
+                          const struct bk_weight *rope)
+{
+    return cpu_kv_store(c, kv, k, ldk, v, ldv, s, rope ? rope->d : NULL, rope ? rope->n : 0);
 }
 
 /* Offsets are host memory here, so the reduction reads them directly. */
@@ -888,7 +883,7 @@ const struct backend_ops backend_cpu = {
     .l2norm = cpu_l2norm,
     .pool = cpu_pool,
     .swiglu = cpu_swiglu,
-    .kv_store = cpu_kv_store,
+    .kv_store = cpu_kv_store_w,
     .paged_attention_scratch = cpu_paged_attention_scratch,
     .paged_attention = cpu_paged_attention,
 };

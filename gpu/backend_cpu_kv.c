@@ -70,12 +70,34 @@ static long kv_slot(const struct bk_kv *kv, uint32_t seq, uint32_t pos)
     return (long)((size_t)block * kv->block_tokens + pos % kv->block_tokens);
 }
 
+/* The angle in double, its cosine and sine rounded to float32, as the
+ * CUDA kernel's sincosf gives them to within an ulp or two. */
+void cpu_rope_rows(float *x, size_t rows, size_t ld, size_t col, size_t heads, size_t dh,
+                   const uint32_t *pos, const float *inv_freq)
+{
+    size_t half = dh / 2;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = 0; i < half; i++) {
+            double ang = (double)pos[r] * (double)inv_freq[i];
+            float cs = (float)cos(ang), sn = (float)sin(ang);
+            for (size_t h = 0; h < heads; h++) {
+                float *v = x + r * ld + col + h * dh;
+                float a = v[i], b = v[i + half];
+                v[i] = a * cs - b * sn;
+                v[i + half] = b * cs + a * sn;
+            }
+        }
+}
+
 int cpu_kv_store(void *cp, const struct bk_kv *kv, const void *kp, size_t ldk, const void *vp,
-                 size_t ldv, const struct bk_seqs *s)
+                 size_t ldv, const struct bk_seqs *s, const float *rope, size_t rope_n)
 {
     if (!kv || !kv->k || !kv->v || !kv->tables || !kv->block_tokens || !kv->kv_heads ||
         !kv->dh || !s)
         return kv_refuse(cp, "kv_store: no cache");
+    if (rope && (kv->dh % 2 || rope_n < kv->dh / 2))
+        return kv_refuse(cp, "kv_store: %zu rotary frequencies for heads of %zu", rope_n,
+                         kv->dh);
     size_t row = kv->kv_heads * kv->dh;
     const float *k = kp, *v = vp;
     float *K = kv->k, *V = kv->v;
@@ -86,6 +108,8 @@ int cpu_kv_store(void *cp, const struct bk_kv *kv, const void *kp, size_t ldk, c
                              t, s->seq[t], s->pos[t]);
         memcpy(K + (size_t)slot * row, k + t * ldk, row * sizeof(float));
         memcpy(V + (size_t)slot * row, v + t * ldv, row * sizeof(float));
+        if (rope) cpu_rope_rows(K + (size_t)slot * row, 1, row, 0, kv->kv_heads, kv->dh,
+                                &s->pos[t], rope);
     }
     return 0;
 }

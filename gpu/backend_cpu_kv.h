@@ -21,8 +21,14 @@ struct cpu_ctx {
 };
 
 int cpu_swiglu(void *c, void *y, const void *x, size_t rows, size_t w);
+/* rope's rotation of rows x heads heads of dh at x + r ld + col, row r at
+ * position pos[r], by the float32 inverse frequencies inv_freq[dh / 2]. */
+void cpu_rope_rows(float *x, size_t rows, size_t ld, size_t col, size_t heads, size_t dh,
+                   const uint32_t *pos, const float *inv_freq);
+/* kv_store, the rotation's frequencies (rope_n of them, or rope NULL)
+ * taken out of their weight by backend_cpu.c. */
 int cpu_kv_store(void *c, const struct bk_kv *kv, const void *k, size_t ldk, const void *v,
-                size_t ldv, const struct bk_seqs *s);
+                 size_t ldv, const struct bk_seqs *s, const float *rope, size_t rope_n);
 size_t cpu_paged_attention_scratch(void *be, size_t max_tokens, size_t max_ctx, size_t heads);
 int cpu_paged_attention(void *c, const struct bk_paged_attention *a);
 

@@ -190,7 +190,7 @@ int cuda_pool(void *c, void *y, const void *x, const struct bk_seqs *s, enum bk_
               size_t w);
 int cuda_swiglu(void *c, void *y, const void *x, size_t rows, size_t w);
 int cuda_kv_store(void *c, const struct bk_kv *kv, const void *k, size_t ldk, const void *v,
-                 size_t ldv, const struct bk_seqs *s);
+                  size_t ldv, const struct bk_seqs *s, const struct bk_weight *rope);
 size_t cuda_paged_attention_scratch(void *be, size_t max_tokens, size_t max_ctx, size_t heads);
 int cuda_paged_attention(void *c, const struct bk_paged_attention *a);
 size_t cuda_sample_scratch(void *be, size_t max_rows);

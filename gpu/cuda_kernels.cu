@@ -204,8 +204,10 @@ template <typename T>
 __global__ void kv_store_kernel(float *K, float *V, const T *k, size_t ldk, const T *v,
                                 size_t ldv, const uint32_t *seq, const uint32_t *pos,
                                 const uint32_t *tables, size_t table_w, size_t block_tokens,
-                                size_t blocks, size_t row, size_t total)
+                                size_t blocks, size_t row, size_t dh, const float *inv_freq,
+                                size_t total)
 {
+    size_t half = dh / 2;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
         size_t t = idx / row, e = idx % row, b = pos[t] / block_tokens;
@@ -213,23 +215,33 @@ __global__ void kv_store_kernel(float *K, float *V, const T *k, size_t ldk, cons
         uint32_t blk = tables[(size_t)seq[t] * table_w + b];
         if (blk >= blocks) continue;
         size_t slot = (size_t)blk * block_tokens + pos[t] % block_tokens;
-        K[slot * row + e] = ld(k, t * ldk + e);
+        float kv = ld(k, t * ldk + e);
+        if (inv_freq) { /* rope_kernel's rotation of this element's pair */
+            size_t i = e % dh % half, h0 = e - e % dh;
+            float sn, cs;
+            sincosf((float)pos[t] * inv_freq[i], &sn, &cs);
+            float a = ld(k, t * ldk + h0 + i), bb = ld(k, t * ldk + h0 + i + half);
+            kv = e % dh < half ? a * cs - bb * sn : bb * cs + a * sn;
+        }
+        K[slot * row + e] = kv;
         V[slot * row + e] = ld(v, t * ldv + e);
     }
 }
 
-// One block of kThreads per (token, head). Positions are taken a tile of
-// kThreads at a time, one per thread: its score (q . k, float32), then
-// the tile's max and sum through block_reduce, rescaling what came before
-// (the online softmax), and each thread adds the tile's weighted values
-// into its own elements of the head's accumulator. Every decision that
-// ends the loop is the block's, so the barriers are met by every thread.
-// The online softmax of one query head (qs, in shared memory) over cache
-// positions jlo .. jhi of sequence sq, cache head g, in tiles of
-// blockDim.x positions: acc (dh floats, shared, zeroed by the caller)
-// gets the weighted sum of the values, unnormalized; *m the largest
-// score, *l the sum of exp(score - *m). 1 (the whole block) when a
-// position's block is not in the table.
+// Paged attention: a block of kThreads per (token, head), or per (token,
+// head, part of the context). Positions are taken a tile of kThreads at a
+// time, one per thread: its score (q . k, float32), then the tile's max
+// and sum through block_reduce, rescaling what came before (the online
+// softmax), and each thread adds the tile's weighted values into its own
+// elements of the head's accumulator. Every decision that ends the loop
+// is the block's, so the barriers are met by every thread.
+//
+// paged_attn_span: that walk for one query head (qs, in shared memory)
+// over cache positions jlo .. jhi of sequence sq, cache head g: acc (dh
+// floats, shared, zeroed by the caller) gets the weighted sum of the
+// values, unnormalized; *m the largest score, *l the sum of
+// exp(score - *m). 1 (the whole block) when a position's block is not in
+// the table.
 __device__ int paged_attn_span(const float *qs, float scale, const float *K, const float *V,
                                const uint32_t *tables, size_t table_w, size_t block_tokens,
                                size_t blocks, size_t row, size_t dh, size_t sq, size_t g,
@@ -690,17 +702,20 @@ extern "C" cudaError_t kc_kv_store(cudaStream_t s, enum kc_type t, float *K, flo
                                    const void *k, size_t ldk, const void *v, size_t ldv,
                                    const uint32_t *seq, const uint32_t *pos, size_t tokens,
                                    const uint32_t *tables, size_t table_w, size_t block_tokens,
-                                   size_t blocks, size_t row)
+                                   size_t blocks, size_t row, size_t dh,
+                                   const float *inv_freq)
 {
     size_t total = tokens * row;
-    if (total == 0 || total / row != tokens || block_tokens == 0 || table_w == 0)
+    if (total == 0 || total / row != tokens || block_tokens == 0 || table_w == 0 || dh == 0 ||
+        row % dh || (inv_freq && dh % 2))
         return cudaErrorInvalidValue;
     return with_type(t, [&](auto *p) {
         using T = KC_T(p);
         kv_store_kernel<<<blocks_for(total), kThreads, 0, s>>>(K, V, (const T *)k, ldk,
                                                                (const T *)v, ldv, seq, pos,
                                                                tables, table_w, block_tokens,
-                                                               blocks, row, total);
+                                                               blocks, row, dh, inv_freq,
+                                                               total);
     });
 }
 

@@ -142,13 +142,17 @@ cudaError_t kc_pool(cudaStream_t s, enum kc_type t, const void *x, const uint32_
  * block_tokens. */
 
 /* Stores each of tokens tokens' key and value rows (k + t ldk, v + t ldv,
- * row values of the activations' type) in its slot, as float32. A token
- * whose position falls outside its table or whose block id is not below
- * blocks is not stored (the attention then answers NaN for it). */
+ * row values of the activations' type) in its slot, as float32; with
+ * inv_freq (dh / 2 floats, device memory) each key head of dh is rotated
+ * to its position as kc_rope rotates, in float32 (nothing rounded to the
+ * activations' type between). A token whose position falls outside its
+ * table or whose block id is not below blocks is not stored (the
+ * attention then answers NaN for it). */
 cudaError_t kc_kv_store(cudaStream_t s, enum kc_type t, float *K, float *V, const void *k,
                         size_t ldk, const void *v, size_t ldv, const uint32_t *seq,
                         const uint32_t *pos, size_t tokens, const uint32_t *tables,
-                        size_t table_w, size_t block_tokens, size_t blocks, size_t row);
+                        size_t table_w, size_t block_tokens, size_t blocks, size_t row,
+                        size_t dh, const float *inv_freq);
 
 /* Attention of each new token's query heads (q + t ldq + h dh) over its
  * sequence's cached positions 0 .. pos[t]: softmax(scale q k^T) v into

@@ -290,7 +290,7 @@ static int kv_ok(struct cuda_ctx *c, const struct bk_kv *kv, const struct bk_seq
 }
 
 int cuda_kv_store(void *cp, const struct bk_kv *kv, const void *k, size_t ldk, const void *v,
-                  size_t ldv, const struct bk_seqs *s)
+                  size_t ldv, const struct bk_seqs *s, const struct bk_weight *rope)
 {
     struct cuda_ctx *c = cp;
     int rc = cx_live(c);
@@ -300,9 +300,12 @@ int cuda_kv_store(void *cp, const struct bk_kv *kv, const void *k, size_t ldk, c
     if (!k || !v || ldk < row || ldv < row)
         return cx_refuse(c, "kv_store: rows of %zu with leading dimensions %zu and %zu", row,
                          ldk, ldv);
+    if (rope && (kv->dh % 2 ||
+                 (rc = weight_ok(c, rope, BK_W_F32, kv->dh / 2, "kv_store's rope")) < 0))
+        return rc < 0 ? rc : cx_refuse(c, "kv_store: rope over heads of %zu", kv->dh);
     return CX(c, kc_kv_store(c->stream, c->be->kt, kv->k, kv->v, k, ldk, v, ldv, s->seq, s->pos,
                              s->tokens, kv->tables, kv->table_w, kv->block_tokens, kv->blocks,
-                             row));
+                             row, kv->dh, rope ? f32_of(rope) : NULL));
 }
 
 /* The kernel keeps its scores in shared memory a tile at a time; the

@@ -9,7 +9,8 @@
  * and rmsnorm with a residual (x keeps the sum; y may be x), embeddings
  * with and without their LayerNorm, attention over a strided qkv (causal
  * or not, grouped-query, a relative-position bias), rope, swiglu, the
- * paged key/value cache (kv_store, paged_attention over scattered blocks,
+ * paged key/value cache (kv_store, the keys rotated on the way in half
+ * the rounds, paged_attention over scattered blocks,
  * grouped-query, contexts of several tiles, split over blocks for few
  * rows or not for many, NaN for a missing block), the
  * activations, softmax, l2norm, the four poolings, float32 loads and
@@ -687,6 +688,28 @@ static void paged_case(struct env *e, int round, int longctx)
         Kd[i] = randv(e, (past[i] + k[i]) * row, -1, 1);
         Vd[i] = randv(e, (past[i] + k[i]) * row, -1, 1);
     }
+    /* odd rounds: the keys rotated to their positions as they are stored
+     * (rope's rotation inside kv_store); Kr: the keys the cache must hold */
+    int use_rope = round % 2;
+    double *Kr[4];
+    float *f = malloc(dh / 2 * sizeof(float));
+    assert_non_null(f);
+    for (size_t i = 0; i < dh / 2; i++) f[i] = powf(10000.0f, -2.0f * (float)i / (float)dh);
+    struct bk_weight *fw = use_rope ? weight(e, BK_W_F32, f, dh / 2) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = past[i] + k[i];
+        Kr[i] = malloc(len * row * sizeof(double));
+        assert_non_null(Kr[i]);
+        for (size_t x = 0; x < len * row; x++) Kr[i][x] = Kd[i][x];
+        for (size_t p = 0; use_rope && p < len; p++)
+            for (size_t hh = 0; hh < kvh; hh++)
+                for (size_t c = 0; c < dh / 2; c++) {
+                    double th = (double)p * f[c], *o = Kr[i] + p * row + hh * dh;
+                    double a = o[c], b = o[c + dh / 2];
+                    o[c] = a * cos(th) - b * sin(th);
+                    o[c + dh / 2] = b * cos(th) + a * sin(th);
+                }
+    }
     size_t cache_floats = blocks * bt * row;
     struct bk_kv cache = {.k = dev(e, cache_floats * 4), .v = dev(e, cache_floats * 4),
                           .blocks = blocks, .block_tokens = bt, .kv_heads = kvh, .dh = dh,
@@ -716,7 +739,8 @@ static void paged_case(struct env *e, int round, int longctx)
         load(e, dx, x, T * ldx);
         struct bk_seqs s = {.n = n, .tokens = T, .seq = dseq, .pos = dpos};
         begin(e);
-        assert_int_equal(B->kv_store(e->c, &cache, dx, ldx, (char *)dx + row * e->es, ldx, &s), 0);
+        assert_int_equal(B->kv_store(e->c, &cache, dx, ldx, (char *)dx + row * e->es, ldx, &s, fw),
+                         0);
         end(e);
         free(seq), free(pos), free(x);
     }
@@ -725,7 +749,10 @@ static void paged_case(struct env *e, int round, int longctx)
         for (size_t i = 0; i < n; i++)
             for (size_t p = 0; p < past[i] + k[i]; p++) {
                 size_t slot = (size_t)tables[i * width + p / bt] * bt + p % bt;
-                assert_memory_equal(Kc + slot * row, Kd[i] + p * row, row * 4);
+                if (use_rope)
+                    check(e, "kv_store with rope", Kc + slot * row, Kr[i] + p * row, row);
+                else
+                    assert_memory_equal(Kc + slot * row, Kd[i] + p * row, row * 4);
                 assert_memory_equal(Vc + slot * row, Vd[i] + p * row, row * 4);
             }
         free(Kc), free(Vc);
@@ -746,7 +773,7 @@ static void paged_case(struct env *e, int round, int longctx)
                 for (size_t j = 0; j <= p; j++) {
                     double dot = 0;
                     for (size_t c = 0; c < dh; c++)
-                        dot += (double)qv[t * ldq + h * dh + c] * Kd[i][j * row + g * dh + c];
+                        dot += (double)qv[t * ldq + h * dh + c] * Kr[i][j * row + g * dh + c];
                     sc[j] = dot / sqrt((double)dh);
                     mx = fmax(mx, sc[j]);
                 }
@@ -790,7 +817,9 @@ static void paged_case(struct env *e, int round, int longctx)
     float *nan_row = fetch(e, dout, heads * dh);
     for (size_t c = 0; c < heads * dh; c++)
         if (!isnan(nan_row[c])) fail_msg("%s: a position past the table gave %g", what, nan_row[c]);
-    for (size_t i = 0; i < n; i++) free(Kd[i]), free(Vd[i]);
+    for (size_t i = 0; i < n; i++) free(Kd[i]), free(Vd[i]), free(Kr[i]);
+    if (fw) B->weight_free(e->be, fw);
+    free(f);
     free(tables), free(qv), free(seq), free(pos), free(ref), free(sc), free(got), free(nan_row);
     kvcache_destroy(kv);
 }

@@ -8,7 +8,10 @@
  * - kv_store puts each token's key and value heads in the slot its
  *   sequence's block table gives its position, and nowhere else, with
  *   blocks handed out by gpu/kvcache.c to interleaved sequences (so a
- *   sequence's blocks are not contiguous) and block sizes from 1 up;
+ *   sequence's blocks are not contiguous) and block sizes from 1 up; in
+ *   odd rounds the keys rotated to their positions on the way (rope's
+ *   rotation, against float64), the attention then over those; too few
+ *   frequencies refused;
  * - paged_attention of a batch of several sequences, each with a
  *   different number of cached positions (0 too) and of new tokens
  *   (a prefill chunk, or one decode token), multi-head and grouped-query,
@@ -156,6 +159,32 @@ static void paged_case(struct dev *d, int round)
         Kd[i] = rnd((past[i] + k[i]) * row);
         Vd[i] = rnd((past[i] + k[i]) * row);
     }
+    /* odd rounds: the keys rotated to their positions as they are stored
+     * (rope's rotation inside kv_store); Kr: the keys the cache must hold */
+    int use_rope = round % 2;
+    double *Kr[5];
+    float *f = malloc(dh / 2 * sizeof(float));
+    assert_non_null(f);
+    for (size_t i = 0; i < dh / 2; i++) f[i] = (float)pow(10000.0, -2.0 * (double)i / (double)dh);
+    struct bk_wsrc fsrc = {.f = f, .n = dh / 2};
+    char werr[128];
+    struct bk_weight *fw =
+        use_rope ? d->o->weight_new(d->be, 0, BK_W_F32, &fsrc, 1, werr, sizeof(werr)) : NULL;
+    assert_true(!use_rope || fw);
+    for (size_t i = 0; i < n; i++) {
+        size_t len = past[i] + k[i];
+        Kr[i] = malloc(len * row * sizeof(double));
+        assert_non_null(Kr[i]);
+        for (size_t x = 0; x < len * row; x++) Kr[i][x] = Kd[i][x];
+        for (size_t p = 0; use_rope && p < len; p++)
+            for (size_t hh = 0; hh < kvh; hh++)
+                for (size_t c = 0; c < dh / 2; c++) {
+                    double th = (double)p * f[c], *o = Kr[i] + p * row + hh * dh;
+                    double a = o[c], b = o[c + dh / 2];
+                    o[c] = a * cos(th) - b * sin(th);
+                    o[c + dh / 2] = b * cos(th) + a * sin(th);
+                }
+    }
     size_t cache_floats = blocks * bt * row;
     float *Kc = dev_put(d, NULL, cache_floats * 4), *Vc = dev_put(d, NULL, cache_floats * 4);
     for (size_t e = 0; e < cache_floats; e++) Kc[e] = Vc[e] = NAN; /* unwritten slots poison */
@@ -183,14 +212,17 @@ static void paged_case(struct dev *d, int round)
         void *dx = dev_put(d, NULL, T * ldx * 4);
         assert_int_equal(d->o->load_f32(d->c, dx, x, T * ldx), 0);
         float *dk = (float *)dx + ldx - 2 * row, *dv = (float *)dx + ldx - row;
-        if (T) assert_int_equal(d->o->kv_store(d->c, &cache, dk, ldx, dv, ldx, &s), 0);
+        if (T) assert_int_equal(d->o->kv_store(d->c, &cache, dk, ldx, dv, ldx, &s, fw), 0);
         free(seq), free(pos), free(x);
     }
     /* every position's slot holds its key and value */
     for (size_t i = 0; i < n; i++)
         for (size_t p = 0; p < past[i] + k[i]; p++) {
             size_t slot = (size_t)tables[i * width + p / bt] * bt + p % bt;
-            assert_memory_equal(Kc + slot * row, Kd[i] + p * row, row * 4);
+            if (use_rope)
+                check("kv_store with rope", Kc + slot * row, Kr[i] + p * row, row);
+            else
+                assert_memory_equal(Kc + slot * row, Kd[i] + p * row, row * 4);
             assert_memory_equal(Vc + slot * row, Vd[i] + p * row, row * 4);
         }
     /* attention of the new tokens */
@@ -210,7 +242,7 @@ static void paged_case(struct dev *d, int round)
                 for (size_t j = 0; j <= p; j++) {
                     double dot = 0;
                     for (size_t e = 0; e < dh; e++)
-                        dot += (double)q[t * ldq + h * dh + e] * Kd[i][j * row + g * dh + e];
+                        dot += (double)q[t * ldq + h * dh + e] * Kr[i][j * row + g * dh + e];
                     sc[j] = dot / sqrt((double)dh);
                     if (sc[j] > mx) mx = sc[j];
                 }
@@ -245,12 +277,22 @@ static void paged_case(struct dev *d, int round)
     uint32_t bad = (uint32_t)(width * bt);
     struct bk_seqs sb = {.n = 1, .tokens = 1, .seq = dev_put(d, &(uint32_t){0}, 4),
                          .pos = dev_put(d, &bad, 4)};
-    assert_int_equal(d->o->kv_store(d->c, &cache, dq, ldq, dq, ldq, &sb), MODEL_EINVAL);
+    assert_int_equal(d->o->kv_store(d->c, &cache, dq, ldq, dq, ldq, &sb, NULL), MODEL_EINVAL);
+    if (round == 1 && dh > 2) { /* too few frequencies for the heads */
+        struct bk_wsrc one = {.f = f, .n = 1};
+        struct bk_weight *w1 = d->o->weight_new(d->be, 0, BK_W_F32, &one, 1, werr, sizeof(werr));
+        assert_non_null(w1);
+        assert_int_equal(d->o->kv_store(d->c, &cache, dq, ldq, dq, ldq, &s, w1), MODEL_EINVAL);
+        assert_non_null(strstr(d->o->ctx_error(d->c), "rotary"));
+        d->o->weight_free(d->be, w1);
+    }
     pa.s = &sb;
     pa.max_ctx = bad + 1;
     assert_int_equal(d->o->paged_attention(d->c, &pa), MODEL_EINVAL);
     assert_non_null(strstr(d->o->ctx_error(d->c), "position"));
-    for (size_t i = 0; i < n; i++) free(Kd[i]), free(Vd[i]);
+    for (size_t i = 0; i < n; i++) free(Kd[i]), free(Vd[i]), free(Kr[i]);
+    if (fw) d->o->weight_free(d->be, fw);
+    free(f);
     free(tables), free(q), free(seq), free(pos), free(ref), free(got);
     kvcache_destroy(kv);
 }
