@@ -38,6 +38,11 @@
 #      generate`), PyTorch's loop with a key/value cache on the same
 #      folder, ids and threads (bench/torch_decoder_bench.py), and the
 #      decode bound the machine's read bandwidth sets;
+#   8. with a GPU (as 5): generation of a Llama-1B-shaped random folder in
+#      bf16 on the device, prefill and decode at 1, 32 and 256 sequences,
+#      against the device's peak memory bandwidth and transformers'
+#      generate() on the same GPU (bench/hf_generate_bench.py, when
+#      $GPU_PYTHON has torch with CUDA and transformers);
 # then prints the table, draws docs/bench-latency.png with gnuplot and
 # writes the results into docs/benchmarks.md (between its bench markers).
 #
@@ -90,6 +95,8 @@ BENCH_GEN=${BENCH_GEN:-1}          # 0 = skip the generation rows (section 7)
 GEN_PROMPT=${GEN_PROMPT:-64}       # prompt tokens per sequence
 GEN_STEPS=${GEN_STEPS:-64}         # decode steps per run
 GEN_BATCHES=${GEN_BATCHES:-1,32}   # concurrent sequences of the decode rows
+GPU_GEN_BATCHES=${GPU_GEN_BATCHES:-1,32,256} # the same on the GPU (section 8)
+GPU_GEN_SHAPE=${GPU_GEN_SHAPE:-"--layers 16 --hidden 2048 --heads 32 --kv-heads 8 --intermediate 8192 --vocab 128256"}
 
 started=$(date +%s)
 mkdir -p "$OUT"
@@ -635,7 +642,7 @@ if [ "$BENCH_GEN" = 1 ]; then
     say "generation, SmolLM2-135M shape, $dt folder, cpu_precision $prec: kinfer then PyTorch, $NCPU threads"
     G=$($K bench generate -c worker.cfg --model "$work/smol-$dt" --threads "$NCPU" \
           --batch "$GEN_BATCHES" --length "$GEN_PROMPT" --steps "$GEN_STEPS" \
-          --set "worker.cpu_precision=$prec") || die "bench generate"
+          --set worker.backend=cpu --set "worker.cpu_precision=$prec") || die "bench generate"
     echo "$G" >>"$OUT/raw.log"
     if [ "$prec" = fp32 ]; then
       T=$(/usr/bin/python3 bench/torch_decoder_bench.py "$work/smol-$dt" "$NCPU" "$GEN_PROMPT" \
@@ -656,6 +663,39 @@ if [ "$BENCH_GEN" = 1 ]; then
       say "  $dt_label, $b sequence(s): kinfer $gd tokens/s, PyTorch $td, bound $(kv bound_tokens_per_s "$gl")"
       GEN_ROWS+="| **generation, $dt_label, decode, $b sequence(s) at once** | **$gd tokens/s** | **$(P=0 calc "100 * $(kv bound_frac "$gl")")% of the bandwidth bound** ($(kv bound_tokens_per_s "$gl") tokens/s: $bw GB/s read over $wmb MB of weights per step; GEMMs $(P=0 calc "100 * $(kv gemm_share "$gl")")% of a step, reading $(kv gemm_read_gbs "$gl") GB/s of weights); PyTorch $td tokens/s: kinfer at $(pct "$gd" "$td")% |"$'\n'
     done
+  done
+fi
+
+# ---- 8. text generation on the GPU ----------------------------------------------------------
+# A Llama-shaped model of about 1B parameters (Llama 3.2 1B's shapes, random
+# weights) in bf16 on the device, against the device's peak memory
+# bandwidth (the bound: weight bytes per step) and transformers' generate()
+# on the same GPU when $GPU_PYTHON has it.
+if [ "$GPU" = 1 ] && [ "$BENCH_GEN" = 1 ]; then
+  # shellcheck disable=SC2086 # GPU_GEN_SHAPE is a list of options
+  [ -d "$work/llama1b" ] || $K model demo --kind llama -o "$work/llama1b" $GPU_GEN_SHAPE \
+    --dtype bf16 >/dev/null || die "model demo llama 1B"
+  say "generation on the GPU, Llama-1B shape, bf16: kinfer, then transformers"
+  G=$($K bench generate -c worker.cfg --model "$work/llama1b" --batch "$GPU_GEN_BATCHES" \
+        --length "$GEN_PROMPT" --steps "$GEN_STEPS" --set "worker.backend=$BENCH_GPU_BACKEND" \
+        --set gpu.precision=bf16) || die "bench generate on the GPU"
+  echo "$G" >>"$OUT/raw.log"
+  T=""
+  if $GPU_PYTHON -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
+    T=$($GPU_PYTHON bench/hf_generate_bench.py "$work/llama1b" "$GEN_PROMPT" "$GEN_STEPS" \
+          "$GPU_GEN_BATCHES" 2>"$work/hf.err") || die "transformers: $(tail -n3 "$work/hf.err")"
+    echo "$T" >>"$OUT/raw.log"
+  fi
+  bl=$(grep phase=bandwidth <<<"$G")
+  gp=$(kv tokens_per_s "$(grep phase=prefill <<<"$G")")
+  tp=$([ -n "$T" ] && kv tokens_per_s "$(grep phase=prefill <<<"$T")" || echo -)
+  GEN_ROWS+="| generation on the GPU, Llama-1B shape, bf16, prefill of $GEN_PROMPT tokens | $gp tokens/s | transformers $tp tokens/s |"$'\n'
+  for b in ${GPU_GEN_BATCHES//,/ }; do
+    gl=$(grep "phase=decode .*seqs=$b " <<<"$G")
+    gd=$(kv tokens_per_s "$gl")
+    td=$([ -n "$T" ] && kv tokens_per_s "$(grep "phase=decode seqs=$b " <<<"$T")" || echo -)
+    say "  GPU, $b sequence(s): kinfer $gd tokens/s, transformers $td, bound $(kv bound_tokens_per_s "$gl")"
+    GEN_ROWS+="| **generation on the GPU, Llama-1B shape, bf16, decode, $b sequence(s) at once** | **$gd tokens/s** | **$(P=0 calc "100 * $(kv bound_frac "$gl")")% of the bandwidth bound** ($(kv bound_tokens_per_s "$gl") tokens/s: the device's $(kv read_gbs "$bl") GB/s peak over $(P=0 calc "$(kv weight_bytes "$bl") / 1e6") MB of weights per step); transformers generate() $td tokens/s$([ "$td" != - ] && echo ": kinfer at $(pct "$gd" "$td")%") |"$'\n'
   done
 fi
 

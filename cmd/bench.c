@@ -81,13 +81,15 @@ static const struct bench_cmd bench_cmds[] = {
     {"generate", "btLMK", bench_generate,
      "usage: kinfer bench generate -c FILE [--set K=V]... --model DIR [--batch 1,32,128]\n"
      "                             [--threads T] [--length P] [--steps S]\n"
-     "The decoder folder DIR alone on the CPU with T OpenBLAS threads: the\n"
-     "machine's read bandwidth on T threads (a 1 GiB buffer) and the decode bound\n"
-     "it sets (bandwidth / bytes of the weights as the folder ships them, read\n"
-     "once per step); prefill tokens/s of one P-token prompt (default 128), then\n"
-     "per batch size B: B sequences each prefilled with P tokens, then S decode\n"
-     "steps (default 64) of one token per sequence; tokens/s (all sequences\n"
-     "together, the median of 3 runs) and the fraction of the bound reached.\n"},
+     "The decoder folder DIR alone on worker.backend (on the CPU with T threads):\n"
+     "the memory bandwidth (the CPU's read bandwidth on T threads over a 1 GiB\n"
+     "buffer; a GPU's peak as the device reports it) and the decode bound it sets\n"
+     "(bandwidth / bytes of the weights as they are held, read once per step);\n"
+     "prefill tokens/s of one P-token prompt (default 128), then per batch size B:\n"
+     "B sequences each prefilled with P tokens, then S decode steps (default 64)\n"
+     "of one token per sequence (on CUDA picked greedily on the device); tokens/s\n"
+     "(all sequences together, the median of 3 runs) and the fraction of the\n"
+     "bound reached.\n"},
 };
 
 static const char bench_usage[] =

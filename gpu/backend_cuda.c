@@ -203,6 +203,9 @@ static void *cuda_open(const struct model_runtime_conf *c, char *desc, size_t de
         d->major = prop.major;
         d->minor = prop.minor;
         d->total_mem = prop.totalGlobalMem;
+        int khz = 0; /* the peak memory clock; CUDA 13's properties no longer carry it */
+        if (CU(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, ids[i])) < 0) goto fail;
+        d->mem_gbs = 2.0 * (double)khz * 1e3 * (double)prop.memoryBusWidth / 8.0 / 1e9;
         atomic_init(&d->busy_ns, 0);
         atomic_init(&d->batches, 0);
         if (d->major * 10 + d->minor < 75) {
@@ -268,6 +271,7 @@ static int cuda_device_stats(void *bep, size_t dev, struct model_device_stats *o
     out->index = d->index;
     out->busy_s = (double)atomic_load(&d->busy_ns) / 1e9;
     out->batches = atomic_load(&d->batches);
+    out->mem_gbs = d->mem_gbs;
     size_t free_b = 0, total_b = 0;
     int prev = -1;
     if (cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(d->index) == cudaSuccess &&

@@ -49,6 +49,7 @@ struct cuda_dev {
     char name[96];
     int major, minor;
     size_t total_mem;
+    double mem_gbs;                /* peak memory bandwidth (model_device_stats) */
     atomic_uint_fast64_t busy_ns;  /* GPU time of kinfer's passes (events) */
     atomic_uint_fast64_t batches;
 };

@@ -202,6 +202,8 @@ struct model_device_stats {
     uint64_t batches;     /* forward passes run on it */
     uint64_t mem_used;    /* bytes in use on the device (all processes) */
     uint64_t mem_total;
+    double mem_gbs;       /* peak memory bandwidth, GB/s (2 x memory clock x bus
+                           * width, as the device reports them); 0 unknown */
 };
 
 /* Fills *out for the runtime's device dev (0..devices-1). Returns 0, or

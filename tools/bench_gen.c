@@ -3,12 +3,15 @@
  * the generation engine runs): prefill tokens/s of one prompt, and decode
  * tokens/s at each --batch size (that many sequences, each after a
  * prompt of --length tokens, stepping one token each per decoder_step),
- * beside the machine's read bandwidth and the decode bound it sets (the
- * weights as the folder ships them read once per step).
+ * beside the memory bandwidth and the decode bound it sets (the weights
+ * as they are held read once per step): on the CPU the machine's read
+ * bandwidth, measured; on CUDA the device's peak, as it reports it.
  *
  * Token ids are a fixed function of (sequence, position), the same as
- * bench/torch_decoder_bench.py's, so both sides run the same inputs; the
- * logits are not sampled (what is measured is the model, not a sampler).
+ * bench/torch_decoder_bench.py's and bench/hf_generate_bench.py's, so the
+ * sides run the same inputs. On the CPU the logits are not sampled (what
+ * is measured is the model, not a sampler); on CUDA each decode step
+ * picks greedily on the device, as the engine does there.
  *
  * Threads: the main thread, plus --threads readers while the bandwidth
  * is measured. Ownership: the decoder, runtime and workspaces are made
@@ -146,8 +149,16 @@ static int gen_run(const struct gen_set *g, struct decoder_ws *ws, size_t b, siz
     int *seqs = malloc(b * sizeof(int));
     int32_t *ids = malloc(b * P * sizeof(int32_t));
     uint32_t *off = malloc((b + 1) * sizeof(uint32_t));
+    /* greedy picks on the device where the backend has a sampler */
+    struct decoder_sample *rows = NULL;
+    struct decoder_pick *picks = NULL;
+    if (decoder_ws_samples(ws)) {
+        rows = calloc(b, sizeof(*rows));
+        picks = calloc(b, sizeof(*picks));
+        for (size_t i = 0; rows && i < b; i++) rows[i].on = 1;
+    }
     const float *lg;
-    int rc = seqs && ids && off ? 0 : -1;
+    int rc = seqs && ids && off && (!decoder_ws_samples(ws) || (rows && picks)) ? 0 : -1;
     for (size_t i = 0; rc == 0 && i < b; i++)
         if ((seqs[i] = kvcache_seq_new(kv)) < 0) rc = -1;
     double t0 = bench_mono_s();
@@ -170,7 +181,9 @@ static int gen_run(const struct gen_set *g, struct decoder_ws *ws, size_t b, siz
         }
         off[0] = 0;
         struct decoder_batch bt = {.n = b, .seqs = seqs, .ids = ids, .offsets = off};
-        if (decoder_step(g->d, ws, &bt, &lg) != MODEL_OK) rc = -1;
+        if (rows ? decoder_step_sample(g->d, ws, &bt, rows, picks) != MODEL_OK
+                 : decoder_step(g->d, ws, &bt, &lg) != MODEL_OK)
+            rc = -1;
     }
     *pre_s = t1 - t0;
     *dec_s = bench_mono_s() - t1;
@@ -182,6 +195,8 @@ static int gen_run(const struct gen_set *g, struct decoder_ws *ws, size_t b, siz
     free(seqs);
     free(ids);
     free(off);
+    free(rows);
+    free(picks);
     return rc;
 }
 
@@ -193,8 +208,7 @@ int bench_generate(const struct kcfg *c, const struct bench_opts *o)
         return 1;
     }
     struct model_runtime_conf rconf;
-    cfg_model_runtime(c, &rconf); /* worker.cpu_precision */
-    rconf.backend = "cpu";
+    cfg_model_runtime(c, &rconf); /* worker.backend, precisions, gpu.* */
     rconf.cpu_threads = o->threads;
     struct model_runtime *rt = model_runtime_new(&rconf, err, sizeof(err));
     struct model_spec spec = {0};
@@ -209,18 +223,26 @@ int bench_generate(const struct kcfg *c, const struct bench_opts *o)
     const struct decoder_info *in = decoder_info(d);
     struct gen_set g = {d, in, o->length ? o->length : 128, o->steps ? o->steps : 64};
     const char *prec = model_runtime_precision(rt);
-    size_t wb = strcmp(prec, "bf16") == 0 ? 2 : gen_weight_bytes(o->model), Q = in->heads * in->head_dim;
+    int cpu = strcmp(model_runtime_backend(rt), "cpu") == 0;
+    /* bytes per weight as held: the CPU keeps 16-bit files 16-bit in fp32
+     * (bf16 rounds all to 16); CUDA converts to the activation type */
+    size_t wb = strcmp(prec, "bf16") == 0 || strcmp(prec, "fp16") == 0 ? 2
+                : cpu ? gen_weight_bytes(o->model) : 4;
+    size_t Q = in->heads * in->head_dim;
     size_t K = in->kv_heads * in->head_dim, H = in->hidden;
     double wparams = (double)in->layers * (double)(2 * H * Q + 2 * H * K +
                                                    3 * H * in->intermediate) +
                      (double)in->vocab * (double)H;
     double wbytes = wparams * (double)wb;
     int threads = o->threads > 0 ? o->threads : 1;
-    double bw = gen_bandwidth(threads);
+    struct model_device_stats ds;
+    double bw = cpu ? gen_bandwidth(threads)
+                    : model_runtime_device_stats(rt, 0, &ds) == 0 ? ds.mem_gbs : 0.0;
     model_runtime_device_name(rt, dev, sizeof(dev));
-    printf("generate: phase=bandwidth threads=%d precision=%s read_gbs=%.2f weight_bytes=%.0f "
-           "weight_dtype_bytes=%zu bound_steps_per_s=%.1f\n", threads, prec, bw, wbytes, wb,
-           wbytes > 0 ? bw * 1e9 / wbytes : 0.0);
+    printf("generate: phase=bandwidth backend=%s threads=%d precision=%s read_gbs=%.2f "
+           "read_source=%s weight_bytes=%.0f weight_dtype_bytes=%zu bound_steps_per_s=%.1f\n",
+           model_runtime_backend(rt), threads, prec, bw, cpu ? "measured" : "device_peak",
+           wbytes, wb, wbytes > 0 ? bw * 1e9 / wbytes : 0.0);
     fflush(stdout);
     int rc = 0;
     /* prefill: one sequence, its whole prompt in one step */
