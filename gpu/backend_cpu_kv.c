@@ -70,8 +70,9 @@ static long kv_slot(const struct bk_kv *kv, uint32_t seq, uint32_t pos)
     return (long)((size_t)block * kv->block_tokens + pos % kv->block_tokens);
 }
 
-/* The angle in double, its cosine and sine rounded to float32, as the
- * CUDA kernel's sincosf gives them to within an ulp or two. */
+/* rope's rotation: the angle in double, its cosine and sine rounded to
+ * float32 (the CUDA kernels form the angle in float32, so at positions
+ * in the thousands theirs is off by its rounding, about 1e-4). */
 void cpu_rope_rows(float *x, size_t rows, size_t ld, size_t col, size_t heads, size_t dh,
                    const uint32_t *pos, const float *inv_freq)
 {
