@@ -10,9 +10,10 @@
  * with and without their LayerNorm, attention over a strided qkv (causal
  * or not, grouped-query, a relative-position bias), rope, swiglu, the
  * paged key/value cache (kv_store, the keys rotated on the way in half
- * the rounds, paged_attention over scattered blocks,
- * grouped-query, contexts of several tiles, split over blocks for few
- * rows or not for many, NaN for a missing block), the
+ * the rounds; paged_attention over scattered blocks, grouped-query at 1
+ * to 4 and 8 query heads a cache head, contexts of one token, of whole
+ * blocks, of the longest allowed and of several tiles, split over blocks
+ * for few rows or not for many, NaN for a missing block), the
  * activations, softmax, l2norm, the four poolings, float32 loads and
  * stores; graphs (eager, captured, replayed, with new inputs each time);
  * the refusals (a bad leading dimension fails its pass only; ctx_alloc
@@ -657,13 +658,19 @@ static void test_swiglu(void **state)
 static void paged_case(struct env *e, int round, int longctx)
 {
     char err[256];
+    static const size_t ratios[] = {1, 2, 3, 4, 8}; /* query heads per cache head */
     size_t n = rnd(1, 4), kvh = longctx == 2 ? 3 : rnd(1, 3);
-    size_t group = longctx == 2 ? 3 : rnd(1, 3), heads = kvh * group;
+    size_t group = longctx == 2 ? 3 : ratios[rnd(0, 4)], heads = kvh * group;
     size_t dh = longctx ? 2 * rnd(1, 64) : 2 * rnd(1, 8), bt = rnd(1, 6);
     size_t max_ctx = longctx == 1 ? rnd(260, 1500) : longctx ? rnd(260, 400) : rnd(1, 40);
     size_t past[4], k[4], total_new = 0, total_past = 0;
     for (size_t i = 0; i < n; i++) {
+        /* the edges: the longest context, a context of one token, one of
+         * whole blocks (its last position at a block's end) */
         size_t len = rnd(longctx == 2 && i == 0 ? 100 : 1, max_ctx);
+        if (i == 0 && round % 3 == 0) len = max_ctx;
+        if (i == 1 && round % 3 == 1) len = 1;
+        if (i == 2 && max_ctx >= bt) len = bt * rnd(1, max_ctx / bt);
         k[i] = (i == 0 || tu_rand64() % 2) && !longctx ? rnd(1, len) : 1;
         if (longctx == 2 && i == 0) k[i] = rnd(60, 100);
         past[i] = len - k[i];

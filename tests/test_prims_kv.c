@@ -14,7 +14,9 @@
  *   frequencies refused;
  * - paged_attention of a batch of several sequences, each with a
  *   different number of cached positions (0 too) and of new tokens
- *   (a prefill chunk, or one decode token), multi-head and grouped-query,
+ *   (a prefill chunk, or one decode token), multi-head and grouped-query
+ *   (1 to 4 and 8 query heads a cache head; contexts of one token, of
+ *   whole blocks and of the longest allowed),
  *   with strided q and output, equals softmax(scale q k^T) v over
  *   positions 0 .. pos of the dense reference;
  * - both refuse a position their table does not cover.
@@ -129,11 +131,17 @@ static void test_swiglu(void **state)
 static void paged_case(struct dev *d, int round)
 {
     char err[256];
-    size_t n = irand(1, 5), kvh = irand(1, 3), group = irand(1, 3), heads = kvh * group;
+    static const size_t ratios[] = {1, 2, 3, 4, 8}; /* query heads per cache head */
+    size_t n = irand(1, 5), kvh = irand(1, 3), group = ratios[irand(0, 4)], heads = kvh * group;
     size_t dh = 2 * irand(1, 8), bt = irand(1, 6), max_ctx = irand(1, 40);
     size_t past[5], k[5], total_new = 0, total_past = 0;
     for (size_t i = 0; i < n; i++) {
+        /* the edges: the longest context, a context of one token, one of
+         * whole blocks (its last position at a block's end) */
         size_t len = irand(1, max_ctx);
+        if (i == 0 && round % 3 == 0) len = max_ctx;
+        if (i == 1 && round % 3 == 1) len = 1;
+        if (i == 2 && max_ctx >= bt) len = bt * irand(1, max_ctx / bt);
         k[i] = (i == 0 || tu_rand64() % 2) ? irand(1, len) : 1;
         past[i] = len - k[i];
         total_new += k[i];
