@@ -454,17 +454,7 @@ static int cpu_rmsnorm(void *cp, void *yp, void *xp, const void *resp, const str
                        float eps, size_t rows, size_t w)
 {
     (void)cp;
-    float *x = xp, *y = yp;
-    const float *res = resp, *gw = W(g);
-    for (size_t r = 0; r < rows; r++) {
-        float *row = x + r * w, *out = y + r * w;
-        if (res)
-            for (size_t k = 0; k < w; k++) row[k] += res[r * w + k];
-        double ss = 0.0;
-        for (size_t k = 0; k < w; k++) ss += (double)row[k] * row[k];
-        double inv = 1.0 / sqrt(ss / (double)w + (double)eps);
-        for (size_t k = 0; k < w; k++) out[k] = (float)(row[k] * inv * (gw ? gw[k] : 1.0f));
-    }
+    cpu_rmsnorm_rows(yp, xp, resp, W(g), eps, rows, w);
     return 0;
 }
 

@@ -1,6 +1,9 @@
 /* backend_cpu_kv.c - the CPU backend's decoding primitives (backend.h):
- * SwiGLU, storing keys and values in the paged cache, and attention of
- * new tokens over it. SwiGLU in plain loops with double; attention in
+ * RMSNorm's rows, SwiGLU, the rotary rotation, storing keys and values in
+ * the paged cache, and attention of new tokens over it. RMSNorm's and
+ * SwiGLU's rows split over cpu_mm.h's pool when there are enough (a step
+ * of many sequences: 32 of a SmolLM2-135M shape, bf16, decoded 990 ->
+ * 1110 tokens/s on two threads so, a prefill 1670 -> 2065); attention in
  * float32 (dot products in 16 lanes, cpu_vec.h's exp, the softmax's sum
  * in double), its (token, head) pairs split over cpu_mm.h's pool. The
  * cache, the block tables, positions and sequence ids are host memory
@@ -36,16 +39,52 @@ static int kv_refuse(void *cp, const char *fmt, ...)
     return MODEL_EINVAL;
 }
 
+struct kv_rms {
+    float *x, *y;
+    const float *res, *gw;
+    float eps;
+    size_t w;
+};
+
+static void kv_rms_rows(void *arg, size_t r0, size_t r1)
+{
+    const struct kv_rms *a = arg;
+    size_t w = a->w;
+    for (size_t r = r0; r < r1; r++) {
+        float *row = a->x + r * w, *out = a->y + r * w;
+        if (a->res)
+            for (size_t k = 0; k < w; k++) row[k] += a->res[r * w + k];
+        double ss = 0.0;
+        for (size_t k = 0; k < w; k++) ss += (double)row[k] * row[k];
+        double inv = 1.0 / sqrt(ss / (double)w + (double)a->eps);
+        for (size_t k = 0; k < w; k++) out[k] = (float)(row[k] * inv * (a->gw ? a->gw[k] : 1.0f));
+    }
+}
+
+/* Rows over the pool when there are enough of them (CPU_ROWS_MIN). */
+void cpu_rmsnorm_rows(float *y, float *x, const float *res, const float *g, float eps,
+                      size_t rows, size_t w)
+{
+    struct kv_rms a = {x, y, res, g, eps, w};
+    cpu_par_rows(kv_rms_rows, &a, rows, CPU_ROWS_MIN / (w ? w : 1) + 1);
+}
+
+struct kv_swiglu {
+    float *y;
+    const float *x;
+    size_t w;
+};
+
 /* silu(a) = a sigmoid(a), the sigmoid from e = exp(-|a|) (cpuv_exp, in
  * blocks of 256) as 1 / (1 + e) or e / (1 + e): float32, within a few ulp. */
-int cpu_swiglu(void *cp, void *yp, const void *xp, size_t rows, size_t w)
+static void kv_swiglu_rows(void *arg, size_t r0, size_t r1)
 {
-    (void)cp;
-    float *y = yp, e[256];
-    const float *x = xp;
-    for (size_t r = 0; r < rows; r++) {
-        const float *g = x + r * 2 * w, *u = g + w;
-        float *o = y + r * w;
+    const struct kv_swiglu *sw = arg;
+    size_t w = sw->w;
+    float e[256];
+    for (size_t r = r0; r < r1; r++) {
+        const float *g = sw->x + r * 2 * w, *u = g + w;
+        float *o = sw->y + r * w;
         for (size_t j0 = 0; j0 < w; j0 += 256) {
             size_t n = w - j0 < 256 ? w - j0 : 256;
             for (size_t j = 0; j < n; j++) e[j] = -fabsf(g[j0 + j]);
@@ -56,6 +95,14 @@ int cpu_swiglu(void *cp, void *yp, const void *xp, size_t rows, size_t w)
             }
         }
     }
+}
+
+/* Rows over the pool when there are enough of them (CPU_ROWS_MIN). */
+int cpu_swiglu(void *cp, void *yp, const void *xp, size_t rows, size_t w)
+{
+    (void)cp;
+    struct kv_swiglu a = {yp, xp, w};
+    cpu_par_rows(kv_swiglu_rows, &a, rows, CPU_ROWS_MIN / (w ? w : 1) + 1);
     return 0;
 }
 

@@ -6,6 +6,11 @@
 
 #include "backend.h"
 
+/* Row loops (rmsnorm, swiglu) go over cpu_mm.h's pool in parts of at
+ * least this many elements: a decode step of one sequence stays on the
+ * calling thread, one of 32 (or a prefill) is split. */
+#define CPU_ROWS_MIN 8192
+
 /* An executor context of the CPU backend. */
 struct cpu_ctx {
     void **bufs;     /* every ctx_alloc, freed with the context */
@@ -20,6 +25,9 @@ struct cpu_ctx {
     char err[256];
 };
 
+/* rmsnorm (backend.h) with g's float32 values (or NULL: no scale). */
+void cpu_rmsnorm_rows(float *y, float *x, const float *res, const float *g, float eps,
+                      size_t rows, size_t w);
 int cpu_swiglu(void *c, void *y, const void *x, size_t rows, size_t w);
 /* rope's rotation of rows x heads heads of dh at x + r ld + col, row r at
  * position pos[r], by the float32 inverse frequencies inv_freq[dh / 2]. */

@@ -560,6 +560,31 @@ void cpu_par(void (*fn)(void *arg, size_t part, size_t parts), void *arg, size_t
     pthread_mutex_unlock(&mm_pool.busy);
 }
 
+struct mm_rows_job {
+    void (*fn)(void *, size_t, size_t);
+    void *arg;
+    size_t rows;
+};
+
+static void mm_rows_part(void *arg, size_t part, size_t parts)
+{
+    const struct mm_rows_job *j = arg;
+    size_t r0 = j->rows * part / parts, r1 = j->rows * (part + 1) / parts;
+    if (r0 < r1) j->fn(j->arg, r0, r1);
+}
+
+void cpu_par_rows(void (*fn)(void *arg, size_t r0, size_t r1), void *arg, size_t rows,
+                  size_t min_rows)
+{
+    size_t parts = rows / (min_rows ? min_rows : 1);
+    if (parts < 2) {
+        if (rows) fn(arg, 0, rows);
+        return;
+    }
+    struct mm_rows_job j = {fn, arg, rows};
+    cpu_par(mm_rows_part, &j, parts);
+}
+
 static void mm_part_fn(void *arg, size_t part, size_t parts)
 {
     mm_part(arg, part, parts);

@@ -55,6 +55,13 @@ void cpu_par(void (*fn)(void *arg, size_t part, size_t parts), void *arg, size_t
  * free(). NULL when out of memory. */
 void *cpu_mm_alloc(size_t bytes, int zero);
 
+/* fn(arg, r0, r1) over rows [0, rows) in parts of at least min_rows
+ * rows (>= 1), split as cpu_par splits (the caller alone when that makes
+ * one part): for row loops whose rows are independent, so the result
+ * does not depend on the split. */
+void cpu_par_rows(void (*fn)(void *arg, size_t r0, size_t r1), void *arg, size_t rows,
+                  size_t min_rows);
+
 /* dst[i] = the float32 value of 16-bit element src[i] of kind (BF16 or
  * F16; exact, but a signalling F16 NaN may come out quieted), n
  * elements. */

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "../gpu/backend.h"
+#include "../gpu/cpu_mm.h"
 #include "testutil.h"
 
 /* A backend under test, with the tolerance of its precision (relative to
@@ -312,6 +313,12 @@ static void test_norms(struct dev *d)
         norm_case(d, rms, 1, 300, 1, 0, 0);
         norm_case(d, rms, (size_t)irand(1, 9), (size_t)irand(2, 200), 1, 1, 0);
         norm_case(d, rms, (size_t)irand(1, 9), (size_t)irand(2, 200), 0, 1, 1);
+        if (d->o == &backend_cpu) { /* enough rows for the CPU's pool, on two threads */
+            cpu_mm_threads(2);
+            norm_case(d, rms, (size_t)irand(30, 60), (size_t)irand(300, 700), 1, 1, 0);
+            norm_case(d, rms, (size_t)irand(30, 60), (size_t)irand(300, 700), 0, 1, 1);
+            cpu_mm_threads(1);
+        }
     }
 }
 

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "../gpu/backend.h"
+#include "../gpu/cpu_mm.h"
 #include "../gpu/kvcache.h"
 #include "testutil.h"
 
@@ -102,8 +103,11 @@ static void test_swiglu(void **state)
     (void)state;
     struct dev d;
     dev_open(&d);
-    for (int round = 0; round < 5; round++) {
-        size_t rows = irand(1, 9), w = irand(1, 70);
+    for (int round = 0; round < 7; round++) {
+        /* the last two: enough rows for the pool, on two threads */
+        size_t rows = round < 5 ? irand(1, 9) : irand(30, 60);
+        size_t w = round < 5 ? irand(1, 70) : irand(300, 700);
+        cpu_mm_threads(round < 5 ? 1 : 2);
         float *x = rnd(rows * 2 * w);
         for (size_t i = 0; i < rows * 2 * w; i += 7) x[i] *= 40; /* saturating gates */
         double *ref = malloc(rows * w * sizeof(double));
@@ -122,6 +126,7 @@ static void test_swiglu(void **state)
         check("swiglu", got, ref, rows * w);
         free(x), free(ref), free(got);
     }
+    cpu_mm_threads(1);
     dev_close(&d);
 }
 
