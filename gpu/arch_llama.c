@@ -37,9 +37,12 @@ struct llama_layer_src {
         *k_norm, *ln2, *gate_w, *gate_b, *up_w, *up_b, *down_w, *down_b;
 };
 
+/* The Q, K and V projections are one stacked weight (qkv_w: one GEMM, q,
+ * k and v strided views of its rows) except under Qwen3's head norms,
+ * which want each of q and k whole (q_w, k_w, v_w apart). */
 struct llama_layer {
-    struct bk_weight *ln1, *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *o_b, *q_norm, *k_norm,
-        *ln2, *gu_w, *gu_b, *down_w, *down_b;
+    struct bk_weight *ln1, *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *qkv_w, *qkv_b, *o_w, *o_b,
+        *q_norm, *k_norm, *ln2, *gu_w, *gu_b, *down_w, *down_b;
 };
 
 struct llama_copy {
@@ -57,7 +60,8 @@ struct llama_ws {
     size_t chunk;
     void *x;        /* [T,H] the residual stream */
     void *h;        /* [T,H] normalized */
-    void *q, *k, *v;/* [T, heads dh], [T, kv_heads dh] x2 */
+    void *q, *k, *v;/* [T, heads dh], [T, kv_heads dh] x2; q holds [T, q | k | v]
+                     * when the projections are stacked */
     void *ctx;      /* [T, heads dh] attention context */
     void *r;        /* [T,H] a block's output, added to x by the next norm */
     void *gu;       /* [chunk, 2I] */
@@ -242,15 +246,22 @@ static int llama_layer_upload(struct arch_load *ld, size_t d, const struct llama
 {
     struct bk_wsrc gu_w[2] = {{.t = S->gate_w}, {.t = S->up_w}};
     struct bk_wsrc gu_b[2] = {{.t = S->gate_b}, {.t = S->up_b}};
+    struct bk_wsrc qkv_w[3] = {{.t = S->q_w}, {.t = S->k_w}, {.t = S->v_w}};
+    struct bk_wsrc qkv_b[3] = {{.t = S->q_b}, {.t = S->k_b}, {.t = S->v_b}};
+    int apart = S->q_norm != NULL; /* llama_layer */
 #define UP(field, type, src) ((src) && !(L->field = arch_weight1(ld, d, type, src)))
-    if (UP(ln1, BK_W_F32, S->ln1) || UP(q_w, BK_W_ACT, S->q_w) || UP(q_b, BK_W_ACT, S->q_b) ||
-        UP(k_w, BK_W_ACT, S->k_w) || UP(k_b, BK_W_ACT, S->k_b) || UP(v_w, BK_W_ACT, S->v_w) ||
-        UP(v_b, BK_W_ACT, S->v_b) || UP(o_w, BK_W_ACT, S->o_w) || UP(o_b, BK_W_ACT, S->o_b) ||
+    if (UP(ln1, BK_W_F32, S->ln1) || UP(o_w, BK_W_ACT, S->o_w) || UP(o_b, BK_W_ACT, S->o_b) ||
         UP(q_norm, BK_W_F32, S->q_norm) || UP(k_norm, BK_W_F32, S->k_norm) ||
         UP(ln2, BK_W_F32, S->ln2) || UP(down_w, BK_W_ACT, S->down_w) ||
         UP(down_b, BK_W_ACT, S->down_b))
         return -1;
+    if (apart && (UP(q_w, BK_W_ACT, S->q_w) || UP(q_b, BK_W_ACT, S->q_b) ||
+                  UP(k_w, BK_W_ACT, S->k_w) || UP(k_b, BK_W_ACT, S->k_b) ||
+                  UP(v_w, BK_W_ACT, S->v_w) || UP(v_b, BK_W_ACT, S->v_b)))
+        return -1;
 #undef UP
+    if (!apart && !(L->qkv_w = arch_weight(ld, d, BK_W_ACT, qkv_w, 3))) return -1;
+    if (!apart && S->q_b && !(L->qkv_b = arch_weight(ld, d, BK_W_ACT, qkv_b, 3))) return -1;
     if (!(L->gu_w = arch_weight(ld, d, BK_W_ACT, gu_w, 2))) return -1;
     if (S->gate_b && !(L->gu_b = arch_weight(ld, d, BK_W_ACT, gu_b, 2))) return -1;
     return 0;
@@ -268,9 +279,10 @@ static void llama_unload(const struct arch_rt *rt, void *am)
         arch_weight_free(rt, cp->inv_freq);
         for (size_t i = 0; cp->layers && i < m->cf.n_layers; i++) {
             struct llama_layer *L = &cp->layers[i];
-            struct bk_weight *all[] = {L->ln1,    L->q_w,    L->q_b,  L->k_w,  L->k_b, L->v_w,
-                                       L->v_b,    L->o_w,    L->o_b,  L->q_norm, L->k_norm,
-                                       L->ln2,    L->gu_w,   L->gu_b, L->down_w, L->down_b};
+            struct bk_weight *all[] = {L->ln1,    L->q_w,    L->q_b,  L->k_w,    L->k_b,
+                                       L->v_w,    L->v_b,    L->qkv_w, L->qkv_b, L->o_w,
+                                       L->o_b,    L->q_norm, L->k_norm, L->ln2,  L->gu_w,
+                                       L->gu_b,   L->down_w, L->down_b};
             for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) arch_weight_free(rt, all[k]);
         }
         free(cp->layers);
@@ -358,7 +370,7 @@ static void *llama_ws_new(const struct arch_rt *rt, const void *am, void *c,
     size_t lrows = sz->all_logits ? T : sz->max_seqs;
     size_t scratch = o->paged_attention_scratch(rt->be, T, sz->max_ctx, cf->heads);
 #define A(field, n) (ws->field = o->ctx_alloc(c, arch_act_bytes(rt, n), 0))
-    if (!A(x, T * H) || !A(h, T * H) || !A(q, T * Q) || !A(k, T * K) || !A(v, T * K) ||
+    if (!A(x, T * H) || !A(h, T * H) || !A(q, T * (Q + 2 * K)) || !A(k, T * K) || !A(v, T * K) ||
         !A(ctx, T * Q) || !A(r, T * H) || !A(gu, ws->chunk * 2 * cf->inter) ||
         !A(act, ws->chunk * cf->inter) || !A(last, sz->max_seqs * H) ||
         !A(logits, lrows * cf->vocab) || !(ws->scratch = o->ctx_alloc(c, scratch, 0)))
@@ -391,25 +403,36 @@ static int llama_attn(const struct arch_rt *rt, const struct llama_model *m,
     size_t T = s->tokens, H = cf->hidden, dh = cf->head_dim, Q = cf->heads * dh;
     size_t K = cf->kv_heads * dh;
     ARCH_TRY(o->rmsnorm(c, ws->h, ws->x, res, L->ln1, cf->eps, T, H));
-    struct bk_gemm gq = {.m = T, .n = Q, .k = H, .a = ws->h, .w = L->q_w, .bias = L->q_b,
-                         .c = ws->q};
-    struct bk_gemm gk = {.m = T, .n = K, .k = H, .a = ws->h, .w = L->k_w, .bias = L->k_b,
-                         .c = ws->k};
-    struct bk_gemm gv = {.m = T, .n = K, .k = H, .a = ws->h, .w = L->v_w, .bias = L->v_b,
-                         .c = ws->v};
-    ARCH_TRY(o->gemm(c, &gq));
-    ARCH_TRY(o->gemm(c, &gk));
-    ARCH_TRY(o->gemm(c, &gv));
-    if (cf->qk_norm) {
-        ARCH_TRY(o->rmsnorm(c, ws->q, ws->q, NULL, L->q_norm, cf->eps, T * cf->heads, dh));
-        ARCH_TRY(o->rmsnorm(c, ws->k, ws->k, NULL, L->k_norm, cf->eps, T * cf->kv_heads, dh));
+    void *q = ws->q, *k = ws->k, *v = ws->v;
+    size_t ldq = Q, ldk = K;
+    if (L->qkv_w) { /* one GEMM; q, k and v are column ranges of its rows */
+        struct bk_gemm g = {.m = T, .n = Q + 2 * K, .k = H, .a = ws->h, .w = L->qkv_w,
+                            .bias = L->qkv_b, .c = ws->q};
+        ARCH_TRY(o->gemm(c, &g));
+        ldq = ldk = Q + 2 * K;
+        k = arch_act_at(rt, ws->q, Q);
+        v = arch_act_at(rt, ws->q, Q + K);
+    } else {
+        struct bk_gemm gq = {.m = T, .n = Q, .k = H, .a = ws->h, .w = L->q_w, .bias = L->q_b,
+                             .c = q};
+        struct bk_gemm gk = {.m = T, .n = K, .k = H, .a = ws->h, .w = L->k_w, .bias = L->k_b,
+                             .c = k};
+        struct bk_gemm gv = {.m = T, .n = K, .k = H, .a = ws->h, .w = L->v_w, .bias = L->v_b,
+                             .c = v};
+        ARCH_TRY(o->gemm(c, &gq));
+        ARCH_TRY(o->gemm(c, &gk));
+        ARCH_TRY(o->gemm(c, &gv));
+        if (cf->qk_norm) {
+            ARCH_TRY(o->rmsnorm(c, q, q, NULL, L->q_norm, cf->eps, T * cf->heads, dh));
+            ARCH_TRY(o->rmsnorm(c, k, k, NULL, L->k_norm, cf->eps, T * cf->kv_heads, dh));
+        }
     }
-    ARCH_TRY(o->rope(c, ws->q, T, Q, 0, cf->heads, dh, s->pos, cp->inv_freq));
+    ARCH_TRY(o->rope(c, q, T, ldq, 0, cf->heads, dh, s->pos, cp->inv_freq));
     struct bk_kv kv = b->kv;
     kv.k = (float *)kv.k + l * b->layer_floats;
     kv.v = (float *)kv.v + l * b->layer_floats;
-    ARCH_TRY(o->kv_store(c, &kv, ws->k, K, ws->v, K, s, cp->inv_freq)); /* keys rotated there */
-    struct bk_paged_attention pa = {.q = ws->q, .ldq = Q, .heads = cf->heads,
+    ARCH_TRY(o->kv_store(c, &kv, k, ldk, v, ldk, s, cp->inv_freq)); /* keys rotated there */
+    struct bk_paged_attention pa = {.q = q, .ldq = ldq, .heads = cf->heads,
                                     .scale = (float)(1.0 / sqrt((double)dh)), .kv = &kv, .s = s,
                                     .max_ctx = b->max_ctx, .out = ws->ctx, .ldo = Q,
                                     .scratch = ws->scratch};
