@@ -130,6 +130,30 @@ MM_INLINE __m512 mm_ld(const void *w, size_t at, enum cpu_wkind kind, __mmask16 
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* The end of a tile: columns e .. k - 1 in masked steps of 16 (W widened
+ * as mm_ld widens it), then each accumulator's lanes summed into out. */
+MM_INLINE void mm_tile_end(const float *a, size_t lda, size_t k, size_t e, const void *w,
+                           const size_t wr[4], enum cpu_wkind kind, int mr, __m512 acc[4][4],
+                           float out[4][4])
+{
+    for (; e < k; e += 16) {
+        __mmask16 mk = k - e >= 16 ? 0xffff : (__mmask16)((1u << (k - e)) - 1);
+        __m512 wv[4];
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < 4; q++) wv[q] = mm_ld(w, wr[q] + e, kind, mk);
+        _Pragma("GCC unroll 4")
+        for (int i = 0; i < mr; i++) {
+            __m512 av = _mm512_maskz_loadu_ps(mk, a + i * lda + e);
+            _Pragma("GCC unroll 4")
+            for (int q = 0; q < 4; q++) acc[i][q] = _mm512_fmadd_ps(av, wv[q], acc[i][q]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < mr; i++)
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < 4; q++) out[i][q] = _mm512_reduce_add_ps(acc[i][q]);
+}
+
 /* mr (1..4) rows of A from a, against W rows w0..w3 (element offsets),
  * into out[i][q]. */
 MM_INLINE void mm_tile(const float *a, size_t lda, size_t k, const void *w, const size_t wr[4],
@@ -155,22 +179,7 @@ MM_INLINE void mm_tile(const float *a, size_t lda, size_t k, const void *w, cons
             for (int q = 0; q < 4; q++) acc[i][q] = _mm512_fmadd_ps(av, wv[q], acc[i][q]);
         }
     }
-    if (e < k) {
-        __mmask16 mk = (__mmask16)((1u << (k - e)) - 1);
-        __m512 wv[4];
-        _Pragma("GCC unroll 4")
-        for (int q = 0; q < 4; q++) wv[q] = mm_ld(w, wr[q] + e, kind, mk);
-        _Pragma("GCC unroll 4")
-        for (int i = 0; i < mr; i++) {
-            __m512 av = _mm512_maskz_loadu_ps(mk, a + i * lda + e);
-            _Pragma("GCC unroll 4")
-            for (int q = 0; q < 4; q++) acc[i][q] = _mm512_fmadd_ps(av, wv[q], acc[i][q]);
-        }
-    }
-    _Pragma("GCC unroll 4")
-    for (int i = 0; i < mr; i++)
-        _Pragma("GCC unroll 4")
-        for (int q = 0; q < 4; q++) out[i][q] = _mm512_reduce_add_ps(acc[i][q]);
+    mm_tile_end(a, lda, k, e, w, wr, kind, mr, acc, out);
 }
 
 /* The kernel for one kind, mr fixed so that each copy keeps its
@@ -221,22 +230,7 @@ MM_INLINE void mm_tile_split(const float *a, size_t k, const void *w, const size
                 acc[i][q] = _mm512_fmadd_ps(ao, wo[q], _mm512_fmadd_ps(ae, we[q], acc[i][q]));
         }
     }
-    for (; e < k; e += 16) {
-        __mmask16 mk = k - e >= 16 ? 0xffff : (__mmask16)((1u << (k - e)) - 1);
-        __m512 wv[4];
-        _Pragma("GCC unroll 4")
-        for (int q = 0; q < 4; q++) wv[q] = mm_ld(w, wr[q] + e, CPU_W_BF16, mk);
-        _Pragma("GCC unroll 4")
-        for (int i = 0; i < mr; i++) {
-            __m512 av = _mm512_maskz_loadu_ps(mk, a + i * k + e);
-            _Pragma("GCC unroll 4")
-            for (int q = 0; q < 4; q++) acc[i][q] = _mm512_fmadd_ps(av, wv[q], acc[i][q]);
-        }
-    }
-    _Pragma("GCC unroll 4")
-    for (int i = 0; i < mr; i++)
-        _Pragma("GCC unroll 4")
-        for (int q = 0; q < 4; q++) out[i][q] = _mm512_reduce_add_ps(acc[i][q]);
+    mm_tile_end(a, k, k, e, w, wr, CPU_W_BF16, mr, acc, out);
 }
 
 #define MM_SPLIT_FOR(MR)                                                                   \

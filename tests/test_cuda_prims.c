@@ -708,14 +708,7 @@ static void paged_case(struct env *e, int round, int longctx)
         Kr[i] = malloc(len * row * sizeof(double));
         assert_non_null(Kr[i]);
         for (size_t x = 0; x < len * row; x++) Kr[i][x] = Kd[i][x];
-        for (size_t p = 0; use_rope && p < len; p++)
-            for (size_t hh = 0; hh < kvh; hh++)
-                for (size_t c = 0; c < dh / 2; c++) {
-                    double th = (double)p * f[c], *o = Kr[i] + p * row + hh * dh;
-                    double a = o[c], b = o[c + dh / 2];
-                    o[c] = a * cos(th) - b * sin(th);
-                    o[c + dh / 2] = b * cos(th) + a * sin(th);
-                }
+        if (use_rope) tu_rope_ref(Kr[i], len, row, kvh, dh, f);
     }
     size_t cache_floats = blocks * bt * row;
     struct bk_kv cache = {.k = dev(e, cache_floats * 4), .v = dev(e, cache_floats * 4),

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include <time.h>
 
 static uint64_t tu_rng_state;
@@ -54,6 +55,22 @@ static inline int tu_no_gpu(const char *prog, const char *why)
     }
     printf("%s: skipped: no CUDA device (%s)\n", prog, why);
     return 77;
+}
+
+/* The float64 reference of rope's rotation: rows [0, len) of x (row
+ * doubles apart, heads heads of dh each) rotated to their positions 0 ..
+ * len - 1 by the inverse frequencies f[dh / 2]. */
+static inline void tu_rope_ref(double *x, size_t len, size_t row, size_t heads, size_t dh,
+                               const float *f)
+{
+    for (size_t p = 0; p < len; p++)
+        for (size_t h = 0; h < heads; h++)
+            for (size_t c = 0; c < dh / 2; c++) {
+                double th = (double)p * f[c], *o = x + p * row + h * dh;
+                double a = o[c], b = o[c + dh / 2];
+                o[c] = a * cos(th) - b * sin(th);
+                o[c + dh / 2] = b * cos(th) + a * sin(th);
+            }
 }
 
 #endif
