@@ -194,13 +194,16 @@ struct bk_sample_out {
  * memory); params and out are rows entries of the context's host memory
  * (ctx_alloc with host = 1): params is read by the work, out is complete
  * after pass_end. scratch is sample_scratch(rows) bytes of context
- * memory. */
+ * memory. ids, when set, is rows int32 of device memory where each
+ * picking row's id goes too (0 for a row with no finite logit), for a
+ * later pass to read as its token ids without a trip through the host. */
 struct bk_sample {
     const void *logits;
     size_t rows, vocab, ld;
     const struct bk_sample_row *params;
     struct bk_sample_out *out;
     void *scratch;
+    int32_t *ids;
 };
 
 /* What graph_begin asks of the caller. */
@@ -267,6 +270,16 @@ struct backend_ops {
      * what failed; the device's busy time and pass count are taken here. */
     int (*pass_begin)(void *c);
     int (*pass_end)(void *c);
+    /* Overlap (NULL: pass_end only). pass_submit ends a pass without
+     * waiting for it: 0 with its work in flight, or (a call of the pass
+     * failed) its first failure, with nothing left in flight. pass_wait
+     * waits for the oldest pass in flight: 0, or MODEL_EFATAL when the
+     * device failed meanwhile (the only failure left to report). At
+     * most two passes are in flight: pass_begin refuses a third, and
+     * pass_end waits for every one. Host buffers a pass in flight reads
+     * or writes are the caller's to leave alone until its wait. */
+    int (*pass_submit)(void *c);
+    int (*pass_wait)(void *c);
     /* A pass whose calls depend only on the shape key (its bytes) may be
      * recorded once and replayed: BK_GRAPH_REPLAYED when the work for key
      * was enqueued from a recording (skip to the downloads), BK_GRAPH_RUN

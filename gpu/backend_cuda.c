@@ -26,7 +26,9 @@
  * MODEL_EFATAL and the worker must stop. A refused call (bad sizes, no
  * cuBLASLt algorithm, a failed capture) is MODEL_EINVAL: its pass fails,
  * the process goes on. pass_end waits for the stream and reports the
- * pass's first failure.
+ * pass's first failure; pass_submit leaves a pass in flight (its events
+ * in one of two slots) for pass_wait, so the host may prepare and submit
+ * the next while the device runs it.
  *
  * Threads: probe, device_stats on any thread (the counters are atomics);
  * open, close, weight_new and weight_free on the main thread; a context
@@ -412,8 +414,10 @@ static void cuda_ctx_free(void *cp)
     free(c->mem);
     cudaFree(c->stage);
     cudaFree(c->lt_ws);
-    if (c->ev_start) cudaEventDestroy(c->ev_start);
-    if (c->ev_stop) cudaEventDestroy(c->ev_stop);
+    for (int i = 0; i < 2; i++) {
+        if (c->ev_start[i]) cudaEventDestroy(c->ev_start[i]);
+        if (c->ev_stop[i]) cudaEventDestroy(c->ev_stop[i]);
+    }
     if (c->pref) cl->MatmulPreferenceDestroy(c->pref);
     if (c->lt) cl->Destroy(c->lt);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -442,7 +446,8 @@ static void *cuda_ctx_new(void *bep, unsigned slot, char *errstr, size_t errstr_
         LT(cl->MatmulPreferenceCreate(&c->pref)) < 0 ||
         LT(cl->MatmulPreferenceSetAttribute(c->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                             &be->lt_ws_bytes, sizeof(be->lt_ws_bytes))) < 0 ||
-        CU(cudaEventCreate(&c->ev_start)) < 0 || CU(cudaEventCreate(&c->ev_stop)) < 0) {
+        CU(cudaEventCreate(&c->ev_start[0])) < 0 || CU(cudaEventCreate(&c->ev_stop[0])) < 0 ||
+        CU(cudaEventCreate(&c->ev_start[1])) < 0 || CU(cudaEventCreate(&c->ev_stop[1])) < 0) {
         size_t k = strlen(errstr);
         snprintf(errstr + k, errstr_size - k, " (executor %u on device %d, %s)", slot,
                  c->dev->index, c->dev->name);
@@ -526,6 +531,7 @@ static int cuda_pass_begin(void *cp)
     int rc = cx_live(c);
     if (rc < 0) return rc;
     if (c->in_pass) return cx_refuse(c, "pass_begin inside a pass");
+    if (c->q_len == 2) return cx_refuse(c, "pass_begin with two passes in flight");
     c->pass_rc = 0;
     c->err[0] = '\0';
     if ((rc = CX(c, cudaSetDevice(c->dev->index))) < 0) return rc;
@@ -534,7 +540,7 @@ static int cuda_pass_begin(void *cp)
         c->fault = 0;
         if ((rc = CX(c, kc_fault(c->stream))) < 0) return rc;
     }
-    return CX(c, cudaEventRecord(c->ev_start, c->stream));
+    return CX(c, cudaEventRecord(c->ev_start[(c->q_first + c->q_len) % 2], c->stream));
 }
 
 /* Ends a capture the caller left open (it failed half way): the graph is
@@ -549,26 +555,66 @@ static void capture_abandon(struct cuda_ctx *c)
     plan_shape_refuse(&c->shapes, c->cap_slot);
 }
 
-/* The stop event, the wait, the device's busy time (the events' interval)
- * and pass count; the pass's first failure. */
-static int cuda_pass_end(void *cp)
+/* Waits for the oldest pass in flight: the device's busy time (its
+ * events' interval) and pass count. 0, or MODEL_EFATAL when the device
+ * failed meanwhile. */
+static int pass_wait_oldest(struct cuda_ctx *c)
+{
+    unsigned slot = c->q_first;
+    c->q_first = (c->q_first + 1) % 2;
+    c->q_len--;
+    float ms = 0;
+    int rc = CX(c, cudaEventSynchronize(c->ev_stop[slot]));
+    if (rc == 0) rc = CX(c, cudaEventElapsedTime(&ms, c->ev_start[slot], c->ev_stop[slot]));
+    if (rc < 0) return c->fatal ? MODEL_EFATAL : rc;
+    atomic_fetch_add(&c->dev->busy_ns, (uint_fast64_t)((double)ms * 1e6));
+    if (c->q_ok[slot]) atomic_fetch_add(&c->dev->batches, 1);
+    return 0;
+}
+
+/* The stop event; the pass stays in flight (pass_wait) unless it failed
+ * already, when everything in flight is waited for and the pass's first
+ * failure returned. */
+static int cuda_pass_submit(void *cp)
 {
     struct cuda_ctx *c = cp;
-    if (!c->in_pass) return c->fatal ? MODEL_EFATAL : cx_refuse(c, "pass_end outside a pass");
+    if (!c->in_pass) return c->fatal ? MODEL_EFATAL : cx_refuse(c, "pass end outside a pass");
     if (c->capturing) {
         capture_abandon(c);
         cx_refuse(c, "the pass ended inside graph_begin .. graph_end");
     }
     c->in_pass = 0;
     if (c->fatal) return MODEL_EFATAL;
-    float ms = 0;
-    if (CX(c, cudaEventRecord(c->ev_stop, c->stream)) < 0 ||
-        CX(c, cudaStreamSynchronize(c->stream)) < 0 ||
-        CX(c, cudaEventElapsedTime(&ms, c->ev_start, c->ev_stop)) < 0)
-        return c->pass_rc;
-    atomic_fetch_add(&c->dev->busy_ns, (uint_fast64_t)((double)ms * 1e6));
-    if (c->pass_rc == 0) atomic_fetch_add(&c->dev->batches, 1);
-    return c->pass_rc;
+    unsigned slot = (c->q_first + c->q_len) % 2;
+    int rc = CX(c, cudaEventRecord(c->ev_stop[slot], c->stream));
+    if (rc < 0) return rc; /* not in flight: its stop was never recorded */
+    c->q_ok[slot] = c->pass_rc == 0;
+    c->q_len++;
+    if (c->pass_rc == 0) return 0;
+    rc = c->pass_rc;
+    while (c->q_len) {
+        int w = pass_wait_oldest(c);
+        if (w < rc) rc = w;
+    }
+    return rc;
+}
+
+static int cuda_pass_wait(void *cp)
+{
+    struct cuda_ctx *c = cp;
+    if (c->fatal) return MODEL_EFATAL;
+    if (c->in_pass || c->q_len == 0)
+        return cx_refuse(c, "pass_wait %s", c->in_pass ? "inside a pass" : "with no pass in flight");
+    return pass_wait_oldest(c);
+}
+
+/* pass_submit, then the wait for everything in flight. */
+static int cuda_pass_end(void *cp)
+{
+    struct cuda_ctx *c = cp;
+    int rc = cuda_pass_submit(c);
+    while (rc == 0 && c->q_len) rc = pass_wait_oldest(c);
+    return rc;
 }
 
 /* See the top of the file. A key must be 1..PLAN_KEY_MAX bytes. */
@@ -707,6 +753,8 @@ const struct backend_ops backend_cuda = {
     .inject_fault = cuda_inject_fault,
     .pass_begin = cuda_pass_begin,
     .pass_end = cuda_pass_end,
+    .pass_submit = cuda_pass_submit,
+    .pass_wait = cuda_pass_wait,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .upload = cuda_upload,

@@ -110,7 +110,11 @@ struct cuda_ctx {
     cublasLtHandle_t lt;
     cublasLtMatmulPreference_t pref;
     void *lt_ws;
-    cudaEvent_t ev_start, ev_stop;
+    /* passes: each slot's events time one; a pass submitted and not yet
+     * waited for holds its slot (q_len of them from q_first) */
+    cudaEvent_t ev_start[2], ev_stop[2];
+    int q_ok[2];                   /* the submitted pass had no failure */
+    unsigned q_first, q_len;
     /* memory of ctx_alloc, freed by ctx_free */
     struct cuda_mem { void *p; int host; } *mem;
     size_t n_mem, cap_mem;

@@ -203,9 +203,12 @@ struct kc_sample_out {
 /* The next token of each of rows rows of logits (vocab values of type t,
  * ld apart): gen/sample.h's choice (greedy, temperature, top-k, top-p,
  * min-p, the draw u walking the kept tokens in id order) made on the
- * device, one block per row. p and out are device memory, rows entries. */
+ * device, one block per row. p and out are device memory, rows entries;
+ * ids (device memory, rows entries) may be NULL, else each picking row's
+ * id goes there too (0 for -1): the token ids of a step to follow. */
 cudaError_t kc_sample(cudaStream_t s, enum kc_type t, const void *logits, size_t ld, size_t rows,
-                      size_t vocab, const struct kc_sample_row *p, struct kc_sample_out *out);
+                      size_t vocab, const struct kc_sample_row *p, struct kc_sample_out *out,
+                      int32_t *ids);
 
 /* A GEMM in the activation type, for the shapes cuBLASLt has no
  * algorithm for (gpu/cuda_lt.c): for each of batch matrices z,

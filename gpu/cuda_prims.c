@@ -378,7 +378,7 @@ int cuda_sample(void *cp, const struct bk_sample *a)
     if ((rc = CX(c, cudaMemcpyAsync(dp, a->params, a->rows * sizeof(*dp),
                                     cudaMemcpyHostToDevice, c->stream))) < 0 ||
         (rc = CX(c, kc_sample(c->stream, c->be->kt, a->logits, a->ld, a->rows, a->vocab, dp,
-                              dout))) < 0)
+                              dout, a->ids))) < 0)
         return rc;
     return CX(c, cudaMemcpyAsync(a->out, dout, a->rows * sizeof(*dout), cudaMemcpyDeviceToHost,
                                  c->stream));

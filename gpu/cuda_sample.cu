@@ -132,7 +132,8 @@ __device__ V block_scan(V v, V *sh, V *all)
 
 template <typename T>
 __global__ void sample_kernel(const T *logits, size_t ldl, size_t n,
-                              const struct kc_sample_row *rows, struct kc_sample_out *out)
+                              const struct kc_sample_row *rows, struct kc_sample_out *out,
+                              int32_t *ids)
 {
     __shared__ double shd[kWarps];
     __shared__ unsigned long long shu[kWarps];
@@ -158,6 +159,7 @@ __global__ void sample_kernel(const T *logits, size_t ldl, size_t n,
         if (tid == 0) {
             o->id = -1;
             o->logprob = NAN;
+            if (ids) ids[blockIdx.x] = 0;
         }
         return;
     }
@@ -322,6 +324,7 @@ __global__ void sample_kernel(const T *logits, size_t ldl, size_t n,
     if (tid == 0) {
         o->id = id;
         o->logprob = lp;
+        if (ids) ids[blockIdx.x] = id;
     }
 }
 
@@ -329,22 +332,23 @@ __global__ void sample_kernel(const T *logits, size_t ldl, size_t n,
 
 extern "C" cudaError_t kc_sample(cudaStream_t s, enum kc_type t, const void *logits, size_t ld,
                                  size_t rows, size_t vocab, const struct kc_sample_row *p,
-                                 struct kc_sample_out *out)
+                                 struct kc_sample_out *out, int32_t *ids)
 {
     if (rows == 0 || rows > 0x7fffffffu || vocab == 0 || vocab > 0x7fffffffu || ld < vocab ||
         !logits || !p || !out)
         return cudaErrorInvalidValue;
     switch (t) {
     case KC_F32:
-        sample_kernel<<<(unsigned)rows, kThreads, 0, s>>>((const float *)logits, ld, vocab, p, out);
+        sample_kernel<<<(unsigned)rows, kThreads, 0, s>>>((const float *)logits, ld, vocab, p, out,
+                                                          ids);
         break;
     case KC_F16:
         sample_kernel<<<(unsigned)rows, kThreads, 0, s>>>((const __half *)logits, ld, vocab, p,
-                                                          out);
+                                                          out, ids);
         break;
     case KC_BF16:
         sample_kernel<<<(unsigned)rows, kThreads, 0, s>>>((const __nv_bfloat16 *)logits, ld,
-                                                          vocab, p, out);
+                                                          vocab, p, out, ids);
         break;
     default: return cudaErrorInvalidValue;
     }
