@@ -41,11 +41,27 @@ struct decoder_ws {
     size_t width;                    /* block table entries per sequence */
     size_t layer_floats;             /* per layer in each of k and v */
     void *k, *v;                     /* the cache */
-    uint32_t *h_tok, *d_tok;         /* ids, pos, seq [T each], offsets [n+1], tables */
+    /* Host staging, two of each so a step may be prepared while the one
+     * before it is in flight (the step's slot: its number's parity). */
+    uint32_t *h_tok[2], *d_tok;      /* ids, pos, seq [T each], offsets [n+1], tables */
     float *h_out;
-    struct bk_sample_row *h_srow;    /* sampling: per row, host; NULL without a sampler */
-    struct bk_sample_out *h_sout;
+    struct bk_sample_row *h_srow[2]; /* sampling: per row, host; NULL without a sampler */
+    struct bk_sample_out *h_sout[2];
     void *d_sscr;                    /* the sampler's scratch */
+    /* Steps in flight (submitted, not collected), oldest first: each
+     * step's slot, rows and whether they pick. */
+    struct dec_flight {
+        unsigned slot;
+        size_t n;
+        int logits;                  /* decoder_step's: logits to the host */
+        unsigned char *on;           /* [max_seqs]: the row picks (with logprob: 2) */
+    } flight[2];
+    size_t n_flight;
+    uint64_t submitted;
+    /* The last step submitted, for a chained step to follow: its
+     * sequences when every row picked (n 0 otherwise). */
+    int *last_seqs;
+    size_t last_n;
     struct decoder_ws_counters count;
     const void *step_out;            /* the architecture's output, for replayed steps */
     size_t *old_len;                 /* per batch row, to undo a failed step */
@@ -245,6 +261,9 @@ void decoder_ws_destroy(struct decoder_ws *ws)
     kvcache_destroy(ws->kv);
     free(ws->old_len);
     free(ws->mark);
+    free(ws->last_seqs);
+    free(ws->flight[0].on);
+    free(ws->flight[1].on);
     free(ws);
 }
 
@@ -288,15 +307,21 @@ struct decoder_ws *decoder_ws_new(const struct decoder *d, unsigned slot,
     if (cache > SIZE_MAX / sizeof(float)) goto oom;
     if (!(ws->k = o->ctx_alloc(ws->ctx, cache * sizeof(float), 0)) ||
         !(ws->v = o->ctx_alloc(ws->ctx, cache * sizeof(float), 0)) ||
-        !(ws->h_tok = o->ctx_alloc(ws->ctx, words * sizeof(uint32_t), 1)) ||
+        !(ws->h_tok[0] = o->ctx_alloc(ws->ctx, words * sizeof(uint32_t), 1)) ||
+        !(ws->h_tok[1] = o->ctx_alloc(ws->ctx, words * sizeof(uint32_t), 1)) ||
         !(ws->d_tok = o->ctx_alloc(ws->ctx, words * sizeof(uint32_t), 0)) ||
         !(ws->h_out = o->ctx_alloc(ws->ctx, lrows * d->info.vocab * sizeof(float), 1)) ||
-        !(ws->old_len = calloc(c.max_seqs, sizeof(size_t))) || !(ws->mark = calloc(c.max_seqs, 1)))
+        !(ws->old_len = calloc(c.max_seqs, sizeof(size_t))) ||
+        !(ws->mark = calloc(c.max_seqs, 1)) ||
+        !(ws->last_seqs = calloc(c.max_seqs, sizeof(int))) ||
+        !(ws->flight[0].on = calloc(c.max_seqs, 1)) || !(ws->flight[1].on = calloc(c.max_seqs, 1)))
         goto oom;
-    if (o->sample && !c.all_logits &&
-        (!(ws->h_srow = o->ctx_alloc(ws->ctx, c.max_seqs * sizeof(*ws->h_srow), 1)) ||
-         !(ws->h_sout = o->ctx_alloc(ws->ctx, c.max_seqs * sizeof(*ws->h_sout), 1)) ||
-         !(ws->d_sscr = o->ctx_alloc(ws->ctx, o->sample_scratch(d->rt.be, c.max_seqs), 0))))
+    for (int i = 0; o->sample && !c.all_logits && i < 2; i++)
+        if (!(ws->h_srow[i] = o->ctx_alloc(ws->ctx, c.max_seqs * sizeof(*ws->h_srow[i]), 1)) ||
+            !(ws->h_sout[i] = o->ctx_alloc(ws->ctx, c.max_seqs * sizeof(*ws->h_sout[i]), 1)))
+            goto oom;
+    if (ws->h_srow[0] &&
+        !(ws->d_sscr = o->ctx_alloc(ws->ctx, o->sample_scratch(d->rt.be, c.max_seqs), 0)))
         goto oom;
     struct arch_dec_sizes sz = {c.max_seqs, c.max_tokens, c.max_ctx, c.all_logits};
     if (!(ws->aws = d->arch->ws_new(&d->rt, d->am, ws->ctx, &sz, err, sizeof(err)))) goto fail;
@@ -323,7 +348,17 @@ const char *decoder_ws_error(const struct decoder_ws *ws)
 
 int decoder_ws_samples(const struct decoder_ws *ws)
 {
-    return ws->h_srow != NULL;
+    return ws->h_srow[0] != NULL;
+}
+
+int decoder_ws_overlaps(const struct decoder_ws *ws)
+{
+    return ws->h_srow[0] && ws->d->rt.ops->pass_submit && ws->d->rt.ops->pass_wait;
+}
+
+size_t decoder_ws_in_flight(const struct decoder_ws *ws)
+{
+    return ws->n_flight;
 }
 
 void decoder_ws_counters(const struct decoder_ws *ws, struct decoder_ws_counters *out)
@@ -339,15 +374,28 @@ void decoder_ws_inject_fault(struct decoder_ws *ws)
 /* ---- the step ------------------------------------------------------------------- */
 
 /* Everything a backend indexes with is checked here; the blocks the
- * batch needs are counted before any sequence grows. */
-static int dec_check(const struct decoder *d, struct decoder_ws *ws, const struct decoder_batch *b)
+ * batch needs are counted before any sequence grows. A chained batch
+ * repeats the last step's sequences, one token each, its ids being
+ * that step's picks on the device (b->ids unread). */
+static int dec_check(const struct decoder *d, struct decoder_ws *ws, const struct decoder_batch *b,
+                     int chain)
 {
     const struct decoder_ws_conf *c = &ws->conf;
-    if (!b || !b->seqs || !b->ids || !b->offsets || !b->n || b->n > c->max_seqs ||
+    if (!b || !b->seqs || (!b->ids && !chain) || !b->offsets || !b->n || b->n > c->max_seqs ||
         b->offsets[0] != 0) {
         snprintf(ws->err, sizeof(ws->err), "a step of %zu sequences (at most %zu)",
                  b ? b->n : 0, c->max_seqs);
         return MODEL_EINVAL;
+    }
+    if (chain) {
+        int same = b->n == ws->last_n;
+        for (size_t i = 0; same && i < b->n; i++)
+            same = b->seqs[i] == ws->last_seqs[i] && b->offsets[i + 1] == i + 1;
+        if (!same) {
+            snprintf(ws->err, sizeof(ws->err), "a chained step must repeat the last step's "
+                     "sequences, every one of which picked, one token each");
+            return MODEL_EINVAL;
+        }
     }
     size_t need = 0;
     int rc = 0;
@@ -383,7 +431,7 @@ static int dec_check(const struct decoder *d, struct decoder_ws *ws, const struc
         return MODEL_EINVAL;
     }
     size_t T = b->offsets[b->n];
-    for (size_t t = 0; t < T; t++)
+    for (size_t t = 0; !chain && t < T; t++)
         if (b->ids[t] < 0 || (size_t)b->ids[t] >= d->info.vocab) {
             snprintf(ws->err, sizeof(ws->err), "token id %d is outside the vocabulary of %zu",
                      (int)b->ids[t], d->info.vocab);
@@ -392,21 +440,27 @@ static int dec_check(const struct decoder *d, struct decoder_ws *ws, const struc
     return 0;
 }
 
-/* The step: the logits to the host (*logits), or with rows the picks of
- * the device's sampler (picks). */
-static int dec_run(const struct decoder *d, struct decoder_ws *ws, const struct decoder_batch *b,
-                   const float **logits, const struct decoder_sample *rows,
-                   struct decoder_pick *picks)
+/* Submits the step: the logits to the host (rows NULL), or the picks of
+ * the device's sampler, which also leaves each pick where a chained
+ * step reads its ids. With the backend's pass_submit the step stays in
+ * flight; dec_collect waits for it. */
+static int dec_submit(const struct decoder *d, struct decoder_ws *ws,
+                      const struct decoder_batch *b, const struct decoder_sample *rows, int chain)
 {
     ws->err[0] = '\0';
-    int rc = dec_check(d, ws, b);
+    if (ws->n_flight == 2) {
+        snprintf(ws->err, sizeof(ws->err), "two steps are in flight: collect one first");
+        return MODEL_EINVAL;
+    }
+    int rc = dec_check(d, ws, b, chain);
     if (rc < 0) return rc;
     const struct backend_ops *o = d->rt.ops;
+    unsigned slot = (unsigned)(ws->submitted % 2);
     size_t n = b->n, T = b->offsets[n], cap = ws->conf.max_tokens, W = ws->width;
     /* ids [cap], pos [cap], seq [cap], offsets [max_seqs + 1], tables [max_seqs, W] */
-    uint32_t *h = ws->h_tok, *dv = ws->d_tok;
+    uint32_t *h = ws->h_tok[slot], *dv = ws->d_tok;
     size_t off_at = 3 * cap, tab_at = off_at + ws->conf.max_seqs + 1;
-    memcpy(h, b->ids, T * sizeof(uint32_t));
+    if (!chain) memcpy(h, b->ids, T * sizeof(uint32_t));
     for (size_t i = 0; i < n; i++) {
         ws->old_len[i] = kvcache_seq_len(ws->kv, b->seqs[i]);
         uint32_t k = b->offsets[i + 1] - b->offsets[i];
@@ -424,7 +478,7 @@ static int dec_run(const struct decoder *d, struct decoder_ws *ws, const struct 
         if (k > longest) longest = k;
     }
     rc = o->pass_begin(ws->ctx);
-    for (size_t k = 0; k < 3 && rc == 0; k++)
+    for (size_t k = chain ? 1 : 0; k < 3 && rc == 0; k++)
         rc = o->upload(ws->ctx, dv + k * cap, h + k * cap, T * sizeof(uint32_t));
     if (rc == 0) rc = o->upload(ws->ctx, dv + off_at, h + off_at, (n + 1) * sizeof(uint32_t));
     if (rc == 0) rc = o->upload(ws->ctx, dv + tab_at, h + tab_at, n * W * sizeof(uint32_t));
@@ -459,48 +513,103 @@ static int dec_run(const struct decoder *d, struct decoder_ws *ws, const struct 
         }
         ws->step_out = out;
     }
-    size_t lrows = ws->conf.all_logits ? T : n, on = 0;
+    struct dec_flight *f = &ws->flight[ws->n_flight];
+    size_t all_on = rows != NULL;
     if (rc == 0 && rows) {
+        struct bk_sample_row *sr = ws->h_srow[slot];
         for (size_t i = 0; i < n; i++) {
-            ws->h_srow[i] = (struct bk_sample_row){
+            sr[i] = (struct bk_sample_row){
                 .temperature = rows[i].temperature, .top_k = rows[i].top_k,
                 .top_p = rows[i].top_p, .min_p = rows[i].min_p, .u = rows[i].u,
                 .flags = rows[i].on ? BK_SAMPLE_ON | (rows[i].logprob ? BK_SAMPLE_LOGPROB : 0)
                                     : 0};
-            on += rows[i].on != 0;
+            f->on[i] = rows[i].on != 0;
+            all_on &= rows[i].on != 0;
         }
         struct bk_sample sa = {.logits = out, .rows = n, .vocab = d->info.vocab,
-                               .ld = d->info.vocab, .params = ws->h_srow, .out = ws->h_sout,
-                               .scratch = ws->d_sscr};
+                               .ld = d->info.vocab, .params = sr, .out = ws->h_sout[slot],
+                               .scratch = ws->d_sscr, .ids = (int32_t *)dv};
         rc = o->sample(ws->ctx, &sa);
     } else if (rc == 0) {
-        rc = o->store_f32(ws->ctx, ws->h_out, out, lrows * d->info.vocab);
+        rc = o->store_f32(ws->ctx, ws->h_out, out, (ws->conf.all_logits ? T : n) * d->info.vocab);
     }
-    int end = o->pass_end(ws->ctx);
+    int end = o->pass_submit ? o->pass_submit(ws->ctx) : o->pass_end(ws->ctx);
     if (end < rc) rc = end;
+    ws->last_n = 0;
     if (rc < 0) {
         snprintf(ws->err, sizeof(ws->err), "%s", o->ctx_error(ws->ctx));
         for (size_t i = 0; i < n; i++) kvcache_truncate(ws->kv, b->seqs[i], ws->old_len[i]);
         return rc;
     }
-    ws->count.steps++;
-    if (rows) {
-        for (size_t i = 0; i < n; i++)
-            if (rows[i].on) picks[i] = (struct decoder_pick){ws->h_sout[i].id,
-                                                             ws->h_sout[i].logprob};
-        ws->count.device_picks += on;
-    } else {
-        *logits = ws->h_out;
-        ws->count.logits_bytes += lrows * d->info.vocab * sizeof(float);
+    if (all_on) {
+        memcpy(ws->last_seqs, b->seqs, n * sizeof(int));
+        ws->last_n = n;
     }
+    f->slot = slot;
+    f->n = ws->conf.all_logits && !rows ? T : n;
+    f->logits = rows == NULL;
+    ws->n_flight++;
+    ws->submitted++;
     return MODEL_OK;
+}
+
+/* Waits for the oldest step in flight: its picks (rows that picked) or
+ * its logits. After a failure here (the device failed) the step's
+ * sequences keep the lengths it gave them. */
+static int dec_collect(const struct decoder *d, struct decoder_ws *ws, struct decoder_pick *picks,
+                       const float **logits)
+{
+    const struct backend_ops *o = d->rt.ops;
+    if (ws->n_flight == 0 || !ws->flight[0].logits != !logits) {
+        snprintf(ws->err, sizeof(ws->err), "no step of that kind is in flight");
+        return MODEL_EINVAL;
+    }
+    struct dec_flight f = ws->flight[0];
+    ws->flight[0] = ws->flight[1];
+    ws->flight[1] = f; /* keeps both rows' buffers */
+    ws->n_flight--;
+    int rc = o->pass_submit ? o->pass_wait(ws->ctx) : 0;
+    if (rc < 0) {
+        snprintf(ws->err, sizeof(ws->err), "%s", o->ctx_error(ws->ctx));
+        ws->last_n = 0;
+        return rc;
+    }
+    ws->count.steps++;
+    if (logits) {
+        *logits = ws->h_out;
+        ws->count.logits_bytes += f.n * d->info.vocab * sizeof(float);
+        return MODEL_OK;
+    }
+    const struct bk_sample_out *so = ws->h_sout[f.slot];
+    for (size_t i = 0; i < f.n; i++)
+        if (f.on[i]) {
+            picks[i] = (struct decoder_pick){so[i].id, so[i].logprob};
+            ws->count.device_picks++;
+        }
+    return MODEL_OK;
+}
+
+static int dec_idle(struct decoder_ws *ws)
+{
+    if (ws->n_flight == 0) return 0;
+    snprintf(ws->err, sizeof(ws->err), "a step is in flight: collect it first");
+    return MODEL_EINVAL;
 }
 
 int decoder_step(const struct decoder *d, struct decoder_ws *ws, const struct decoder_batch *b,
                  const float **logits)
 {
     if (!d || !ws || ws->d != d || !logits) return MODEL_EINVAL;
-    return dec_run(d, ws, b, logits, NULL, NULL);
+    int rc = dec_idle(ws);
+    if (rc == 0) rc = dec_submit(d, ws, b, NULL, 0);
+    return rc < 0 ? rc : dec_collect(d, ws, NULL, logits);
+}
+
+static int dec_samples(struct decoder_ws *ws)
+{
+    if (ws->h_srow[0]) return 0;
+    snprintf(ws->err, sizeof(ws->err), "this workspace's backend does not sample on the device");
+    return MODEL_EINVAL;
 }
 
 int decoder_step_sample(const struct decoder *d, struct decoder_ws *ws,
@@ -508,10 +617,24 @@ int decoder_step_sample(const struct decoder *d, struct decoder_ws *ws,
                         struct decoder_pick *picks)
 {
     if (!d || !ws || ws->d != d || !rows || !picks) return MODEL_EINVAL;
-    if (!ws->h_srow) {
-        snprintf(ws->err, sizeof(ws->err), "this workspace's backend does not sample on the "
-                 "device");
-        return MODEL_EINVAL;
-    }
-    return dec_run(d, ws, b, NULL, rows, picks);
+    int rc = dec_samples(ws);
+    if (rc == 0) rc = dec_idle(ws);
+    if (rc == 0) rc = dec_submit(d, ws, b, rows, 0);
+    return rc < 0 ? rc : dec_collect(d, ws, picks, NULL);
+}
+
+int decoder_step_submit(const struct decoder *d, struct decoder_ws *ws,
+                        const struct decoder_batch *b, const struct decoder_sample *rows,
+                        int chain)
+{
+    if (!d || !ws || ws->d != d || !rows) return MODEL_EINVAL;
+    int rc = dec_samples(ws);
+    return rc < 0 ? rc : dec_submit(d, ws, b, rows, chain);
+}
+
+int decoder_step_collect(const struct decoder *d, struct decoder_ws *ws,
+                         struct decoder_pick *picks)
+{
+    if (!d || !ws || ws->d != d || !picks) return MODEL_EINVAL;
+    return dec_collect(d, ws, picks, NULL);
 }

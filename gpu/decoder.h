@@ -137,6 +137,32 @@ int decoder_step_sample(const struct decoder *d, struct decoder_ws *ws,
                         const struct decoder_batch *b, const struct decoder_sample *rows,
                         struct decoder_pick *picks);
 
+/* Overlap: the host prepares the next step while the device runs one.
+ * decoder_ws_overlaps is 1 when ws's backend samples on the device and
+ * can leave a step in flight (the CUDA backend). decoder_step_submit is
+ * decoder_step_sample without the wait: on MODEL_OK the step is queued
+ * (its sequences have grown), and decoder_step_collect waits for the
+ * oldest step in flight and fills its picks as decoder_step_sample
+ * would. At most two steps are in flight; decoder_step and
+ * decoder_step_sample refuse while one is. A chained step (chain 1)
+ * takes its token ids on the device from the picks of the step
+ * submitted just before it, which must have had the same sequences in
+ * the same order and every row picking: one token each, b->ids unread
+ * (NULL is fine), so it may be submitted before that step's picks are
+ * known. Sequences may be freed while a step holding them is in flight
+ * (the blocks go to steps submitted later, which the device runs after
+ * it). A failed submit changes nothing; a failed collect is the device's
+ * failure (MODEL_EFATAL), and its sequences keep the lengths the step
+ * gave them. */
+int decoder_ws_overlaps(const struct decoder_ws *ws);
+int decoder_step_submit(const struct decoder *d, struct decoder_ws *ws,
+                        const struct decoder_batch *b, const struct decoder_sample *rows,
+                        int chain);
+int decoder_step_collect(const struct decoder *d, struct decoder_ws *ws,
+                         struct decoder_pick *picks);
+/* Steps submitted and not yet collected (0, 1 or 2). */
+size_t decoder_ws_in_flight(const struct decoder_ws *ws);
+
 /* What a workspace's steps moved: logits_bytes of logits copied to the
  * host (decoder_step), tokens picked on the device (decoder_step_sample);
  * graph_steps: decode steps replayed from a recording (a backend with

@@ -593,6 +593,99 @@ static void check_device_sample(const struct decoder *d, struct decoder_ws *ws)
     kvcache_seq_free(kv, b);
 }
 
+/* Overlap (decoder_step_submit, decoder_step_collect): two sequences
+ * read a prompt each and go on greedily for 8 steps, first step by step
+ * with their picks fed back as ids (decoder_step_sample), then submitted
+ * with each step after the first chained to the one before (ids from
+ * its picks on the device) before that one is collected. The picks and
+ * their log-probabilities are the same bit for bit (the same rows in the
+ * same shapes). What the calls refuse changes nothing: a chain after a
+ * step with a row not picking or with other sequences, a third step in
+ * flight, decoder_step while one is, a collect with none. On the CPU
+ * backend (no sampler) there is no overlap and submit refuses. */
+static void check_chained(const struct decoder *d, struct decoder_ws *ws)
+{
+    struct kvcache *kv = decoder_ws_cache(ws);
+    size_t vocab = decoder_info(d)->vocab;
+    enum { STEPS = 8 };
+    int32_t prompt[6], ids[6];
+    for (int i = 0; i < 6; i++) prompt[i] = (int32_t)(tu_rand64() % vocab);
+    uint32_t off[3] = {0, 4, 6}, one[3] = {0, 1, 2};
+    struct decoder_sample rows[2] = {{.on = 1, .logprob = 1}, {.on = 1, .logprob = 1}};
+    struct decoder_pick want[STEPS][2], got[STEPS][2];
+    int s[2];
+    if (!decoder_ws_overlaps(ws)) {
+        assert_int_equal(decoder_ws_samples(ws), 0);
+        s[0] = kvcache_seq_new(kv);
+        struct decoder_batch b = {.n = 1, .seqs = s, .ids = prompt, .offsets = off};
+        assert_int_equal(decoder_step_submit(d, ws, &b, rows, 0), MODEL_EINVAL);
+        assert_int_equal(kvcache_seq_len(kv, s[0]), 0);
+        kvcache_seq_free(kv, s[0]);
+        return;
+    }
+    /* step by step */
+    s[0] = kvcache_seq_new(kv);
+    s[1] = kvcache_seq_new(kv);
+    struct decoder_batch b = {.n = 2, .seqs = s, .ids = prompt, .offsets = off};
+    for (int t = 0; t < STEPS; t++) {
+        int rc = decoder_step_sample(d, ws, &b, rows, want[t]);
+        if (rc) fail_msg("chained: step %d: %d %s", t, rc, decoder_ws_error(ws));
+        ids[0] = want[t][0].id;
+        ids[1] = want[t][1].id;
+        b.ids = ids;
+        b.offsets = one;
+    }
+    kvcache_seq_free(kv, s[0]);
+    kvcache_seq_free(kv, s[1]);
+    /* chained */
+    s[0] = kvcache_seq_new(kv);
+    s[1] = kvcache_seq_new(kv);
+    struct decoder_ws_counters c0, c1;
+    decoder_ws_counters(ws, &c0);
+    b = (struct decoder_batch){.n = 2, .seqs = s, .ids = prompt, .offsets = off};
+    assert_int_equal(decoder_step_submit(d, ws, &b, rows, 0), MODEL_OK);
+    assert_int_equal(decoder_ws_in_flight(ws), 1);
+    const float *lg;
+    assert_int_equal(decoder_step(d, ws, &b, &lg), MODEL_EINVAL); /* one is in flight */
+    struct decoder_batch c = {.n = 2, .seqs = s, .ids = NULL, .offsets = one};
+    for (int t = 1; t < STEPS; t++) {
+        int rc = decoder_step_submit(d, ws, &c, rows, 1);
+        if (rc) fail_msg("chained: submit %d: %d %s", t, rc, decoder_ws_error(ws));
+        assert_int_equal(decoder_ws_in_flight(ws), 2);
+        size_t len = kvcache_seq_len(kv, s[0]);
+        assert_int_equal(decoder_step_submit(d, ws, &c, rows, 1), MODEL_EINVAL); /* a third */
+        assert_int_equal(kvcache_seq_len(kv, s[0]), len);
+        assert_int_equal(decoder_step_collect(d, ws, got[t - 1]), MODEL_OK);
+    }
+    assert_int_equal(decoder_step_collect(d, ws, got[STEPS - 1]), MODEL_OK);
+    assert_int_equal(decoder_ws_in_flight(ws), 0);
+    assert_int_equal(decoder_step_collect(d, ws, got[0]), MODEL_EINVAL); /* none in flight */
+    decoder_ws_counters(ws, &c1);
+    assert_true(c1.steps == c0.steps + STEPS && c1.device_picks == c0.device_picks + 2 * STEPS);
+    for (int t = 0; t < STEPS; t++)
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(got[t][i].id, want[t][i].id);
+            assert_memory_equal(&got[t][i].logprob, &want[t][i].logprob, sizeof(float));
+        }
+    /* refused chains: other sequences (swapped), or after a row that did not pick */
+    size_t len0 = kvcache_seq_len(kv, s[0]);
+    int swapped[2] = {s[1], s[0]};
+    c.seqs = swapped;
+    assert_int_equal(decoder_step_submit(d, ws, &c, rows, 1), MODEL_EINVAL);
+    c.seqs = s;
+    ids[0] = got[STEPS - 1][0].id;
+    ids[1] = got[STEPS - 1][1].id;
+    b = (struct decoder_batch){.n = 2, .seqs = s, .ids = ids, .offsets = one};
+    struct decoder_sample half[2] = {{.on = 1}, {.on = 0}};
+    struct decoder_pick p[2];
+    assert_int_equal(decoder_step_sample(d, ws, &b, half, p), MODEL_OK);
+    assert_int_equal(decoder_step_submit(d, ws, &c, rows, 1), MODEL_EINVAL);
+    assert_int_equal(kvcache_seq_len(kv, s[0]), len0 + 1);
+    assert_int_equal(decoder_ws_in_flight(ws), 0);
+    kvcache_seq_free(kv, s[0]);
+    kvcache_seq_free(kv, s[1]);
+}
+
 static void run_variant(const struct variant *V)
 {
     char dir[] = "/tmp/kinfer_test_decoder_XXXXXX";
@@ -645,6 +738,7 @@ static void run_variant(const struct variant *V)
         else
             assert_true(cnt.graph_steps == 0);
         check_device_sample(d, ws);
+        check_chained(d, ws);
         decoder_ws_destroy(ws);
     }
     printf("  %-8s worst err/tol %.3f (%s %s)\n", V->name, worst_seen, rt_backend,
