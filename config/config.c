@@ -96,6 +96,9 @@ static const struct cfgtab_row options[] = {
             "generating models: tokens per key/value cache block"),
     BOOL_OPT("generation.prefix_sharing", 1, generation.prefix_sharing,
              "generating models: reuse cached blocks of a prompt's leading tokens"),
+    BOOL_OPT("generation.overlap", 1, generation.overlap,
+             "generating models: on CUDA, chain decode steps so the host's work "
+             "overlaps the device's"),
     INT_OPT("generation.max_seqs", 1, 4096, 16, generation.max_seqs,
             "generating models: sequences generating at once per model; at most "
             "batching.max_batch_tokens"),

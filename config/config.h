@@ -51,6 +51,7 @@ struct kcfg {
         int kv_cache_mb;        /* 256: the key/value cache of each generating model */
         int block_tokens;       /* 16: tokens per cache block */
         int prefix_sharing;     /* 1: shared prompt prefixes reuse cached blocks */
+        int overlap;            /* 1: chained decode steps on CUDA (gen/engine.h) */
         int max_seqs;           /* 16: sequences generating at once per model */
         int max_tokens;         /* 256: a job's max_tokens when it gives none */
     } generation;

@@ -61,13 +61,20 @@ struct gen_engine {
     struct gen_seq **running; /* max_seqs */
     size_t n_running;
     struct gen_seq **order;   /* scratch: a step's running, best first */
-    int *b_seqs;
-    int32_t *b_ids;
-    uint32_t *b_off;
-    struct gen_seq **b_of;
-    struct decoder_sample *b_samp;  /* with a device sampler: each row's parameters */
-    struct decoder_pick *b_pick;    /* and its pick */
-    struct gen_rng *b_rng;          /* each row's stream after its draw (kept if the step ran) */
+    /* A step's batch, two of them: while one is in flight chained (fly
+     * its index, -1: none), the next may be prepared in the other. */
+    struct gen_batch {
+        size_t n;
+        int *seqs;
+        int32_t *ids;
+        uint32_t *off;
+        struct gen_seq **of;            /* each row's sequence; NULL once it ended */
+        struct decoder_sample *samp;    /* with a device sampler: each row's parameters */
+        struct decoder_pick *pick;      /* and its pick */
+        struct gen_rng *rng;            /* each row's stream after its draw (kept if the step ran) */
+    } batch[2];
+    int fly;
+    uint64_t overlapped;      /* chained steps submitted */
     struct gen_scratch *scratch;
     uint64_t arrivals, preemptions, shared_tokens;
     uint32_t *match;          /* scratch: blocks an admission found */
@@ -149,20 +156,21 @@ struct gen_engine *gen_engine_new(const struct decoder *d, const struct tokenize
     e->waiting = calloc(nw, sizeof(*e->waiting));
     e->running = calloc(ns, sizeof(*e->running));
     e->order = calloc(ns, sizeof(*e->order));
-    e->b_seqs = calloc(ns, sizeof(*e->b_seqs));
-    e->b_of = calloc(ns, sizeof(*e->b_of));
-    e->b_off = calloc(ns + 1, sizeof(*e->b_off));
-    e->b_ids = calloc(conf->max_batch_tokens, sizeof(*e->b_ids));
     e->match = calloc(kvcache_table_width(e->kv), sizeof(*e->match));
     e->scratch = gen_scratch_new(e->vocab);
-    if (!e->waiting || !e->running || !e->order || !e->b_seqs || !e->b_of || !e->b_off ||
-        !e->b_ids || !e->match || !e->scratch)
-        goto nomem;
-    if (decoder_ws_samples(e->ws) &&
-        (!(e->b_samp = calloc(ns, sizeof(*e->b_samp))) ||
-         !(e->b_pick = calloc(ns, sizeof(*e->b_pick))) ||
-         !(e->b_rng = calloc(ns, sizeof(*e->b_rng)))))
-        goto nomem;
+    e->fly = -1;
+    if (!e->waiting || !e->running || !e->order || !e->match || !e->scratch) goto nomem;
+    for (int i = 0; i < 2; i++) {
+        struct gen_batch *b = &e->batch[i];
+        if (!(b->seqs = calloc(ns, sizeof(*b->seqs))) || !(b->of = calloc(ns, sizeof(*b->of))) ||
+            !(b->off = calloc(ns + 1, sizeof(*b->off))) ||
+            !(b->ids = calloc(conf->max_batch_tokens, sizeof(*b->ids))))
+            goto nomem;
+        if (decoder_ws_samples(e->ws) &&
+            (!(b->samp = calloc(ns, sizeof(*b->samp))) ||
+             !(b->pick = calloc(ns, sizeof(*b->pick))) || !(b->rng = calloc(ns, sizeof(*b->rng)))))
+            goto nomem;
+    }
     return e;
 nomem:
     snprintf(errstr, errstr_size, "generation engine: out of memory");
@@ -180,14 +188,17 @@ void gen_engine_destroy(struct gen_engine *e)
     free(e->waiting);
     free(e->running);
     free(e->order);
-    free(e->b_seqs);
-    free(e->b_of);
-    free(e->b_off);
-    free(e->b_ids);
+    for (int i = 0; i < 2; i++) {
+        struct gen_batch *b = &e->batch[i];
+        free(b->seqs);
+        free(b->of);
+        free(b->off);
+        free(b->ids);
+        free(b->samp);
+        free(b->pick);
+        free(b->rng);
+    }
     free(e->match);
-    free(e->b_samp);
-    free(e->b_pick);
-    free(e->b_rng);
     gen_scratch_destroy(e->scratch);
     free(e);
 }
@@ -196,6 +207,7 @@ size_t gen_engine_waiting(const struct gen_engine *e) { return e->n_waiting; }
 size_t gen_engine_running(const struct gen_engine *e) { return e->n_running; }
 uint64_t gen_engine_preemptions(const struct gen_engine *e) { return e->preemptions; }
 uint64_t gen_engine_shared_tokens(const struct gen_engine *e) { return e->shared_tokens; }
+uint64_t gen_engine_overlapped(const struct gen_engine *e) { return e->overlapped; }
 const char *gen_engine_error(const struct gen_engine *e) { return e->err; }
 struct decoder_ws *gen_engine_ws(struct gen_engine *e) { return e->ws; }
 
@@ -334,8 +346,12 @@ static void unlink_seq(struct gen_engine *e, struct gen_seq *s)
             break;
         }
     if (s->cid < 0 && s->preempt == 0) e->n_fresh--; /* preempted ones are not counted */
-    if (s->cid >= 0) kvcache_seq_free(e->kv, s->cid);
+    if (s->cid >= 0) kvcache_seq_free(e->kv, s->cid); /* a step in flight may still write its
+                                                         blocks: later steps run after it */
     s->cid = -1;
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < e->batch[k].n; i++)
+            if (e->batch[k].of[i] == s) e->batch[k].of[i] = NULL;
 }
 
 static void finish(struct gen_engine *e, struct gen_seq *s, enum gen_status st,
@@ -373,6 +389,11 @@ static void finish(struct gen_engine *e, struct gen_seq *s, enum gen_status st,
 
 void gen_engine_abort(struct gen_engine *e, const char *why)
 {
+    if (e->fly >= 0) { /* whatever it computed is dropped */
+        (void)decoder_step_collect(e->d, e->ws, e->batch[e->fly].pick);
+        e->batch[e->fly].n = 0;
+        e->fly = -1;
+    }
     while (e->n_running) finish(e, e->running[e->n_running - 1], GEN_FAILED, 0, why);
     while (e->n_waiting) finish(e, e->waiting[e->n_waiting - 1], GEN_FAILED, 0, why);
 }
@@ -579,9 +600,144 @@ static void deadlines(struct gen_engine *e, double now)
     }
 }
 
+/* Each row's parameters and draw, taken from a copy of the job's stream
+ * that replaces it once the step ran (one draw per sampled token, as
+ * gen_sample takes it). */
+static void sample_row(struct gen_batch *b, size_t i, const struct gen_seq *s,
+                       const struct gen_rng *from, int on)
+{
+    struct decoder_sample *r = &b->samp[i];
+    b->rng[i] = *from;
+    *r = (struct decoder_sample){.temperature = s->sp.temperature, .top_k = s->sp.top_k,
+                                 .top_p = s->sp.top_p, .min_p = s->sp.min_p, .on = on,
+                                 .logprob = s->want_lp};
+    if (on && s->sp.temperature > 0) r->u = gen_rng_uniform(&b->rng[i]);
+}
+
+/* Whether the step in b (submitted, not yet collected) may be followed
+ * by a chained one at once: every running sequence is in it and picks
+ * there, none will end by length with that pick, none waits to be
+ * admitted while a slot is free, and the cache has the next token's
+ * blocks. A sequence may still end with an end id or a stop string: its
+ * row of the chained step is then computed and dropped. */
+static int can_chain(const struct gen_engine *e, const struct gen_batch *b)
+{
+    if (!e->conf.overlap || !decoder_ws_overlaps(e->ws) || b->n != e->n_running ||
+        (e->n_waiting && e->n_running < e->conf.max_seqs))
+        return 0;
+    size_t need = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        const struct gen_seq *s = b->of[i];
+        size_t k = b->off[i + 1] - b->off[i];
+        if (!s || s->computed + k != s->n_ids || s->n_gen + 1 >= s->max_tokens ||
+            s->n_ids + 1 >= e->ctx)
+            return 0;
+        need += kvcache_blocks_needed(e->kv, s->cid, 1);
+    }
+    return need <= kvcache_free_blocks(e->kv);
+}
+
+/* Submits the step after from, chained (its ids are from's picks, on
+ * the device), into the other batch. 0, or a negative MODEL_* code. */
+static int chain(struct gen_engine *e, const struct gen_batch *from)
+{
+    struct gen_batch *b = &e->batch[from == &e->batch[0]];
+    b->n = from->n;
+    b->off[0] = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        struct gen_seq *s = from->of[i];
+        b->of[i] = s;
+        b->seqs[i] = s->cid;
+        b->off[i + 1] = (uint32_t)(i + 1);
+        sample_row(b, i, s, &from->rng[i], 1);
+    }
+    struct decoder_batch db = {.n = b->n, .seqs = b->seqs, .ids = NULL, .offsets = b->off};
+    int rc = decoder_step_submit(e->d, e->ws, &db, b->samp, 1);
+    if (rc < 0) {
+        b->n = 0;
+        return rc;
+    }
+    e->overlapped++;
+    e->fly = (int)(b - e->batch);
+    return 0;
+}
+
+/* The step of b ran: its sequences grow by their tokens, and each that
+ * read all its ids takes its next token (logits: from the host's
+ * sampler, else b's picks). */
+static void absorb(struct gen_engine *e, struct gen_batch *b, const float *logits)
+{
+    double t = now_ms(e);
+    for (size_t i = 0; i < b->n; i++) {
+        struct gen_seq *s = b->of[i];
+        if (!s) continue; /* it ended while the step was in flight */
+        s->computed += b->off[i + 1] - b->off[i];
+        s->take = 0;
+        /* its newly full blocks, findable by later sequences */
+        for (; e->conf.prefix_sharing && (s->keyed + 1) * e->bt <= s->computed; s->keyed++) {
+            s->key = kvcache_key(s->key, s->ids + s->keyed * e->bt, e->bt);
+            kvcache_publish(e->kv, s->cid, s->keyed, s->key, s->ids + s->keyed * e->bt);
+        }
+        if (s->computed != s->n_ids) continue;
+        int32_t id;
+        float lp = 0;
+        if (logits) {
+            struct gen_rng *r = s->sp.temperature > 0 ? &s->rng : NULL;
+            id = gen_sample(logits + i * e->vocab, e->vocab, &s->sp, r, e->scratch,
+                            s->want_lp ? &lp : NULL);
+        } else {
+            s->rng = b->rng[i];
+            id = b->pick[i].id;
+            lp = b->pick[i].logprob;
+        }
+        advance(e, s, id, lp, t);
+    }
+    b->n = 0;
+}
+
+/* Collects the step in flight in b, chaining the next one first when it
+ * may; with rows of b, chained or not, ended meanwhile dropped. */
+static int collect(struct gen_engine *e, struct gen_batch *b)
+{
+    int chained = can_chain(e, b) && chain(e, b) == 0;
+    int rc = decoder_step_collect(e->d, e->ws, b->pick);
+    if (rc < 0) {
+        /* the device failed: the steps in flight are lost with it */
+        snprintf(e->err, sizeof(e->err), "%s", decoder_ws_error(e->ws));
+        for (size_t i = 0; i < e->n_running; i++) e->running[i]->take = 0;
+        e->batch[0].n = e->batch[1].n = 0;
+        e->fly = -1;
+        return rc;
+    }
+    if (!chained) e->fly = -1;
+    absorb(e, b, NULL);
+    if (e->fly >= 0) {
+        /* every row of the chained step ended already: nothing to wait for */
+        struct gen_batch *c = &e->batch[e->fly];
+        size_t live = 0;
+        for (size_t i = 0; i < c->n; i++) live += c->of[i] != NULL;
+        if (live == 0) {
+            e->fly = -1;
+            rc = decoder_step_collect(e->d, e->ws, c->pick);
+            c->n = 0;
+            if (rc < 0) {
+                snprintf(e->err, sizeof(e->err), "%s", decoder_ws_error(e->ws));
+                return rc;
+            }
+        }
+    }
+    return 0;
+}
+
 int gen_engine_step(struct gen_engine *e)
 {
     deadlines(e, now_ms(e));
+    if (e->fly >= 0) {
+        /* a chained step is in flight: collect it (chaining the next) */
+        int rc = collect(e, &e->batch[e->fly]);
+        if (rc < 0) return rc;
+        if (e->fly >= 0) return (int)(e->n_waiting + e->n_running);
+    }
     size_t nb;
     for (;;) {
         nb = schedule(e);
@@ -598,67 +754,38 @@ int gen_engine_step(struct gen_engine *e)
             preempt(e, w);
     }
     if (nb == 0) return (int)(e->n_waiting + e->n_running);
+    struct gen_batch *b = &e->batch[0];
     size_t k = 0, tok = 0;
-    e->b_off[0] = 0;
+    b->off[0] = 0;
     for (size_t i = 0; i < e->n_running; i++) {
         struct gen_seq *s = e->running[i];
         if (s->take == 0) continue;
-        memcpy(e->b_ids + tok, s->ids + s->computed, s->take * sizeof(*e->b_ids));
+        memcpy(b->ids + tok, s->ids + s->computed, s->take * sizeof(*b->ids));
         tok += s->take;
-        e->b_seqs[k] = s->cid;
-        e->b_of[k] = s;
-        e->b_off[++k] = (uint32_t)tok;
+        b->seqs[k] = s->cid;
+        b->of[k] = s;
+        b->off[++k] = (uint32_t)tok;
     }
-    struct decoder_batch b = {.n = k, .seqs = e->b_seqs, .ids = e->b_ids, .offsets = e->b_off};
+    b->n = k;
+    struct decoder_batch db = {.n = k, .seqs = b->seqs, .ids = b->ids, .offsets = b->off};
     const float *logits = NULL;
     int rc;
-    if (e->b_samp) {
-        /* The device picks: each row that ends its ids gets its
-         * parameters and its draw, taken from a copy of the job's stream
-         * that replaces it once the step ran (one draw per sampled token,
-         * as gen_sample takes it). */
+    if (b->samp) {
         for (size_t i = 0; i < k; i++) {
-            struct gen_seq *s = e->b_of[i];
-            struct decoder_sample *r = &e->b_samp[i];
-            e->b_rng[i] = s->rng;
-            *r = (struct decoder_sample){
-                .temperature = s->sp.temperature, .top_k = s->sp.top_k, .top_p = s->sp.top_p,
-                .min_p = s->sp.min_p, .on = s->computed + s->take == s->n_ids,
-                .logprob = s->want_lp};
-            if (r->on && s->sp.temperature > 0) r->u = gen_rng_uniform(&e->b_rng[i]);
+            struct gen_seq *s = b->of[i];
+            sample_row(b, i, s, &s->rng, s->computed + s->take == s->n_ids);
         }
-        rc = decoder_step_sample(e->d, e->ws, &b, e->b_samp, e->b_pick);
+        rc = decoder_step_submit(e->d, e->ws, &db, b->samp, 0);
+        if (rc == MODEL_OK) return (rc = collect(e, b)) < 0 ? rc : (int)(e->n_waiting + e->n_running);
     } else {
-        rc = decoder_step(e->d, e->ws, &b, &logits);
+        rc = decoder_step(e->d, e->ws, &db, &logits);
     }
     if (rc != MODEL_OK) {
         snprintf(e->err, sizeof(e->err), "%s", decoder_ws_error(e->ws));
         for (size_t i = 0; i < e->n_running; i++) e->running[i]->take = 0;
+        b->n = 0;
         return rc;
     }
-    double t = now_ms(e);
-    for (size_t i = 0; i < k; i++) {
-        struct gen_seq *s = e->b_of[i];
-        s->computed += s->take;
-        s->take = 0;
-        /* its newly full blocks, findable by later sequences */
-        for (; e->conf.prefix_sharing && (s->keyed + 1) * e->bt <= s->computed; s->keyed++) {
-            s->key = kvcache_key(s->key, s->ids + s->keyed * e->bt, e->bt);
-            kvcache_publish(e->kv, s->cid, s->keyed, s->key, s->ids + s->keyed * e->bt);
-        }
-        if (s->computed != s->n_ids) continue;
-        int32_t id;
-        float lp = 0;
-        if (logits) {
-            struct gen_rng *r = s->sp.temperature > 0 ? &s->rng : NULL;
-            id = gen_sample(logits + i * e->vocab, e->vocab, &s->sp, r, e->scratch,
-                            s->want_lp ? &lp : NULL);
-        } else {
-            s->rng = e->b_rng[i];
-            id = e->b_pick[i].id;
-            lp = e->b_pick[i].logprob;
-        }
-        advance(e, s, id, lp, t);
-    }
+    absorb(e, b, logits);
     return (int)(e->n_waiting + e->n_running);
 }

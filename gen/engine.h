@@ -41,6 +41,18 @@
  * UTF-8, never part of what may turn out to be a stop string), in order;
  * the pieces joined are the final text.
  *
+ * Overlap: where the workspace can leave a step in flight and the
+ * device picks the tokens (decoder_ws_overlaps: the CUDA backend), a step
+ * of sequences that all pick, with none waiting for a free slot, none
+ * ending by length and the cache holding their next tokens, is followed
+ * at once by a chained step whose ids are its picks, on the device; the
+ * host then takes the first step's tokens (decoding, stop strings,
+ * callbacks) while the device computes the second, and gen_engine_step
+ * returns with it in flight (the next call collects it, chaining again
+ * while it may). A sequence that ends with an end id or a stop string
+ * meanwhile has its row of the chained step computed and dropped: its
+ * output is what it would have been without overlap.
+ *
  * Threads: an engine and everything it calls back run on the one executor
  * thread that made it; a callback must not call into the engine. Ownership: the engine borrows the decoder and the
  * tokenizer (which must outlive it) and copies everything a request
@@ -132,6 +144,8 @@ struct gen_engine_conf {
     size_t kv_bytes;         /* the cache's budget (decoder_ws_conf) */
     int prefix_sharing;      /* 1: full blocks of ids already in the cache are shared
                                 (kvcache.h), not computed again */
+    int overlap;             /* 1: chain decode steps where the workspace overlaps
+                                (decoder_ws_overlaps; see Overlap above) */
     /* The clock deadlines and timings are read on (ms); NULL = the
      * monotonic clock (clock_mono_us / 1000). */
     double (*clock_ms)(void *arg);
@@ -158,11 +172,14 @@ void gen_engine_destroy(struct gen_engine *e);
 int gen_engine_submit(struct gen_engine *e, const struct gen_request *r, char *why,
                       size_t why_size);
 
-/* One step (see above); finished requests are reported before it
+/* One step (see above; with a chained step in flight, that one's
+ * collection, and a step of its own only when no chain follows);
+ * requests finished by the steps collected are reported before it
  * returns. Returns the number of requests still in the engine (0: idle),
  * or a negative MODEL_* code when the decoder failed (gen_engine_error
- * says why; the requests stay as they were: step again, or
- * gen_engine_abort). */
+ * says why; on MODEL_EINVAL the requests stay as they were: step again,
+ * or gen_engine_abort; MODEL_EFATAL: the device failed, and the steps in
+ * flight with it). */
 int gen_engine_step(struct gen_engine *e);
 
 /* Reports every request in the engine as GEN_FAILED with error why and
@@ -171,6 +188,8 @@ void gen_engine_abort(struct gen_engine *e, const char *why);
 
 size_t gen_engine_waiting(const struct gen_engine *e);
 size_t gen_engine_running(const struct gen_engine *e);
+/* Chained steps submitted since the engine was made (Overlap). */
+uint64_t gen_engine_overlapped(const struct gen_engine *e);
 /* Preemptions since the engine was made. */
 uint64_t gen_engine_preemptions(const struct gen_engine *e);
 /* Tokens sequences found in the cache when admitted (shared prefixes). */

@@ -40,7 +40,10 @@
  * prefixes: jobs starting with a common prefix (and a job that is all
  * prefix, one shorter than it, identical jobs) find its blocks in the
  * cache, skip computing them and give what they give without sharing,
- * also in a cache small enough to preempt and evict. Streams: the
+ * also in a cache small enough to preempt and evict; (9) overlap: every
+ * test runs with chained steps on (the CUDA backend chains them), and
+ * the same jobs with it off give the same outputs bit for bit, with end
+ * ids, stop strings, lengths and admissions in the way. Streams: the
  * pieces joined are always the final text. Every run checks where its
  * tokens were chosen: on the CUDA backend by the device's sampler with
  * no logits copied to the host (decoder_ws_counters), on the CPU backend
@@ -144,7 +147,7 @@ static struct gen_engine_conf conf_of(size_t seqs, size_t tokens, size_t blocks,
     struct gen_engine_conf c = {.max_waiting = MAXJ, .max_seqs = seqs,
                                 .max_batch_tokens = tokens, .max_ctx = 256,
                                 .block_tokens = bt, .kv_bytes = block * blocks,
-                                .clock_ms = fake_clock};
+                                .overlap = 1, .clock_ms = fake_clock};
     return c;
 }
 
@@ -868,6 +871,102 @@ static void test_shared_prefix(void **state)
     assert_true(checked * 2 >= total_tokens(alone, N));
 }
 
+/* (9) overlap. Jobs whose ends come from every side (an end id and a
+ * stop string found in a first run's output, max_tokens, the context,
+ * jobs waiting for a slot) run with chained steps and without; the
+ * outputs are the same bit for bit (the chained steps compute the same
+ * rows, plus rows of jobs that ended, which nothing reads). On the CUDA
+ * backend steps were chained and left in flight between calls; on the
+ * CPU none are. */
+static void run_overlap(const struct gen_engine_conf *c, struct job *jobs, size_t n,
+                        struct out *o, uint64_t *chained, size_t *in_flight)
+{
+    struct gen_engine *e = engine(c);
+    for (size_t i = 0; i < n; i++) submit(e, &jobs[i], &o[i]);
+    int left, steps = 0;
+    *in_flight = 0;
+    while ((left = gen_engine_step(e)) > 0) {
+        assert_true(++steps < 100000);
+        *in_flight += decoder_ws_in_flight(gen_engine_ws(e)) > 0;
+        assert_true(decoder_ws_in_flight(gen_engine_ws(e)) <= 1);
+    }
+    assert_int_equal(left, 0);
+    *chained = gen_engine_overlapped(e);
+    check_path(e, 0);
+    gen_engine_destroy(e);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(o[i].done, 1);
+        same_stream(&o[i]);
+    }
+}
+
+static void test_overlap(void **state)
+{
+    (void)state;
+    enum { N = 12 };
+    static struct job jobs[N];
+    static struct out first[N], on[N], off[N];
+    static char stops[N][64];
+    static int32_t ends[N];
+    for (size_t i = 0; i < N; i++) {
+        job_init(&jobs[i], 2, 30, 12 + tu_rand64() % 30);
+        if (i % 2) {
+            jobs[i].r.sampling.temperature = 0.9f;
+            jobs[i].r.sampling.top_p = 0.95f;
+        }
+    }
+    struct gen_engine_conf c = conf_of(5, 128, 200, 8); /* five at a time: admissions wait */
+    c.overlap = 0;
+    c.max_ctx = 40; /* some jobs end by the context */
+    uint64_t chained;
+    size_t flying;
+    run_overlap(&c, jobs, N, first, &chained, &flying);
+    assert_true(chained == 0 && flying == 0);
+    /* ends: an end id from the middle of jobs 0, 3, 6...; a stop string
+     * of the text's middle bytes (on a character boundary) for jobs 1,
+     * 4, 7...; the rest run to max_tokens or the context */
+    for (size_t i = 0; i < N; i++) {
+        const struct out *f = &first[i];
+        if (i % 3 == 0 && f->n > 4) {
+            ends[i] = f->tokens[f->n / 2];
+            jobs[i].r.end_ids = &ends[i];
+            jobs[i].r.n_end = 1;
+        } else if (i % 3 == 1 && f->text_len > 8) {
+            size_t p = f->text_len / 2, q;
+            while (p > 0 && ((unsigned char)f->text[p] & 0xC0) == 0x80) p--;
+            q = p + 2;
+            while (q < f->text_len && ((unsigned char)f->text[q] & 0xC0) == 0x80) q++;
+            if (q <= f->text_len && !memchr(f->text + p, 0, q - p)) {
+                snprintf(stops[i], sizeof(stops[i]), "%.*s", (int)(q - p), f->text + p);
+                jobs[i].r.stop[0] = stops[i];
+                jobs[i].r.n_stop = 1;
+            }
+        }
+    }
+    run_overlap(&c, jobs, N, off, &chained, &flying);
+    assert_true(chained == 0 && flying == 0);
+    c.overlap = 1;
+    run_overlap(&c, jobs, N, on, &chained, &flying);
+    size_t eos = 0, stop = 0, ctx = 0;
+    for (size_t i = 0; i < N; i++) {
+        assert_true(identical(&on[i], &off[i]));
+        assert_int_equal(on[i].status, off[i].status);
+        eos += on[i].finish == GEN_FINISH_EOS;
+        stop += on[i].finish == GEN_FINISH_STOP;
+        ctx += on[i].finish == GEN_FINISH_LENGTH && on[i].n < jobs[i].r.max_tokens;
+    }
+    printf("test_overlap: %llu chained steps, %zu calls returned with one in flight; %zu jobs "
+           "ended by an end id, %zu by a stop string, %zu by the context\n",
+           (unsigned long long)chained, flying, eos, stop, ctx);
+    assert_true(eos > 0 && stop > 0 && ctx > 0);
+    if (!strcmp(backend, "cuda")) {
+        assert_true(chained > 0);
+        assert_true(flying > 0);
+    } else {
+        assert_true(chained == 0 && flying == 0);
+    }
+}
+
 int main(void)
 {
     tu_seed("test_gen_engine");
@@ -876,7 +975,7 @@ int main(void)
         cmocka_unit_test(test_preemption),       cmocka_unit_test(test_seeds),
         cmocka_unit_test(test_chunked_prefill),  cmocka_unit_test(test_finish_reasons),
         cmocka_unit_test(test_refused),          cmocka_unit_test(test_bounded),
-        cmocka_unit_test(test_shared_prefix),
+        cmocka_unit_test(test_shared_prefix),    cmocka_unit_test(test_overlap),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

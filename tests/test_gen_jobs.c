@@ -639,16 +639,20 @@ static void test_gen_results(void **state)
     stop_worker(w, name, n);
     /* Where the tokens were chosen (the worker says so as it stops): on
      * the CUDA backend by the device's sampler, no logits to the host,
-     * decode steps replayed from graphs; on the CPU backend on the host. */
+     * decode steps replayed from graphs, and chained (generation.overlap,
+     * on by default); on the CPU backend on the host, none chained. */
     if (!strcmp(test_backend(), "cuda")) {
         assert_true(file_has(last_log, "logits_bytes=0"));
         assert_false(file_has(last_log, "device_picks=0 "));
         assert_true(file_has(last_log, "device_picks="));
         assert_false(file_has(last_log, "graph_steps=0 "));
         assert_true(file_has(last_log, "graph_steps="));
+        assert_false(file_has(last_log, "chained_steps=0 "));
+        assert_true(file_has(last_log, "chained_steps="));
     } else {
         assert_true(file_has(last_log, "device_picks=0 "));
         assert_true(file_has(last_log, "graph_steps=0 "));
+        assert_true(file_has(last_log, "chained_steps=0 "));
     }
     for (size_t i = 0; i < n; i++) gc_free(cs[i]);
 }

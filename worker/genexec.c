@@ -278,6 +278,7 @@ static void *genexec_main(void *arg)
         .max_batch_tokens = (size_t)k->batching.max_batch_tokens,
         .block_tokens = (size_t)k->generation.block_tokens,
         .prefix_sharing = k->generation.prefix_sharing,
+        .overlap = k->generation.overlap,
         .kv_bytes = (size_t)k->generation.kv_cache_mb << 20};
     if (ec.max_batch_tokens < ec.max_seqs) ec.max_batch_tokens = ec.max_seqs;
     for (size_t i = 0; i < g->c.n_models; i++) {
@@ -329,9 +330,10 @@ static void *genexec_main(void *arg)
             struct decoder_ws_counters dc;
             decoder_ws_counters(gen_engine_ws(g->eng[i]), &dc);
             LOG_I("generator_stopped",
-                  "model=%s steps=%" PRIu64 " graph_steps=%" PRIu64 " device_picks=%" PRIu64
-                  " logits_bytes=%" PRIu64,
-                  g->c.gens[i]->name, dc.steps, dc.graph_steps, dc.device_picks, dc.logits_bytes);
+                  "model=%s steps=%" PRIu64 " graph_steps=%" PRIu64 " chained_steps=%" PRIu64
+                  " device_picks=%" PRIu64 " logits_bytes=%" PRIu64,
+                  g->c.gens[i]->name, dc.steps, dc.graph_steps,
+                  gen_engine_overlapped(g->eng[i]), dc.device_picks, dc.logits_bytes);
         }
         gen_engine_destroy(g->eng[i]);
         g->eng[i] = NULL;
