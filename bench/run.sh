@@ -680,6 +680,11 @@ if [ "$GPU" = 1 ] && [ "$BENCH_GEN" = 1 ]; then
         --length "$GEN_PROMPT" --steps "$GEN_STEPS" --set "worker.backend=$BENCH_GPU_BACKEND" \
         --set gpu.precision=bf16) || die "bench generate on the GPU"
   echo "$G" >>"$OUT/raw.log"
+  # one sequence again with each step waiting for the one before, for what chaining saves
+  G1=$($K bench generate -c worker.cfg --model "$work/llama1b" --batch 1 \
+        --length "$GEN_PROMPT" --steps "$GEN_STEPS" --set "worker.backend=$BENCH_GPU_BACKEND" \
+        --set gpu.precision=bf16 --set generation.overlap=false) || die "bench generate, no overlap"
+  echo "$G1" >>"$OUT/raw.log"
   T=""
   if $GPU_PYTHON -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
     T=$($GPU_PYTHON bench/hf_generate_bench.py "$work/llama1b" "$GEN_PROMPT" "$GEN_STEPS" \
@@ -697,6 +702,8 @@ if [ "$GPU" = 1 ] && [ "$BENCH_GEN" = 1 ]; then
     say "  GPU, $b sequence(s): kinfer $gd tokens/s, transformers $td, bound $(kv bound_tokens_per_s "$gl")"
     GEN_ROWS+="| **generation on the GPU, Llama-1B shape, bf16, decode, $b sequence(s) at once** | **$gd tokens/s** | **$(P=0 calc "100 * $(kv bound_frac "$gl")")% of the bandwidth bound** ($(kv bound_tokens_per_s "$gl") tokens/s: the device's $(kv read_gbs "$bl") GB/s peak over $(P=0 calc "$(kv weight_bytes "$bl") / 1e6") MB of weights per step); transformers generate() $td tokens/s$([ "$td" != - ] && echo ": kinfer at $(pct "$gd" "$td")%") |"$'\n'
   done
+  g1=$(grep "phase=decode .*seqs=1 " <<<"$G1")
+  GEN_ROWS+="| generation on the GPU, decode, 1 sequence, generation.overlap = false | $(kv tokens_per_s "$g1") tokens/s | $(P=0 calc "100 * $(kv bound_frac "$g1")")% of the bandwidth bound (each step waits for the one before) |"$'\n'
 fi
 
 # ---- the table ----------------------------------------------------------------------------

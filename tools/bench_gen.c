@@ -121,6 +121,7 @@ struct gen_set {
     const struct decoder *d;
     const struct decoder_info *in;
     size_t prompt, steps;
+    int overlap;               /* generation.overlap: decode steps chained */
 };
 
 /* A workspace for b sequences of prompt + steps tokens, prompts whole in
@@ -159,6 +160,7 @@ static int gen_run(const struct gen_set *g, struct decoder_ws *ws, size_t b, siz
     }
     const float *lg;
     int rc = seqs && ids && off && (!decoder_ws_samples(ws) || (rows && picks)) ? 0 : -1;
+    int overlap = rows && decoder_ws_overlaps(ws) && g->overlap;
     for (size_t i = 0; rc == 0 && i < b; i++)
         if ((seqs[i] = kvcache_seq_new(kv)) < 0) rc = -1;
     double t0 = bench_mono_s();
@@ -181,10 +183,20 @@ static int gen_run(const struct gen_set *g, struct decoder_ws *ws, size_t b, siz
         }
         off[0] = 0;
         struct decoder_batch bt = {.n = b, .seqs = seqs, .ids = ids, .offsets = off};
-        if (rows ? decoder_step_sample(g->d, ws, &bt, rows, picks) != MODEL_OK
-                 : decoder_step(g->d, ws, &bt, &lg) != MODEL_OK)
+        if (overlap) {
+            /* as the engine runs them: each step chained to the one before
+             * (its ids that one's picks) and submitted before it is
+             * collected */
+            if (decoder_step_submit(g->d, ws, &bt, rows, s > 0) != MODEL_OK ||
+                (s > 0 && decoder_step_collect(g->d, ws, picks) != MODEL_OK))
+                rc = -1;
+        } else if (rows ? decoder_step_sample(g->d, ws, &bt, rows, picks) != MODEL_OK
+                        : decoder_step(g->d, ws, &bt, &lg) != MODEL_OK) {
             rc = -1;
+        }
     }
+    if (rc == 0 && overlap && g->steps && decoder_step_collect(g->d, ws, picks) != MODEL_OK)
+        rc = -1;
     *pre_s = t1 - t0;
     *dec_s = bench_mono_s() - t1;
     *gemm_s = model_cpu_gemm_seconds() - g0;
@@ -221,7 +233,8 @@ int bench_generate(const struct kcfg *c, const struct bench_opts *o)
         return 1;
     }
     const struct decoder_info *in = decoder_info(d);
-    struct gen_set g = {d, in, o->length ? o->length : 128, o->steps ? o->steps : 64};
+    struct gen_set g = {d, in, o->length ? o->length : 128, o->steps ? o->steps : 64,
+                        c->generation.overlap};
     const char *prec = model_runtime_precision(rt);
     int cpu = strcmp(model_runtime_backend(rt), "cpu") == 0;
     /* bytes per weight as held: the CPU keeps 16-bit files 16-bit in fp32
@@ -277,6 +290,7 @@ int bench_generate(const struct kcfg *c, const struct bench_opts *o)
             share[r] = dec > 0 ? gs / dec : 0;
             gbs[r] = gs > 0 ? wbytes * (double)g.steps / gs / 1e9 : 0;
         }
+        int chained = g.overlap && decoder_ws_overlaps(ws);
         decoder_ws_destroy(ws);
         if (rc) break;
         /* the median run (by rate), its share of time in the GEMMs and
@@ -289,9 +303,10 @@ int bench_generate(const struct kcfg *c, const struct bench_opts *o)
         double bound = wbytes > 0 ? bw * 1e9 / wbytes * (double)b : 0;
         printf("generate: phase=decode threads=%d precision=%s seqs=%zu prompt=%zu steps=%zu "
                "tokens_per_s=%.1f steps_per_s=%.2f bound_tokens_per_s=%.1f bound_frac=%.3f "
-               "gemm_share=%.3f gemm_read_gbs=%.2f device=\"%s\"\n", threads, prec, b, g.prompt,
-               g.steps, rate[med], rate[med] / (double)b, bound,
-               bound > 0 ? rate[med] / bound : 0.0, share[med], gbs[med], dev);
+               "gemm_share=%.3f gemm_read_gbs=%.2f chained=%d device=\"%s\"\n", threads, prec, b,
+               g.prompt, g.steps, rate[med], rate[med] / (double)b, bound,
+               bound > 0 ? rate[med] / bound : 0.0, share[med], gbs[med], chained,
+               dev);
         fflush(stdout);
     }
     decoder_destroy(d);
