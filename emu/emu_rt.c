@@ -284,9 +284,22 @@ size_t emu_rt_used(int dev)
     return u;
 }
 
+/* KINFER_EMU_DEVICES (1 to 16), read once before the first count: a
+ * process emulating several devices without calling emu_rt_configure
+ * (the worker end to end). */
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static void env_devices(void)
+{
+    const char *e = getenv("KINFER_EMU_DEVICES");
+    char *end;
+    long n = e ? strtol(e, &end, 10) : 0;
+    if (e && *e && !*end && n >= 1 && n <= EMU_MAX_DEVICES) emu_rt_configure((int)n, 0);
+}
+
 cudaError_t cudaGetDeviceCount(int *count)
 {
     if (!count) return ret(cudaErrorInvalidValue);
+    pthread_once(&env_once, env_devices);
     *count = n_dev;
     return cudaSuccess;
 }

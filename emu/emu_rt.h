@@ -42,9 +42,10 @@ int emu_rt_enqueue(void *stream, void (*fn)(void *arg), const void *arg, size_t 
  * other becomes the thread's last error (a bad launch configuration). */
 void emu_rt_device_error(int e);
 
-/* Emulates n devices (1 to 16; 1 at start), each with mem_bytes of memory
- * (0: an H100's 80 GB). Only before the first allocation or after a
- * reset; returns 0 or -1. */
+/* Emulates n devices (1 to 16; 1 at start, or the environment's
+ * KINFER_EMU_DEVICES, read at the first cudaGetDeviceCount), each with
+ * mem_bytes of memory (0: an H100's 80 GB). Only before the first
+ * allocation or after a reset; returns 0 or -1. */
 int emu_rt_configure(int n, size_t mem_bytes);
 
 /* Forgets everything (allocations are freed, errors cleared): for tests

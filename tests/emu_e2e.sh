@@ -11,10 +11,12 @@
 #    both encodings, streams, hostile jobs, kill -9 mid-generation, and a
 #    device fault (a sticky illegal address on the emulated device) that
 #    must stop the worker with nothing lost.
-# 3. `kinfer smoke` against one such worker, in a folder of its own with
-#    worker.cfg and the demo models: every job must come back ok (dense,
-#    text and generation), and every report must name the device as
-#    emulated: the worker's startup log (event=backend_selected
+# 3. `kinfer smoke` against one such worker on two emulated devices
+#    (KINFER_EMU_DEVICES=2), in a folder of its own with worker.cfg and the
+#    demo models: every job must come back ok (dense, text and
+#    generation), both devices' generator lanes must have generated (their
+#    generator_stopped lines at the end), and every report must name the
+#    device as emulated: the worker's startup log (event=backend_selected
 #    device=...), /readyz
 #    ("device"), kinfer_backend_info's device label, the heartbeat as
 #    `kinfer status` shows it, and smoke's own summary.
@@ -78,7 +80,8 @@ for _ in $(seq 100); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sle
 mport=$(free_port)
 sets=(--set "kafka.brokers=$brokers" --set "redis.port=$rport" --set kafka.properties.fetch.wait.max.ms=10
       --set "metrics.listen=127.0.0.1:$mport" --set kafka.group=emu-e2e)
-"$EK" worker -c worker.cfg "${sets[@]}" --set worker.backend=cuda 2>worker.log &
+KINFER_EMU_DEVICES=2 "$EK" worker -c worker.cfg "${sets[@]}" --set worker.backend=cuda \
+  2>worker.log &
 wpid=$!
 pids+=($wpid)
 for _ in $(seq 1200); do
@@ -129,4 +132,10 @@ case "$st" in *"cuda "*"emulated NVIDIA"*) ;; *) fail "kinfer status names no em
 
 kill -TERM "$wpid"
 wait "$wpid" || fail "the worker exited $? on SIGTERM"
+# one generator lane a device, each having run steps of its own
+for lane in 0 1; do
+  gl=$(grep "event=generator_stopped .*lane=$lane " worker.log || true)
+  echo "   $gl"
+  case "$gl" in *' steps=0 '*|'') fail "generator lane $lane ran no step";; esac
+done
 echo "emu_e2e: the emulated device ran every job, and every report names it"

@@ -22,12 +22,16 @@
 #include "../gen/engine.h"
 #include "rsink.h"
 
-/* The watchdog loop the generator thread reports as (the last executor's:
- * batching.executors may reach it only at its maximum). */
-#define GENEXEC_LOOP (STATS_LOOP_EXEC + STATS_MAX_EXECUTORS - 1)
+/* The watchdog loop generator thread i reports as (the last executors':
+ * batching.executors may reach them only near its maximum). */
+#define GENEXEC_LOOP(i) (STATS_LOOP_EXEC + STATS_MAX_EXECUTORS - 1 - (int)(i))
 
-struct genexec {
+/* One generator thread and its engines, on executor slot `slot` (its
+ * device: slots go round the devices). */
+struct lane {
     struct genexec_conf c;
+    unsigned slot;
+    atomic_size_t load;           /* jobs pushed to it and not yet published */
     struct jobq in;
     pthread_t thr;
     int has_thr;
@@ -43,6 +47,13 @@ struct genexec {
     atomic_uint_fast64_t g_preempt, g_shared;
 };
 
+struct genexec {
+    struct genexec_conf c;
+    struct lane *lane;
+    size_t n_lanes;
+    size_t next;                  /* where ties go next (round robin) */
+};
+
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -50,7 +61,7 @@ static void sleep_ms(int ms)
 }
 
 /* Removes j from the live list. */
-static void live_remove(struct genexec *g, struct job *j)
+static void live_remove(struct lane *g, struct job *j)
 {
     for (struct job **p = &g->live; *p; p = &(*p)->next)
         if (*p == j) {
@@ -61,7 +72,7 @@ static void live_remove(struct genexec *g, struct job *j)
 }
 
 /* Encodes j's result (or error) and hands it to the sink as a batch of one. */
-static void publish(struct genexec *g, struct job *j)
+static void publish(struct lane *g, struct job *j)
 {
     free(j->ids); /* the prompt: not needed any more */
     j->ids = NULL;
@@ -74,13 +85,14 @@ static void publish(struct genexec *g, struct job *j)
     }
     j->gen_res = NULL;
     jobq_push(g->c.out, j);
+    atomic_fetch_sub(&g->load, 1);
 }
 
 /* One stream entry for j; a failure ends the job's stream, not the job.
  * After a failure every stream that would write within the next second
  * ends too (a reader falls back to the result): a Redis that does not
  * answer costs one timeout a second, not one per piece. */
-static void stream_add(struct genexec *g, struct job *j, const char *const *fields,
+static void stream_add(struct lane *g, struct job *j, const char *const *fields,
                        const char *const *values, const size_t *lens, size_t n)
 {
     if (!j->gen_stream_ok || !g->rs) return;
@@ -108,7 +120,7 @@ static void on_piece(void *arg, void *user, const char *text, size_t len)
 
 static void on_done(void *arg, const struct gen_result *r)
 {
-    struct genexec *g = arg;
+    struct lane *g = arg;
     struct job *j = r->user;
     live_remove(g, j);
     double now_mono = (double)clock_mono_us() / 1000.0;
@@ -153,7 +165,7 @@ static void on_done(void *arg, const struct gen_result *r)
 
 /* Attempt counters: 1 when j may run; 0 after answering it (it was
  * running each of the last max_attempts times the worker died). */
-static int attempts_allow(struct genexec *g, struct job *j)
+static int attempts_allow(struct lane *g, struct job *j)
 {
     int max = g->c.cfg->worker.max_attempts;
     long long n = 0;
@@ -168,7 +180,7 @@ static int attempts_allow(struct genexec *g, struct job *j)
 }
 
 /* Submits j to its engine: 1 taken (or answered), 0 the engine is full. */
-static int submit_one(struct genexec *g, struct job *j)
+static int submit_one(struct lane *g, struct job *j)
 {
     struct gen_engine *e = g->eng[j->model_idx];
     const struct codec_gen *q = j->req.gen;
@@ -222,7 +234,7 @@ static int submit_one(struct genexec *g, struct job *j)
 
 /* Takes new jobs in and submits what the engines have room for, in order
  * of arrival per engine. */
-static void feed(struct genexec *g, int wait_ms)
+static void feed(struct lane *g, int wait_ms)
 {
     struct job *got = jobq_take(&g->in, wait_ms);
     struct job **tail = &g->pending;
@@ -244,7 +256,7 @@ static void feed(struct genexec *g, int wait_ms)
     g->pending = keep;
 }
 
-static void gauges_update(struct genexec *g)
+static void gauges_update(struct lane *g)
 {
     size_t run = 0, wait = 0, used = 0, total = 0;
     uint64_t pre = 0, shared = 0;
@@ -269,7 +281,7 @@ static void gauges_update(struct genexec *g)
 
 static void *genexec_main(void *arg)
 {
-    struct genexec *g = arg;
+    struct lane *g = arg;
     const struct kcfg *k = g->c.cfg;
     struct gen_engine_cb cb = {.on_done = on_done, .on_piece = on_piece, .arg = g};
     struct gen_engine_conf ec = {
@@ -283,8 +295,8 @@ static void *genexec_main(void *arg)
     if (ec.max_batch_tokens < ec.max_seqs) ec.max_batch_tokens = ec.max_seqs;
     for (size_t i = 0; i < g->c.n_models; i++) {
         if (!g->c.gens[i]) continue;
-        g->eng[i] = gen_engine_new(g->c.gens[i]->dec, g->c.gens[i]->tok, 0, &ec, &cb, g->err,
-                                   sizeof(g->err));
+        g->eng[i] = gen_engine_new(g->c.gens[i]->dec, g->c.gens[i]->tok, g->slot, &ec, &cb,
+                                   g->err, sizeof(g->err));
         if (!g->eng[i]) {
             for (size_t k2 = 0; k2 < i; k2++) gen_engine_destroy(g->eng[k2]);
             memset(g->eng, 0, g->c.n_models * sizeof(*g->eng));
@@ -295,7 +307,7 @@ static void *genexec_main(void *arg)
     atomic_store(&g->ready, 1);
     int fatal_step = 0;
     while (!atomic_load(&g->stop) && !atomic_load(g->c.fatal)) {
-        stats_alive(g->c.stats, GENEXEC_LOOP);
+        stats_alive(g->c.stats, GENEXEC_LOOP(g->slot));
         int busy = 0;
         for (size_t i = 0; i < g->c.n_models; i++)
             if (g->eng[i] && (gen_engine_running(g->eng[i]) || gen_engine_waiting(g->eng[i])))
@@ -320,7 +332,7 @@ static void *genexec_main(void *arg)
         }
         gauges_update(g);
     }
-    stats_loop_stop(g->c.stats, GENEXEC_LOOP);
+    stats_loop_stop(g->c.stats, GENEXEC_LOOP(g->slot));
     /* On the thread that made them; requests still in them are dropped
      * unreported (their jobs are freed by genexec_stop). Each says where
      * its tokens were chosen: on the device (no logits to the host) or
@@ -330,9 +342,9 @@ static void *genexec_main(void *arg)
             struct decoder_ws_counters dc;
             decoder_ws_counters(gen_engine_ws(g->eng[i]), &dc);
             LOG_I("generator_stopped",
-                  "model=%s steps=%" PRIu64 " graph_steps=%" PRIu64 " chained_steps=%" PRIu64
-                  " device_picks=%" PRIu64 " logits_bytes=%" PRIu64,
-                  g->c.gens[i]->name, dc.steps, dc.graph_steps,
+                  "model=%s lane=%u steps=%" PRIu64 " graph_steps=%" PRIu64
+                  " chained_steps=%" PRIu64 " device_picks=%" PRIu64 " logits_bytes=%" PRIu64,
+                  g->c.gens[i]->name, g->slot, dc.steps, dc.graph_steps,
                   gen_engine_overlapped(g->eng[i]), dc.device_picks, dc.logits_bytes);
         }
         gen_engine_destroy(g->eng[i]);
@@ -341,19 +353,32 @@ static void *genexec_main(void *arg)
     return NULL;
 }
 
-struct genexec *genexec_start(const struct genexec_conf *c, char *errstr, size_t errstr_size)
+/* Stops lane g's thread and frees what it holds (jobs unanswered,
+ * uncommitted: they run again). */
+static void lane_fini(struct lane *g)
 {
-    struct genexec *g = calloc(1, sizeof(*g));
-    if (!g || !(g->eng = calloc(c->n_models ? c->n_models : 1, sizeof(*g->eng)))) {
-        free(g);
-        snprintf(errstr, errstr_size, "out of memory");
-        return NULL;
-    }
+    atomic_store(&g->stop, 1);
+    if (g->has_thr) pthread_join(g->thr, NULL);
+    g->has_thr = 0;
+    job_free_list(g->live);
+    job_free_list(g->pending);
+    job_free_list(jobq_take(&g->in, 0));
+    jobq_fini(&g->in);
+    rsink_destroy(g->rs);
+    free(g->eng);
+}
+
+/* Starts lane g on slot: its engines are made on its thread. */
+static int lane_start(struct lane *g, const struct genexec_conf *c, unsigned slot, char *errstr,
+                      size_t errstr_size)
+{
     g->c = *c;
+    g->slot = slot;
     jobq_init(&g->in);
-    size_t n = 0;
-    for (size_t i = 0; i < c->n_models; i++) n += c->gens[i] != NULL;
-    if (!n) return g;
+    if (!(g->eng = calloc(c->n_models, sizeof(*g->eng)))) {
+        snprintf(errstr, errstr_size, "out of memory");
+        return -1;
+    }
     const struct kcfg *k = c->cfg;
     if ((c->stream || c->count_attempts)) {
         struct rsink_conf rc = {.host = k->redis.host, .port = k->redis.port,
@@ -364,51 +389,85 @@ struct genexec *genexec_start(const struct genexec_conf *c, char *errstr, size_t
         g->rs = rsink_new(&rc); /* NULL (out of memory): no streams, no counters */
     }
     if (pthread_create(&g->thr, NULL, genexec_main, g) != 0) {
-        snprintf(errstr, errstr_size, "cannot start the generator thread");
-        genexec_stop(g);
-        return NULL;
+        snprintf(errstr, errstr_size, "cannot start generator thread %u", slot);
+        return -1;
     }
     g->has_thr = 1;
     while (atomic_load(&g->ready) == 0) sleep_ms(1);
     if (atomic_load(&g->ready) < 0) {
         snprintf(errstr, errstr_size, "%s", g->err);
-        genexec_stop(g);
+        return -1;
+    }
+    return 0;
+}
+
+struct genexec *genexec_start(const struct genexec_conf *c, char *errstr, size_t errstr_size)
+{
+    struct genexec *x = calloc(1, sizeof(*x));
+    if (!x) {
+        snprintf(errstr, errstr_size, "out of memory");
         return NULL;
     }
-    return g;
+    x->c = *c;
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_models; i++) n += c->gens[i] != NULL;
+    if (!n) return x;
+    size_t lanes = c->lanes ? c->lanes : 1;
+    if (lanes > GENEXEC_MAX_LANES) lanes = GENEXEC_MAX_LANES;
+    if (!(x->lane = calloc(lanes, sizeof(*x->lane)))) {
+        snprintf(errstr, errstr_size, "out of memory");
+        free(x);
+        return NULL;
+    }
+    for (; x->n_lanes < lanes; x->n_lanes++)
+        if (lane_start(&x->lane[x->n_lanes], c, (unsigned)x->n_lanes, errstr, errstr_size) < 0) {
+            x->n_lanes++; /* stopped with the others */
+            genexec_stop(x);
+            return NULL;
+        }
+    return x;
 }
 
-void genexec_push(struct genexec *g, struct job *j)
+/* The lane with the fewest jobs; among equals the next after the last
+ * chosen, so idle lanes take turns. */
+void genexec_push(struct genexec *x, struct job *j)
 {
+    size_t best = x->next % x->n_lanes, low = atomic_load(&x->lane[best].load);
+    for (size_t k = 1; k < x->n_lanes && low; k++) {
+        size_t i = (x->next + k) % x->n_lanes, l = atomic_load(&x->lane[i].load);
+        if (l < low) best = i, low = l;
+    }
+    x->next = best + 1;
     j->next = NULL;
-    jobq_push(&g->in, j);
+    atomic_fetch_add(&x->lane[best].load, 1);
+    jobq_push(&x->lane[best].in, j);
 }
 
-void genexec_gauges(struct genexec *g, struct genexec_gauges *out)
+void genexec_gauges(struct genexec *x, struct genexec_gauges *out)
 {
-    out->running = g ? atomic_load(&g->g_running) : 0;
-    out->waiting = g ? atomic_load(&g->g_waiting) : 0;
-    out->blocks_used = g ? atomic_load(&g->g_used) : 0;
-    out->blocks_total = g ? atomic_load(&g->g_total) : 0;
-    out->preemptions = g ? atomic_load(&g->g_preempt) : 0;
-    out->shared_tokens = g ? atomic_load(&g->g_shared) : 0;
+    memset(out, 0, sizeof(*out));
+    for (size_t i = 0; x && i < x->n_lanes; i++) {
+        struct lane *g = &x->lane[i];
+        out->running += atomic_load(&g->g_running);
+        out->waiting += atomic_load(&g->g_waiting);
+        out->blocks_used += atomic_load(&g->g_used);
+        out->blocks_total += atomic_load(&g->g_total);
+        out->preemptions += atomic_load(&g->g_preempt);
+        out->shared_tokens += atomic_load(&g->g_shared);
+    }
 }
 
-void genexec_cut(struct genexec *g)
+void genexec_cut(struct genexec *x)
 {
-    if (g && g->rs) rsink_cancel(g->rs);
+    for (size_t i = 0; x && i < x->n_lanes; i++)
+        if (x->lane[i].rs) rsink_cancel(x->lane[i].rs);
 }
 
-void genexec_stop(struct genexec *g)
+void genexec_stop(struct genexec *x)
 {
-    if (!g) return;
-    atomic_store(&g->stop, 1);
-    if (g->has_thr) pthread_join(g->thr, NULL);
-    job_free_list(g->live); /* unanswered, uncommitted: they run again */
-    job_free_list(g->pending);
-    job_free_list(jobq_take(&g->in, 0));
-    jobq_fini(&g->in);
-    rsink_destroy(g->rs);
-    free(g->eng);
-    free(g);
+    if (!x) return;
+    for (size_t i = 0; i < x->n_lanes; i++) atomic_store(&x->lane[i].stop, 1);
+    for (size_t i = 0; i < x->n_lanes; i++) lane_fini(&x->lane[i]);
+    free(x->lane);
+    free(x);
 }

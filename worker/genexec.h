@@ -1,13 +1,16 @@
-/* genexec.h - the generator stage: the executor of generation jobs. One
- * thread owns a generation engine (gen/engine.h) per generating model,
- * each with its own key/value cache (generation.kv_cache_mb, blocks of
+/* genexec.h - the generator stage: the executor of generation jobs. A
+ * generator thread (a lane; one per device, so the CUDA backend's GPUs
+ * each generate, with the copy of the weights on that device) owns a
+ * generation engine (gen/engine.h) per generating model, each with its
+ * own key/value cache (generation.kv_cache_mb, blocks of
  * generation.block_tokens, generation.max_seqs sequences, at most
- * batching.max_batch_tokens new tokens a step). The intake hands it each
- * admitted generation job (its prompt already tokenized); the thread
- * submits it to its model's engine, steps the engines while any has
- * work, and as each job finishes encodes its result and pushes it to the
- * sink's queue as a batch of one, so its offset is committed only after
- * Redis and the reply topic acknowledged it.
+ * batching.max_batch_tokens new tokens a step). The intake hands the
+ * stage each admitted generation job (its prompt already tokenized),
+ * which goes to the lane holding the fewest jobs (idle lanes take
+ * turns); the lane submits it to its model's engine, steps the engines
+ * while any has work, and as each job finishes encodes its result and
+ * pushes it to the sink's queue as a batch of one, so its offset is
+ * committed only after Redis and the reply topic acknowledged it.
  *
  * Before a job is submitted its attempt counter goes up in Redis (when
  * worker.max_attempts is set): a job counted more than max_attempts
@@ -26,10 +29,11 @@
  * dropped the same way (uncommitted: the next owner runs them).
  *
  * Memory: each engine's waiting queue holds at most 2 x max_seqs + 8
- * requests, its batch max_seqs; the stage's own queue and the jobs its
+ * requests, its batch max_seqs; the lanes' own queues and the jobs their
  * engines had no room for yet hold what the intake admitted, which the
  * intake's in-flight bound limits (each job weighs its prompt plus
- * max_tokens tokens: genadmit.h).
+ * max_tokens tokens: genadmit.h). A cache of kv_cache_mb per model on
+ * each device.
  *
  * Threads: genexec_start and genexec_stop on the lifecycle's thread;
  * genexec_push from the poll thread (never blocks); the generator thread;
@@ -56,14 +60,18 @@ struct genexec_conf {
     atomic_int *fatal;
     int count_attempts;               /* attempt counters in Redis (rule 10) */
     int stream;                       /* 0: no Redis (streaming off) */
+    size_t lanes;                     /* generator threads, one per device (0: one) */
 };
+
+#define GENEXEC_MAX_LANES 16
 
 struct genexec;
 
-/* Makes every generating model's engine (on the stage's thread's slot)
- * and starts the thread. NULL with errstr filled (an engine that cannot
- * be made: a cache budget that holds no block, out of memory). With no
- * generating model it returns a stage with no thread. */
+/* Starts the lanes, each making every generating model's engine on its
+ * thread (lane i on executor slot i, so on device i). NULL with errstr
+ * filled (an engine that cannot be made: a cache budget that holds no
+ * block, out of memory). With no generating model it returns a stage
+ * with no thread. */
 struct genexec *genexec_start(const struct genexec_conf *c, char *errstr, size_t errstr_size);
 
 /* Hands j (a generation job of a generating model) to the stage. */

@@ -439,7 +439,8 @@ static int setup(struct worker *w)
                               .out = &w->sinkq, .stats = w->stats, .fatal = &w->fatal,
                               .count_attempts = c->worker.max_attempts > 0 &&
                                                 w->opts.redis != WORKER_REDIS_OFF,
-                              .stream = w->opts.redis != WORKER_REDIS_OFF};
+                              .stream = w->opts.redis != WORKER_REDIS_OFF,
+                              .lanes = model_runtime_devices(w->models.rt)};
     if (!(w->genexec = genexec_start(&gc, err, sizeof(err)))) {
         LOG_E("generator_failed", "error=\"%s\"", err);
         return -1;
