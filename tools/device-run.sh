@@ -22,7 +22,14 @@
 #     at batch sizes up to 4096 (rows/s and TFLOP/s);
 #   - kinfer bench encode on BERT-base- and MiniLM-shaped encoders at 128
 #     tokens in every precision, graphs on and off, and PyTorch on the
-#     same GPU and batches when the machine's python3 has torch with CUDA.
+#     same GPU and batches when the machine's python3 has torch with CUDA;
+#   - generation: the CUDA primitives' and sampler's tests, the decoders
+#     and the engine natively (test_cuda_prims, test_cuda_sample,
+#     test_decoder, test_gen_engine), the generation suite with every
+#     worker on the CUDA backend, and kinfer bench generate on a
+#     Llama-1B-shaped bf16 folder at 1, 32 and 256 sequences (overlap on,
+#     and one sequence with it off), with transformers' generate() on the
+#     same GPU when the machine's python3 has it.
 # STEPS="test_gpu demo" runs only the named steps. It stops nothing and
 # fails nothing: read the summary.
 set -u
@@ -120,5 +127,26 @@ encode() {
   done
 }
 step bench_encode encode
+
+step gen_prims sh -c "$B/tests/test_cuda_prims && $B/tests/test_cuda_sample"
+step gen_decoder "$B/tests/test_decoder"
+step gen_engine "$B/tests/test_gen_engine"
+step gen_jobs_cuda env KINFER_TEST_BACKEND=cuda KINFER_BIN="$K" "$B/tests/test_gen_jobs"
+
+generate() {
+  local work
+  work=$(mktemp -d)
+  "$K" model demo --kind llama -o "$work/llama1b" --layers 16 --hidden 2048 --heads 32 \
+    --kv-heads 8 --intermediate 8192 --vocab 128256 --dtype bf16 >/dev/null
+  "$K" bench generate -c worker.cfg --model "$work/llama1b" --batch 1,32,256 --length 128 \
+    --steps 64 --set worker.backend=cuda --set gpu.precision=bf16
+  "$K" bench generate -c worker.cfg --model "$work/llama1b" --batch 1 --length 128 \
+    --steps 64 --set worker.backend=cuda --set gpu.precision=bf16 --set generation.overlap=false
+  if python3 -c 'import torch, transformers, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
+      2>/dev/null; then
+    python3 bench/hf_generate_bench.py "$work/llama1b" 128 64 1,32,256
+  fi
+}
+step bench_generate generate
 echo "device-run: summary in $OUT/summary.txt"
 cat "$OUT/summary.txt"
