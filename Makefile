@@ -236,9 +236,10 @@ test-faults: deps
 # device they print "skipped: no CUDA device").
 test-gpu: deps
 	$(MAKE) $(B)/kinfer $(B)/tests/test_gpu $(B)/tests/test_gpu_plan $(B)/tests/test_cuda_prims \
-	  $(B)/tests/test_cuda_sample
+	  $(B)/tests/test_cuda_sample $(B)/tests/test_decoder $(B)/tests/test_gen_engine
 	KINFER_BIN=$(B)/kinfer tests/run.sh $(B)/tests/test_gpu_plan $(B)/tests/test_cuda_prims \
-	  $(B)/tests/test_cuda_sample $(B)/tests/test_gpu
+	  $(B)/tests/test_cuda_sample $(B)/tests/test_gpu $(B)/tests/test_decoder
+	KINFER_BIN=$(B)/kinfer KINFER_TEST_BACKEND=cuda tests/run.sh $(B)/tests/test_gen_engine
 
 demo: deps
 	$(MAKE) all

@@ -3,7 +3,8 @@
  * seed) on the CPU backend; the program built over the emulated device
  * (build/emu/tests/, make test) runs every test on the CUDA backend in
  * fp32 instead, its injected fault excepted (a sticky error there ends
- * the context for the rest of the program).
+ * the context for the rest of the program), and so does the native
+ * program on a GPU machine with $KINFER_TEST_BACKEND=cuda.
  *
  * The rule for comparing runs: a sequence's logits in a batch differ from
  * its logits alone only in the order floating-point sums are taken in
@@ -72,9 +73,9 @@
 static char dir[] = "/tmp/kinfer_test_gen_engine_XXXXXX";
 static struct model_runtime *rt;
 #ifdef KINFER_EMU
-static const char *const backend = "cuda";
+static const char *backend = "cuda";
 #else
-static const char *const backend = "cpu";
+static const char *backend = "cpu"; /* "cuda" with $KINFER_TEST_BACKEND=cuda (a GPU machine) */
 #endif
 static struct decoder *dec;
 static struct tokenizer *tok;
@@ -947,9 +948,18 @@ static void test_overlap(void **state)
     assert_true(chained == 0 && flying == 0);
     c.overlap = 1;
     run_overlap(&c, jobs, N, on, &chained, &flying);
-    size_t eos = 0, stop = 0, ctx = 0;
+    size_t eos = 0, stop = 0, ctx = 0, checked = 0;
     for (size_t i = 0; i < N; i++) {
+#ifndef KINFER_EMU
+        /* a real GPU's GEMMs may sum a batch with ended rows in it in
+         * another order: there the margin rule */
+        if (!strcmp(backend, "cuda")) {
+            checked += agree(&jobs[i], &off[i], &on[i]);
+            continue;
+        }
+#endif
         assert_true(identical(&on[i], &off[i]));
+        checked += on[i].n;
         assert_int_equal(on[i].status, off[i].status);
         eos += on[i].finish == GEN_FINISH_EOS;
         stop += on[i].finish == GEN_FINISH_STOP;
@@ -958,6 +968,7 @@ static void test_overlap(void **state)
     printf("test_overlap: %llu chained steps, %zu calls returned with one in flight; %zu jobs "
            "ended by an end id, %zu by a stop string, %zu by the context\n",
            (unsigned long long)chained, flying, eos, stop, ctx);
+    assert_true(checked * 2 >= total_tokens(off, N));
     assert_true(eos > 0 && stop > 0 && ctx > 0);
     if (!strcmp(backend, "cuda")) {
         assert_true(chained > 0);
@@ -970,6 +981,10 @@ static void test_overlap(void **state)
 int main(void)
 {
     tu_seed("test_gen_engine");
+#ifndef KINFER_EMU
+    const char *b = getenv("KINFER_TEST_BACKEND");
+    if (b && !strcmp(b, "cuda")) backend = "cuda";
+#endif
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_preemption),       cmocka_unit_test(test_seeds),

@@ -130,7 +130,7 @@ step bench_encode encode
 
 step gen_prims sh -c "$B/tests/test_cuda_prims && $B/tests/test_cuda_sample"
 step gen_decoder "$B/tests/test_decoder"
-step gen_engine "$B/tests/test_gen_engine"
+step gen_engine env KINFER_TEST_BACKEND=cuda "$B/tests/test_gen_engine"
 step gen_jobs_cuda env KINFER_TEST_BACKEND=cuda KINFER_BIN="$K" "$B/tests/test_gen_jobs"
 
 generate() {
