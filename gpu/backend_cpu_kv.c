@@ -228,7 +228,15 @@ static inline __attribute__((always_inline)) void kv_axpy(float *o, float p, con
  * the query heads reading that cache head at once (each key and value
  * row loaded once for all of them): the scores, softmax shifted by their
  * max (cpuv_exp), the weighted sum of the values. */
-__attribute__((target_clones("avx512f", "default")))
+/* One clone per instruction set, chosen at load time, except under
+ * ThreadSanitizer, which instruments the clones' resolver and crashes in
+ * it (it runs before the sanitizer starts). */
+#ifdef __SANITIZE_THREAD__
+#define KV_CLONES
+#else
+#define KV_CLONES __attribute__((target_clones("avx512f", "default")))
+#endif
+KV_CLONES
 static void kv_att_part(void *arg, size_t part, size_t parts)
 {
     const struct kv_att *w = arg;

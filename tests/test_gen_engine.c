@@ -910,7 +910,10 @@ static void test_overlap(void **state)
     static char stops[N][64];
     static int32_t ends[N];
     for (size_t i = 0; i < N; i++) {
-        job_init(&jobs[i], 2, 30, 12 + tu_rand64() % 30);
+        if (i % 3 == 2) /* prompt + max_tokens past the context of 40 */
+            job_init(&jobs[i], 20, 30, 30 + tu_rand64() % 10);
+        else
+            job_init(&jobs[i], 2, 30, 12 + tu_rand64() % 30);
         if (i % 2) {
             jobs[i].r.sampling.temperature = 0.9f;
             jobs[i].r.sampling.top_p = 0.95f;
