@@ -12,29 +12,17 @@
 // pooling); tests/test_cuda_prims.c checks each primitive against a
 // float64 reference.
 //
+// The block size, the loads and stores through float32 and the
+// launchers' dispatch on the activations' type are gpu/cuda_common.cuh's.
+//
 // Threads: launchers are called by executor threads on their own
 // streams; no state.
-#include "cuda_kernels.h"
+#include "cuda_common.cuh"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
 
-#include <type_traits>
-
 namespace {
-
-constexpr int kThreads = 256;   // threads per block
-constexpr int kWarps = kThreads / 32;
-
-// Loads and stores through float32, whatever the storage type.
-__device__ __forceinline__ float ld(const float *p, size_t i) { return p[i]; }
-__device__ __forceinline__ float ld(const __half *p, size_t i) { return __half2float(p[i]); }
-__device__ __forceinline__ float ld(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ void st(float *p, size_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void st(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
-__device__ __forceinline__ void st(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
 __device__ __forceinline__ float act_fn(float x, int act)
 {
@@ -601,23 +589,6 @@ unsigned blocks_for(size_t n)
 // Row kernels take one block per row: rows beyond the grid's limit are
 // refused rather than silently skipped.
 bool rows_ok(size_t rows) { return rows > 0 && rows <= 0x7fffffffu; }
-
-// Calls f with a null pointer of the storage type t names, so a launcher
-// writes its launch once for the three types; then reports the launch.
-template <typename F>
-cudaError_t with_type(enum kc_type t, F f)
-{
-    switch (t) {
-    case KC_F32: f((float *)nullptr); break;
-    case KC_F16: f((__half *)nullptr); break;
-    case KC_BF16: f((__nv_bfloat16 *)nullptr); break;
-    default: return cudaErrorInvalidValue;
-    }
-    return cudaGetLastError();
-}
-
-// The storage type of with_type's argument.
-#define KC_T(p) std::remove_pointer_t<decltype(p)>
 
 }  // namespace
 
