@@ -248,8 +248,8 @@ __device__ int paged_attn_span(const float *qs, float scale, const float *K, con
                 slot = (long long)((size_t)blk * block_tokens + j % block_tokens);
                 const float *kr = K + (size_t)slot * row + g * dh;
                 float d = 0.0f;
-                for (size_t e = 0; e < dh; e++) d += qs[e] * kr[e];
-                sc = d * scale;
+                for (size_t e = 0; e < dh; e++) d = __fmaf_rn(qs[e], kr[e], d);
+                sc = __fmul_rn(d, scale);
             } else {
                 slot = -2;
             }
@@ -260,11 +260,12 @@ __device__ int paged_attn_span(const float *qs, float scale, const float *K, con
         float pj = j <= jhi ? expf(sc - mn) : 0.0f;
         p[threadIdx.x] = pj;
         float corr = expf(m - mn);
-        l = l * corr + block_reduce(pj, 0, red); /* its barriers publish p and slots */
+        l = __fmaf_rn(l, corr, block_reduce(pj, 0, red)); /* its barriers publish p, slots */
         size_t n = jhi + 1 - j0 < blockDim.x ? jhi + 1 - j0 : blockDim.x;
         for (size_t e = threadIdx.x; e < dh; e += blockDim.x) {
-            float a = acc[e] * corr;
-            for (size_t k = 0; k < n; k++) a += p[k] * V[(size_t)slots[k] * row + g * dh + e];
+            float a = __fmul_rn(acc[e], corr);
+            for (size_t k = 0; k < n; k++)
+                a = __fmaf_rn(p[k], V[(size_t)slots[k] * row + g * dh + e], a);
             acc[e] = a;
         }
         m = mn;
@@ -716,6 +717,11 @@ extern "C" cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const 
     chunk = chunk < KC_SPLIT_CHUNK ? KC_SPLIT_CHUNK : (chunk + kThreads - 1) / kThreads * kThreads;
     size_t parts = (max_ctx + chunk - 1) / chunk;
     int split = scratch && grid <= KC_SPLIT_ROWS && parts > 1;
+    /* enough tokens for two tiles of the prefill kernel (by the sizes
+     * alone, like the split): it reads each key and value once per tile */
+    if (!split && tokens >= 2 * kc_paged_prefill_tokens(group))
+        return kc_paged_prefill(s, t, q, ldq, tokens, heads, group, scale, K, V, seq, pos, tables,
+                                table_w, block_tokens, blocks, kv_heads, dh, max_ctx, out, ldo);
     return with_type(t, [&](auto *p) {
         using T = KC_T(p);
         if (!split) {
