@@ -925,8 +925,8 @@ static void test_paged(void **state)
  * them, chunks that continue a cached prefix (of 200 to 500 positions:
  * contexts over several of the kernel's softmax steps) and chunks from
  * position 0, lengths that are not multiples of any tile; grouped-query
- * at 1, 3, 4 and 8 query heads a cache head, heads of 64, 80, 96, 128
- * and 256 values; keys rotated in every other case. Enough tokens and
+ * at 1, 3, 4, 8 and 20 query heads a cache head (20: more than a block
+ * takes), heads of 64, 80, 96, 128 and 256 values; keys rotated in every other case. Enough tokens and
  * rows that the CUDA backend takes its prefill kernel (gpu/cuda_attn.cu:
  * tiles of up to 16 query rows, never split). Checked: every output
  * against the float64 reference within the file's tolerance (fp32 1e-4,
@@ -940,7 +940,8 @@ static void test_paged_prefill(void **state)
     if (!have_device) skip();
     static const size_t shapes[][3] = {/* group, cache heads, dh */
                                        {1, 2, 64}, {4, 2, 128}, {8, 1, 80}, {1, 1, 256},
-                                       {4, 1, 64}, {8, 2, 128}, {3, 2, 96}};
+                                       {4, 1, 64}, {8, 2, 128}, {3, 2, 96},
+                                       {20, 1, 64}}; /* 20: two blocks a cache head */
     for (size_t p = 0; p < N_PRECS; p++) {
         struct env *e = env_new(precs[p], 0);
         for (size_t c = 0; c < sizeof(shapes) / sizeof(shapes[0]); c++) {
