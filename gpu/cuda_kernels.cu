@@ -12,29 +12,17 @@
 // pooling); tests/test_cuda_prims.c checks each primitive against a
 // float64 reference.
 //
+// The block size, the loads and stores through float32 and the
+// launchers' dispatch on the activations' type are gpu/cuda_common.cuh's.
+//
 // Threads: launchers are called by executor threads on their own
 // streams; no state.
-#include "cuda_kernels.h"
+#include "cuda_common.cuh"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
 
-#include <type_traits>
-
 namespace {
-
-constexpr int kThreads = 256;   // threads per block
-constexpr int kWarps = kThreads / 32;
-
-// Loads and stores through float32, whatever the storage type.
-__device__ __forceinline__ float ld(const float *p, size_t i) { return p[i]; }
-__device__ __forceinline__ float ld(const __half *p, size_t i) { return __half2float(p[i]); }
-__device__ __forceinline__ float ld(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ void st(float *p, size_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void st(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
-__device__ __forceinline__ void st(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
 __device__ __forceinline__ float act_fn(float x, int act)
 {
@@ -260,8 +248,8 @@ __device__ int paged_attn_span(const float *qs, float scale, const float *K, con
                 slot = (long long)((size_t)blk * block_tokens + j % block_tokens);
                 const float *kr = K + (size_t)slot * row + g * dh;
                 float d = 0.0f;
-                for (size_t e = 0; e < dh; e++) d += qs[e] * kr[e];
-                sc = d * scale;
+                for (size_t e = 0; e < dh; e++) d = __fmaf_rn(qs[e], kr[e], d);
+                sc = __fmul_rn(d, scale);
             } else {
                 slot = -2;
             }
@@ -272,11 +260,12 @@ __device__ int paged_attn_span(const float *qs, float scale, const float *K, con
         float pj = j <= jhi ? expf(sc - mn) : 0.0f;
         p[threadIdx.x] = pj;
         float corr = expf(m - mn);
-        l = l * corr + block_reduce(pj, 0, red); /* its barriers publish p and slots */
+        l = __fmaf_rn(l, corr, block_reduce(pj, 0, red)); /* its barriers publish p, slots */
         size_t n = jhi + 1 - j0 < blockDim.x ? jhi + 1 - j0 : blockDim.x;
         for (size_t e = threadIdx.x; e < dh; e += blockDim.x) {
-            float a = acc[e] * corr;
-            for (size_t k = 0; k < n; k++) a += p[k] * V[(size_t)slots[k] * row + g * dh + e];
+            float a = __fmul_rn(acc[e], corr);
+            for (size_t k = 0; k < n; k++)
+                a = __fmaf_rn(p[k], V[(size_t)slots[k] * row + g * dh + e], a);
             acc[e] = a;
         }
         m = mn;
@@ -602,23 +591,6 @@ unsigned blocks_for(size_t n)
 // refused rather than silently skipped.
 bool rows_ok(size_t rows) { return rows > 0 && rows <= 0x7fffffffu; }
 
-// Calls f with a null pointer of the storage type t names, so a launcher
-// writes its launch once for the three types; then reports the launch.
-template <typename F>
-cudaError_t with_type(enum kc_type t, F f)
-{
-    switch (t) {
-    case KC_F32: f((float *)nullptr); break;
-    case KC_F16: f((__half *)nullptr); break;
-    case KC_BF16: f((__nv_bfloat16 *)nullptr); break;
-    default: return cudaErrorInvalidValue;
-    }
-    return cudaGetLastError();
-}
-
-// The storage type of with_type's argument.
-#define KC_T(p) std::remove_pointer_t<decltype(p)>
-
 }  // namespace
 
 extern "C" cudaError_t kc_from_f32(cudaStream_t s, enum kc_type t, const float *x, void *y,
@@ -745,6 +717,11 @@ extern "C" cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const 
     chunk = chunk < KC_SPLIT_CHUNK ? KC_SPLIT_CHUNK : (chunk + kThreads - 1) / kThreads * kThreads;
     size_t parts = (max_ctx + chunk - 1) / chunk;
     int split = scratch && grid <= KC_SPLIT_ROWS && parts > 1;
+    /* enough tokens for two tiles of the prefill kernel (by the sizes
+     * alone, like the split): it reads each key and value once per tile */
+    if (!split && tokens >= 2 * kc_paged_prefill_tokens(group))
+        return kc_paged_prefill(s, t, q, ldq, tokens, heads, group, scale, K, V, seq, pos, tables,
+                                table_w, block_tokens, blocks, kv_heads, dh, max_ctx, out, ldo);
     return with_type(t, [&](auto *p) {
         using T = KC_T(p);
         if (!split) {

@@ -13,7 +13,10 @@
  * the rounds; paged_attention over scattered blocks, grouped-query at 1
  * to 4 and 8 query heads a cache head, contexts of one token, of whole
  * blocks, of the longest allowed and of several tiles, split over blocks
- * for few rows or not for many, NaN for a missing block), the
+ * for few rows or not for many, NaN for a missing block; prefill steps
+ * of several sequences' chunks packed together, which the CUDA backend
+ * answers with its tiled prefill kernel, with a hole in a table and a
+ * max_ctx below some positions: NaN for exactly the rows they reach), the
  * activations, softmax, l2norm, the four poolings, float32 loads and
  * stores; graphs (eager, captured, replayed, with new inputs each time);
  * the refusals (a bad leading dimension fails its pass only; ctx_alloc
@@ -50,7 +53,7 @@
 
 static const struct backend_ops *const B = &backend_cuda;
 
-#define HOST_BYTES (8u << 20)
+#define HOST_BYTES (32u << 20) /* the largest cache test_paged reads back: 10 MB */
 
 /* One opened backend and context in one precision. */
 struct env {
@@ -647,40 +650,42 @@ static void test_swiglu(void **state)
 
 /* ---- the paged key/value cache ------------------------------------------------------ */
 
-/* One random case on e: n sequences, each with past[i] cached positions
- * and k[i] new tokens (a prefill chunk or one decode token), blocks of
- * the pool handed out by gpu/kvcache.c to interleaved sequences; the past
- * is stored in one kv_store, then the new tokens, which attend. longctx
- * 1: decode tokens over a context of several of the kernel's tiles of
- * positions (on CUDA each split over blocks, then combined); 2: the same
- * with a prefill chunk of 60 or more tokens in 9 heads (too many rows to
- * split: one block a row over every tile). */
-static void paged_case(struct env *e, int round, int longctx)
+/* A case of the paged cache: n sequences (at most PMAX), each with
+ * past[i] cached positions and k[i] new tokens (a prefill chunk or one
+ * decode token), packed in sequence order; kvh cache heads of dh values,
+ * group query heads each; blocks of bt tokens; a workspace context of
+ * max_ctx; rope: the keys rotated as they are stored. */
+#define PMAX 8
+struct pspec {
+    size_t n, kvh, group, dh, bt, max_ctx;
+    size_t past[PMAX], k[PMAX];
+    int rope;
+};
+
+/* Runs sp on e: blocks of the pool handed out by gpu/kvcache.c to
+ * interleaved sequences; the past is stored in one kv_store, then the new
+ * tokens, which attend; every output against the float64 reference. For
+ * prefill steps: every token again alone, its output the same to
+ * the bit; then a block of sequence 0 taken out of its table (its rows
+ * from that block's first position on are NaN, every other row as
+ * before) and max_ctx lowered below the last sequence's last position
+ * (its rows at or past it are NaN). Last a position past the table (one
+ * token): NaN. */
+static void paged_run(struct env *e, const struct pspec *sp, const char *label, int prefill)
 {
     char err[256];
-    static const size_t ratios[] = {1, 2, 3, 4, 8}; /* query heads per cache head */
-    size_t n = rnd(1, 4), kvh = longctx == 2 ? 3 : rnd(1, 3);
-    size_t group = longctx == 2 ? 3 : ratios[rnd(0, 4)], heads = kvh * group;
-    size_t dh = longctx ? 2 * rnd(1, 64) : 2 * rnd(1, 8), bt = rnd(1, 6);
-    size_t max_ctx = longctx == 1 ? rnd(260, 1500) : longctx ? rnd(260, 400) : rnd(1, 40);
-    size_t past[4], k[4], total_new = 0, total_past = 0;
+    size_t n = sp->n, kvh = sp->kvh, group = sp->group, heads = kvh * group, dh = sp->dh;
+    size_t bt = sp->bt, max_ctx = sp->max_ctx, total_new = 0, total_past = 0;
+    const size_t *past = sp->past, *k = sp->k;
     for (size_t i = 0; i < n; i++) {
-        /* the edges: the longest context, a context of one token, one of
-         * whole blocks (its last position at a block's end) */
-        size_t len = rnd(longctx == 2 && i == 0 ? 100 : 1, max_ctx);
-        if (i == 0 && round % 3 == 0) len = max_ctx;
-        if (i == 1 && round % 3 == 1) len = 1;
-        if (i == 2 && max_ctx >= bt) len = bt * rnd(1, max_ctx / bt);
-        k[i] = (i == 0 || tu_rand64() % 2) && !longctx ? rnd(1, len) : 1;
-        if (longctx == 2 && i == 0) k[i] = rnd(60, 100);
-        past[i] = len - k[i];
+        assert_true(k[i] >= 1 && past[i] + k[i] <= max_ctx);
         total_new += k[i];
         total_past += past[i];
     }
     size_t width = (max_ctx + bt - 1) / bt, blocks = n * width + rnd(0, 3);
     struct kvcache *kv = kvcache_new(blocks, bt, n, max_ctx, err, sizeof(err));
     assert_non_null(kv);
-    int ids[4];
+    int ids[PMAX];
     for (size_t i = 0; i < n; i++) ids[i] = kvcache_seq_new(kv);
     for (size_t step = 0; step < max_ctx; step++)
         for (size_t i = 0; i < n; i++)
@@ -690,15 +695,14 @@ static void paged_case(struct env *e, int round, int longctx)
     for (size_t i = 0; i < n; i++)
         memcpy(tables + i * width, kvcache_table(kv, ids[i]), width * sizeof(uint32_t));
     size_t row = kvh * dh, ldx = 2 * row + rnd(0, 3); /* [K | V | junk] rows */
-    float *Kd[4], *Vd[4];
+    float *Kd[PMAX], *Vd[PMAX];
     for (size_t i = 0; i < n; i++) {
         Kd[i] = randv(e, (past[i] + k[i]) * row, -1, 1);
         Vd[i] = randv(e, (past[i] + k[i]) * row, -1, 1);
     }
-    /* odd rounds: the keys rotated to their positions as they are stored
-     * (rope's rotation inside kv_store); Kr: the keys the cache must hold */
-    int use_rope = round % 2;
-    double *Kr[4];
+    /* with rope, Kr: the keys the cache must hold */
+    int use_rope = sp->rope;
+    double *Kr[PMAX];
     float *f = malloc(dh / 2 * sizeof(float));
     assert_non_null(f);
     for (size_t i = 0; i < dh / 2; i++) f[i] = powf(10000.0f, -2.0f * (float)i / (float)dh);
@@ -801,10 +805,63 @@ static void paged_case(struct env *e, int round, int longctx)
     float *got = fetch(e, dout, T * ldo);
     for (size_t r = 0; r < T; r++) /* the padding columns are not compared */
         for (size_t c = heads * dh; c < ldo; c++) got[r * ldo + c] = (float)ref[r * ldo + c];
-    char what[160];
-    snprintf(what, sizeof(what), "paged attention #%d: %zu seqs, %zu/%zu heads, dh %zu, block "
-             "%zu, context %zu", round, n, heads, kvh, dh, bt, max_ctx);
+    char what[200];
+    snprintf(what, sizeof(what), "paged attention %s: %zu seqs, %zu tokens, %zu/%zu heads, dh "
+             "%zu, block %zu, context %zu", label, n, T, heads, kvh, dh, bt, max_ctx);
     check(e, what, got, ref, T * ldo);
+    if (prefill) {
+        /* each token alone (no scratch: never split), which the CUDA
+         * backend answers with its one-row walk: the same bits, since a
+         * token's output must not depend on the step around it */
+        void *dout1 = dev(e, T * ldo * e->es);
+        struct bk_seqs one = {.n = n, .tokens = 1};
+        struct bk_paged_attention pa1 = pa;
+        pa1.s = &one;
+        pa1.scratch = NULL;
+        begin(e);
+        for (size_t r = 0; r < T; r++) {
+            one.seq = (const uint32_t *)dseq + r;
+            one.pos = (const uint32_t *)dpos + r;
+            pa1.q = (const char *)dq + r * ldq * e->es;
+            pa1.out = (char *)dout1 + r * ldo * e->es;
+            assert_int_equal(B->paged_attention(e->c, &pa1), 0);
+        }
+        end(e);
+        float *alone = fetch(e, dout1, T * ldo);
+        for (size_t r = 0; r < T; r++)
+            if (memcmp(alone + r * ldo, got + r * ldo, heads * dh * sizeof(float)))
+                fail_msg("%s (%s): token %zu alone differs from its step's answer", what,
+                         model_precision_name(e->prec), r);
+        free(alone);
+        /* sequence 0 loses the block of a random position p0 of its
+         * context; max_ctx drops to a new position of the last sequence
+         * (when that leaves some of sequence 0's rows to the hole) */
+        size_t p0 = rnd(0, past[0] + k[0] - 1), cut = past[n - 1] + rnd(0, k[n - 1] - 1);
+        if (cut <= p0 / bt * bt) cut = max_ctx;
+        uint32_t hole = (uint32_t)blocks, saved = tables[p0 / bt];
+        upload(e, (char *)dtab + p0 / bt * 4, &hole, 4);
+        pa.max_ctx = cut;
+        begin(e);
+        assert_int_equal(B->paged_attention(e->c, &pa), 0);
+        end(e);
+        float *got2 = fetch(e, dout, T * ldo);
+        for (size_t r = 0; r < T; r++) {
+            int nan_row = (seq[r] == 0 && pos[r] >= p0 / bt * bt) || pos[r] >= cut;
+            for (size_t c = 0; c < heads * dh && nan_row; c++) {
+                float v = got2[r * ldo + c];
+                if (!isnan(v))
+                    fail_msg("%s: token %zu (sequence %u, position %u) with block %zu "
+                             "missing, context %zu: got %g, want NaN",
+                             what, r, seq[r], pos[r], p0 / bt, cut, v);
+            }
+            if (!nan_row) /* the others as before */
+                check(e, "paged attention with a hole, the other rows", got2 + r * ldo,
+                      ref + r * ldo, heads * dh);
+        }
+        free(got2);
+        upload(e, (char *)dtab + p0 / bt * 4, &saved, 4);
+        pa.max_ctx = max_ctx;
+    }
     /* A position the table does not hold: the token's rows are NaN (the
      * table lives on the device; the host cannot refuse it). */
     uint32_t bad = (uint32_t)(width * bt);
@@ -824,6 +881,34 @@ static void paged_case(struct env *e, int round, int longctx)
     kvcache_destroy(kv);
 }
 
+/* One random case: longctx 1: decode tokens over a context of several of
+ * the kernel's tiles of positions (on CUDA each split over blocks, then
+ * combined); 2: the same with a prefill chunk of 60 or more tokens in 9
+ * heads (too many rows to split). */
+static void paged_case(struct env *e, int round, int longctx)
+{
+    static const size_t ratios[] = {1, 2, 3, 4, 8}; /* query heads per cache head */
+    struct pspec sp = {.n = rnd(1, 4), .kvh = longctx == 2 ? 3 : rnd(1, 3), .rope = round % 2};
+    sp.group = longctx == 2 ? 3 : ratios[rnd(0, 4)];
+    sp.dh = longctx ? 2 * rnd(1, 64) : 2 * rnd(1, 8), sp.bt = rnd(1, 6);
+    size_t max_ctx = longctx == 1 ? rnd(260, 1500) : longctx ? rnd(260, 400) : rnd(1, 40);
+    sp.max_ctx = max_ctx;
+    for (size_t i = 0; i < sp.n; i++) {
+        /* the edges: the longest context, a context of one token, one of
+         * whole blocks (its last position at a block's end) */
+        size_t len = rnd(longctx == 2 && i == 0 ? 100 : 1, max_ctx);
+        if (i == 0 && round % 3 == 0) len = max_ctx;
+        if (i == 1 && round % 3 == 1) len = 1;
+        if (i == 2 && max_ctx >= sp.bt) len = sp.bt * rnd(1, max_ctx / sp.bt);
+        sp.k[i] = (i == 0 || tu_rand64() % 2) && !longctx ? rnd(1, len) : 1;
+        if (longctx == 2 && i == 0) sp.k[i] = rnd(60, 100);
+        sp.past[i] = len - sp.k[i];
+    }
+    char label[16];
+    snprintf(label, sizeof(label), "#%d", round);
+    paged_run(e, &sp, label, 0);
+}
+
 static void test_paged(void **state)
 {
     (void)state;
@@ -831,6 +916,59 @@ static void test_paged(void **state)
     for (size_t p = 0; p < N_PRECS; p++) {
         struct env *e = env_new(precs[p], 0);
         for (int round = 0; round < 9; round++) paged_case(e, round, round < 6 ? 0 : round < 8 ? 1 : 2);
+        env_free(e);
+    }
+}
+
+/* Prefill steps as the engine packs them: several sequences' chunks one
+ * after another, long ones with one-token ones (decode tokens) between
+ * them, chunks that continue a cached prefix (of 200 to 500 positions:
+ * contexts over several of the kernel's softmax steps) and chunks from
+ * position 0, lengths that are not multiples of any tile; grouped-query
+ * at 1, 3, 4, 8 and 20 query heads a cache head (20: more than a block
+ * takes), heads of 64, 80, 96, 128 and 256 values; keys rotated in every other case. Enough tokens and
+ * rows that the CUDA backend takes its prefill kernel (gpu/cuda_attn.cu:
+ * tiles of up to 16 query rows, never split). Checked: every output
+ * against the float64 reference within the file's tolerance (fp32 1e-4,
+ * tf32 and fp16 2e-2, bf16 8e-2, times max(1, |ref|)); each token alone
+ * (the one-row walk) gives the same bits; then a hole in the first
+ * sequence's table and a max_ctx below the last positions: NaN exactly
+ * for the rows they reach, the other rows still within tolerance. */
+static void test_paged_prefill(void **state)
+{
+    (void)state;
+    if (!have_device) skip();
+    static const size_t shapes[][3] = {/* group, cache heads, dh */
+                                       {1, 2, 64}, {4, 2, 128}, {8, 1, 80}, {1, 1, 256},
+                                       {4, 1, 64}, {8, 2, 128}, {3, 2, 96},
+                                       {20, 1, 64}}; /* 20: two blocks a cache head */
+    for (size_t p = 0; p < N_PRECS; p++) {
+        struct env *e = env_new(precs[p], 0);
+        for (size_t c = 0; c < sizeof(shapes) / sizeof(shapes[0]); c++) {
+            struct pspec sp = {.n = 6, .group = shapes[c][0], .kvh = shapes[c][1],
+                               .dh = shapes[c][2], .bt = rnd(1, 16), .rope = (int)(c % 2)};
+            /* long after a long prefix (contexts over several of the
+             * kernel's softmax steps of 256 positions), 1 token, long
+             * from 0, 1 token, 1 token, medium */
+            static const size_t kmin[PMAX] = {17, 1, 33, 1, 1, 5};
+            static const size_t kmax[PMAX] = {70, 1, 90, 1, 1, 40};
+            static const size_t pmin[PMAX] = {200, 0, 0, 0, 0, 0};
+            static const size_t pmax[PMAX] = {500, 60, 0, 300, 60, 300};
+            size_t longest = 0, T = 0;
+            for (size_t i = 0; i < sp.n; i++) {
+                sp.k[i] = rnd(kmin[i], kmax[i]);
+                sp.past[i] = rnd(pmin[i], pmax[i]);
+                T += sp.k[i];
+            }
+            /* more rows than a decode step that the backend splits */
+            if (T * sp.group * sp.kvh <= 256) sp.k[2] += 257 / (sp.group * sp.kvh) - T + 1;
+            for (size_t i = 0; i < sp.n; i++)
+                if (sp.past[i] + sp.k[i] > longest) longest = sp.past[i] + sp.k[i];
+            sp.max_ctx = longest + rnd(0, 20);
+            char label[32];
+            snprintf(label, sizeof(label), "prefill #%zu", c);
+            paged_run(e, &sp, label, 1);
+        }
         env_free(e);
     }
 }
@@ -1021,7 +1159,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_embed),     cmocka_unit_test(test_attention),
         cmocka_unit_test(test_rope),      cmocka_unit_test(test_swiglu),
-        cmocka_unit_test(test_paged),
+        cmocka_unit_test(test_paged),     cmocka_unit_test(test_paged_prefill),
         cmocka_unit_test(test_rowwise),
         cmocka_unit_test(test_pool),      cmocka_unit_test(test_graphs),
         cmocka_unit_test(test_refusals_and_fault),
