@@ -156,8 +156,10 @@ struct bk_kv {
  * tokens and a single decode token are the same call. Head h reads
  * cache head h / (heads / kv->kv_heads). softmax(scale q k^T) v goes to
  * out, row t, columns h dh .. (h+1) dh - 1 (activations, leading
- * dimension ldo). Only s->tokens, s->seq and s->pos are read. No pos[t]
- * may reach max_ctx; scratch is paged_attention_scratch(max_tokens,
+ * dimension ldo). Only s->tokens, s->seq and s->pos are read, and
+ * s->longest (the most new tokens of one sequence, 0 if not known) as a
+ * hint: 1, a decode step, may choose other kernels. No pos[t] may reach
+ * max_ctx; scratch is paged_attention_scratch(max_tokens,
  * max_ctx, heads) bytes of context memory. */
 struct bk_paged_attention {
     const void *q;
