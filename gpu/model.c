@@ -38,7 +38,7 @@
 struct model_runtime {
     const struct backend_ops *ops;
     void *be;                 /* the backend's state */
-    char desc[800];           /* model_runtime_describe */
+    char desc[1400];          /* model_runtime_describe */
 };
 
 struct model {
@@ -664,7 +664,16 @@ struct model_runtime *model_runtime_new(const struct model_runtime_conf *c, char
         model_seterr(errstr, errstr_size, "out of memory");
         return NULL;
     }
-    char why[300] = "", desc[400] = "";
+    /* gpu.precision "auto" resolves here, before the backend opens; the
+     * CPU backend ignores it, so its models' headers are not read. */
+    struct model_runtime_conf resolved = *c;
+    char pwhy[512];
+    if (c->precision_auto && strcmp(want, "cpu") != 0) {
+        resolved.precision = model_weights_precision(c->specs, c->n_specs, pwhy, sizeof(pwhy));
+        resolved.precision_why = pwhy;
+        c = &resolved;
+    }
+    char why[300] = "", desc[1000] = "";
     if (strcmp(want, "auto") == 0) {
         if (backend_cuda.probe(what, sizeof(what)) > 0) {
             rt->be = backend_cuda.open(c, desc, sizeof(desc), what, sizeof(what));
