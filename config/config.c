@@ -41,7 +41,7 @@ static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL}
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const backends[] = {"auto", "cpu", "cuda", NULL};
 static const char *const cpu_precisions[] = {"fp32", "bf16", NULL};
-static const char *const precisions[] = {"fp32", "tf32", "fp16", "bf16", NULL};
+static const char *const precisions[] = {"auto", "fp32", "tf32", "fp16", "bf16", NULL};
 
 static int check_listen(const char *value, char *why, size_t why_size);
 
@@ -161,8 +161,8 @@ static const struct cfgtab_row options[] = {
             "a job running when the worker died this many times is answered, not run; 0 = off"),
     STR_OPT("worker.attempt_prefix", 1, 1024, "kinfer:attempt:", NULL, NULL,
             worker.attempt_prefix, "Redis key prefix of the per-job attempt counters"),
-    STR_OPT("gpu.precision", 4, 4, "fp32", precisions, NULL, gpu.precision,
-            "CUDA backend number format: fp32, tf32, fp16 or bf16 (16-bit: float32 accumulation)"),
+    STR_OPT("gpu.precision", 4, 4, "auto", precisions, NULL, gpu.precision,
+            "CUDA backend number format: auto (the models' weights' own: bf16 or fp16 when every model's are mainly BF16 or F16, else fp32), fp32, tf32, fp16 or bf16 (16-bit: float32 accumulation)"),
     BOOL_OPT("gpu.graphs", 1, gpu.graphs,
              "true = a batch shape seen twice is captured as a CUDA graph and replayed; false = eager launches"),
     INT_OPT("gpu.executors_per_device", 1, 16, 2, gpu.executors_per_device,
@@ -864,7 +864,12 @@ void cfg_model_runtime(const struct kcfg *c, struct model_runtime_conf *rc)
     model_runtime_conf_defaults(rc);
     rc->backend = c->worker.backend;
     rc->cpu_threads = c->worker.blas_threads;
-    model_precision_parse(c->gpu.precision, &rc->precision); /* validated: one of them */
+    /* validated: "auto" or a precision; "auto" is resolved from the models'
+     * weights when the runtime opens (model_runtime_new) */
+    rc->precision_auto = strcmp(c->gpu.precision, "auto") == 0;
+    if (!rc->precision_auto) model_precision_parse(c->gpu.precision, &rc->precision);
+    rc->specs = c->models;
+    rc->n_specs = c->n_models;
     model_precision_parse(c->worker.cpu_precision, &rc->cpu_precision);
     rc->graphs = c->gpu.graphs;
     rc->n_devices = c->gpu.n_devices;

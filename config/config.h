@@ -96,7 +96,7 @@ struct kcfg {
         char *attempt_prefix;   /* "kinfer:attempt:": Redis keys of those counters */
     } worker;
     struct {
-        char *precision;        /* "fp32" | "tf32" | "fp16" | "bf16" */
+        char *precision;        /* "auto" | "fp32" | "tf32" | "fp16" | "bf16" */
         int graphs;             /* 1: a captured CUDA graph per batch-size bucket */
         int devices[MODEL_MAX_DEVICES]; /* device indices; empty = every usable one */
         size_t n_devices;
@@ -144,8 +144,9 @@ void cfg_destroy(struct kcfg *c);
 int cfg_topic_priority(const struct kcfg *c, const char *topic);
 
 /* The model runtime's settings from c: worker.backend, worker.blas_threads
- * and gpu.*, with batching.preferred_sizes as the graph buckets. rc
- * borrows from c. */
+ * and gpu.*, with batching.preferred_sizes as the graph buckets, and c's
+ * models as the ones gpu.precision "auto" reads (rc->specs). rc borrows
+ * from c. */
 void cfg_model_runtime(const struct kcfg *c, struct model_runtime_conf *rc);
 
 /* Index of the model named name in c->models, or -1. */

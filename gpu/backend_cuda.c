@@ -181,11 +181,7 @@ static void *cuda_open(const struct model_runtime_conf *c, char *desc, size_t de
         return NULL;
     }
     be->prec = c->precision;
-    be->kt = be->prec == MODEL_FP16 ? KC_F16 : be->prec == MODEL_BF16 ? KC_BF16 : KC_F32;
-    be->dt = be->prec == MODEL_FP16   ? CUDA_R_16F
-             : be->prec == MODEL_BF16 ? CUDA_R_16BF
-                                      : CUDA_R_32F;
-    be->es = plan_elem_size(be->prec);
+    char fallback[200] = ""; /* gpu.precision "auto" on a device without bf16 */
     be->graphs = c->graphs;
     be->per_device = c->executors_per_device > 0 ? c->executors_per_device : 1;
     be->lt_ws_bytes = (size_t)(c->workspace_mb > 0 ? c->workspace_mb : 32) << 20;
@@ -217,11 +213,17 @@ static void *cuda_open(const struct model_runtime_conf *c, char *desc, size_t de
                      "needs 7.5 or newer", d->index, d->name, d->major, d->minor);
             goto fail;
         }
-        if ((be->prec == MODEL_BF16 || be->prec == MODEL_TF32) && d->major < 8) {
+        int runs = model_precision_on_device(be->prec, c->precision_auto, d->major);
+        if (runs < 0) {
             snprintf(errstr, errstr_size, "gpu.precision %s needs compute capability 8.0 or "
                      "newer; device %d (%s) is %d.%d", model_precision_name(be->prec),
                      d->index, d->name, d->major, d->minor);
             goto fail;
+        }
+        if (runs != (int)be->prec) { /* "auto"'s bf16: fp32 on this device and all */
+            snprintf(fallback, sizeof(fallback), "; device %d is compute capability %d.%d, "
+                     "without bf16: fp32", d->index, d->major, d->minor);
+            be->prec = (enum model_precision)runs;
         }
         if (CU(cudaSetDevice(d->index)) < 0 || CU(cudaFree(NULL)) < 0) goto fail;
         be->n_dev++;
@@ -230,11 +232,19 @@ static void *cuda_open(const struct model_runtime_conf *c, char *desc, size_t de
                          (double)d->total_mem / (1 << 30));
         if (k > 0 && (size_t)k < desc_size - used) used += (size_t)k;
     }
+    be->kt = be->prec == MODEL_FP16 ? KC_F16 : be->prec == MODEL_BF16 ? KC_BF16 : KC_F32;
+    be->dt = be->prec == MODEL_FP16   ? CUDA_R_16F
+             : be->prec == MODEL_BF16 ? CUDA_R_16BF
+                                      : CUDA_R_32F;
+    be->es = plan_elem_size(be->prec);
     int rt = 0, drv = 0;
     if (CU(cudaRuntimeGetVersion(&rt)) < 0 || CU(cudaDriverGetVersion(&drv)) < 0) goto fail;
     snprintf(desc + used, desc_size - used,
-             "; precision %s, graphs %s, %d executor%s per device, CUDA %d.%d, driver %d.%d",
-             model_precision_name(be->prec), be->graphs ? "on" : "off", be->per_device,
+             "; precision %s%s%s%s%s, graphs %s, %d executor%s per device, CUDA %d.%d, "
+             "driver %d.%d",
+             model_precision_name(be->prec), c->precision_auto ? " (auto: " : "",
+             c->precision_auto && c->precision_why ? c->precision_why : "", fallback,
+             c->precision_auto ? ")" : "", be->graphs ? "on" : "off", be->per_device,
              be->per_device == 1 ? "" : "s", rt / 1000, rt % 1000 / 10, drv / 1000,
              drv % 1000 / 10);
     return be;

@@ -38,7 +38,7 @@
 struct model_runtime {
     const struct backend_ops *ops;
     void *be;                 /* the backend's state */
-    char desc[800];           /* model_runtime_describe */
+    char desc[1400];          /* model_runtime_describe */
 };
 
 struct model {
@@ -652,6 +652,18 @@ int model_precision_parse(const char *s, enum model_precision *out)
     return -1;
 }
 
+/* r with gpu.precision "auto" resolved from r->specs' weights (why, of
+ * why_size bytes, holds the reason, borrowed by r); r unchanged without. */
+static const struct model_runtime_conf *runtime_precision(struct model_runtime_conf *r,
+                                                          char *why, size_t why_size)
+{
+    if (r->precision_auto) {
+        r->precision = model_weights_precision(r->specs, r->n_specs, why, why_size);
+        r->precision_why = why;
+    }
+    return r;
+}
+
 /* "auto" asks the CUDA backend first and falls back to the CPU with the
  * reason kept for the log; an explicit choice is taken or fails. */
 struct model_runtime *model_runtime_new(const struct model_runtime_conf *c, char *errstr,
@@ -664,9 +676,15 @@ struct model_runtime *model_runtime_new(const struct model_runtime_conf *c, char
         model_seterr(errstr, errstr_size, "out of memory");
         return NULL;
     }
-    char why[300] = "", desc[400] = "";
+    /* gpu.precision "auto" resolves once a CUDA device is found, before
+     * that backend opens; the CPU backend ignores it, so without a device
+     * no header is read. */
+    struct model_runtime_conf resolved = *c;
+    char pwhy[512];
+    char why[300] = "", desc[1000] = "";
     if (strcmp(want, "auto") == 0) {
         if (backend_cuda.probe(what, sizeof(what)) > 0) {
+            c = runtime_precision(&resolved, pwhy, sizeof(pwhy));
             rt->be = backend_cuda.open(c, desc, sizeof(desc), what, sizeof(what));
             if (rt->be) rt->ops = &backend_cuda;
         }
@@ -682,6 +700,7 @@ struct model_runtime *model_runtime_new(const struct model_runtime_conf *c, char
             free(rt);
             return NULL;
         }
+        c = runtime_precision(&resolved, pwhy, sizeof(pwhy));
         rt->ops = &backend_cuda;
     } else {
         model_seterr(errstr, errstr_size, "backend '%s' is not one of auto, cpu, cuda", want);

@@ -143,6 +143,25 @@ const char *model_precision_name(enum model_precision p);
 /* Parses a precision name into *out; returns 0, or -1 when it is none. */
 int model_precision_parse(const char *s, enum model_precision *out);
 
+/* gpu.precision "auto": the precision the weights of the n models of
+ * specs ship in, read from their safetensors headers (a folder's
+ * model.safetensors, or the shards model.safetensors.index.json names),
+ * each model's dtype being the one of F32, F16 and BF16 holding the most
+ * bytes. Every model mainly BF16: MODEL_BF16; every one mainly F16:
+ * MODEL_FP16; anything else (a model mainly F32, BF16 models beside F16
+ * ones, a layer list over a file, no models, a model whose weights cannot
+ * be read) MODEL_FP32. why gets the reason in words ("the models' weights
+ * are BF16"). Never fails: loading a model that cannot be read says why
+ * later, with its own message. Borrows specs; reads headers only. */
+enum model_precision model_weights_precision(const struct model_spec *specs, size_t n,
+                                             char *why, size_t why_size);
+/* The precision a device of compute capability major.x runs p in: p, or
+ * MODEL_FP32 for bf16 that "auto" chose (precision_auto 1) on a device
+ * before 8.0 (not fp16: BF16 values may overflow its range); -1 when p,
+ * given explicitly, needs 8.0 or newer (tf32, bf16) and the device is
+ * older. */
+int model_precision_on_device(enum model_precision p, int precision_auto, int major);
+
 #define MODEL_MAX_DEVICES 16
 
 /* How the runtime is chosen and set up (plain data, borrowed). */
@@ -153,6 +172,16 @@ struct model_runtime_conf {
     enum model_precision cpu_precision; /* MODEL_FP32 or MODEL_BF16 (worker.cpu_precision) */
     /* The CUDA backend's (gpu.* in worker.cfg): */
     enum model_precision precision;
+    /* 1 (gpu.precision "auto"): model_runtime_new, opening the CUDA
+     * backend, replaces precision with model_weights_precision of specs,
+     * and a device without bf16 (compute capability under 8.0) runs BF16
+     * weights in fp32 rather than failing. 0: precision as given. */
+    int precision_auto;
+    const struct model_spec *specs; /* the models the runtime will load */
+    size_t n_specs;
+    /* Set by model_runtime_new for the backend with precision_auto: why
+     * the precision was chosen, for the description. */
+    const char *precision_why;
     int graphs;           /* 1: a batch shape seen twice is captured and replayed */
     int devices[MODEL_MAX_DEVICES]; /* device indices to use */
     size_t n_devices;     /* 0 = every usable device */
@@ -160,15 +189,19 @@ struct model_runtime_conf {
     int workspace_mb;     /* cuBLASLt workspace per executor, MiB */
 };
 
-/* worker.cfg's defaults: backend "auto", one OpenBLAS thread, fp32, graphs
- * on, every device, two executors per device, a 32 MiB workspace. */
+/* Backend "auto", one OpenBLAS thread, fp32 (precision_auto 0: a caller
+ * without models to read; worker.cfg's "auto" is cfg_model_runtime's),
+ * graphs on, every device, two executors per device, a 32 MiB workspace. */
 void model_runtime_conf_defaults(struct model_runtime_conf *c);
 
 struct model_runtime;
 
 /* Opens the backend c->backend names. "auto" takes the CUDA backend when
  * it is built in and a device is usable, else the CPU one; "cuda" with
- * no usable device is an error that says why. Returns a new runtime, or
+ * no usable device is an error that says why. With c->precision_auto the
+ * CUDA backend's precision is first read from c->specs' weights
+ * (model_weights_precision), and the description says so ("precision
+ * bf16 (auto: the model's weights are BF16)"). Returns a new runtime, or
  * NULL with errstr filled. Borrows c. */
 struct model_runtime *model_runtime_new(const struct model_runtime_conf *c, char *errstr,
                                         size_t errstr_size);

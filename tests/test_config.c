@@ -88,7 +88,7 @@ static const struct bad_case bad_cases[] = {
     {"parse_unterminated_string", M "log = { level = \"info; };\n", NULL, 0, "syntax error"},
     /* the gpu section */
     {"gpu_precision_unknown", M "gpu = {\n  precision = \"fp8\";\n};\n", NULL, 3,
-     "gpu.precision: 'fp8' is not one of fp32, tf32, fp16, bf16"},
+     "gpu.precision: 'fp8' is not one of auto, fp32, tf32, fp16, bf16"},
     {"gpu_graphs_not_bool", M "gpu = {\n  graphs = 1;\n};\n", NULL, 3,
      "gpu.graphs: expected true or false, got an integer"},
     {"gpu_graphs_set_word", M, "gpu.graphs=maybe", 0, "--set gpu.graphs=maybe: expected true or false"},
@@ -473,6 +473,38 @@ static void test_defaults(void **state)
     assert_string_equal(c->models[0].layers[0].weight, "");
     assert_string_equal(c->models[0].layers[0].bias, "");
     assert_int_equal(c->models[0].input_width, 0);
+    /* gpu.precision "auto": resolved from these models' weights when the
+     * runtime opens, so the runtime's settings carry the flag and them */
+    assert_string_equal(c->gpu.precision, "auto");
+    struct model_runtime_conf rc;
+    cfg_model_runtime(c, &rc);
+    assert_int_equal(rc.precision_auto, 1);
+    assert_ptr_equal(rc.specs, c->models);
+    assert_int_equal(rc.n_specs, 1);
+    cfg_destroy(c);
+}
+
+/* "auto" is accepted written out too, and wins over the file by --set;
+ * an explicit precision clears the flag. */
+static void test_precision_auto(void **state)
+{
+    (void)state;
+    const char *sets[] = {"gpu.precision=auto"};
+    struct kcfg *c = load_good("gpu = { precision = \"bf16\"; };\n" M, sets, 1);
+    assert_string_equal(c->gpu.precision, "auto");
+    struct model_runtime_conf rc;
+    cfg_model_runtime(c, &rc);
+    assert_int_equal(rc.precision_auto, 1);
+    cfg_destroy(c);
+    c = load_good("gpu = { precision = \"auto\"; };\n" M, NULL, 0);
+    cfg_model_runtime(c, &rc);
+    assert_int_equal(rc.precision_auto, 1);
+    cfg_destroy(c);
+    const char *fp16[] = {"gpu.precision=fp16"};
+    c = load_good("gpu = { precision = \"auto\"; };\n" M, fp16, 1);
+    cfg_model_runtime(c, &rc);
+    assert_int_equal(rc.precision_auto, 0);
+    assert_int_equal(rc.precision, MODEL_FP16);
     cfg_destroy(c);
 }
 
@@ -579,6 +611,7 @@ static void test_all_values(void **state)
     struct model_runtime_conf rc;
     cfg_model_runtime(c, &rc);
     assert_int_equal(rc.precision, MODEL_BF16);
+    assert_int_equal(rc.precision_auto, 0);
     assert_int_equal(rc.graphs, 0);
     assert_int_equal(rc.n_devices, 2);
     assert_int_equal(rc.devices[0], 1);
@@ -959,6 +992,7 @@ int main(void)
         cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_table_sane),
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_precision_auto),
         cmocka_unit_test(test_all_values),
         cmocka_unit_test(test_set_overrides),
         cmocka_unit_test(test_listen_port_zero),

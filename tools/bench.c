@@ -404,17 +404,18 @@ struct model *bench_load_default_model(const struct kcfg *c, int cpu, int thread
 {
     char err[512];
     struct model_runtime_conf rconf;
+    const struct model_spec *spec = &c->models[cfg_model_index(c, c->default_model)];
     if (cpu) {
         model_runtime_conf_defaults(&rconf);
         rconf.backend = "cpu";
     } else {
         cfg_model_runtime(c, &rconf);
         rconf.cpu_threads = threads;
+        rconf.specs = spec; /* gpu.precision "auto": the format of the model measured */
+        rconf.n_specs = 1;
     }
     *rt = model_runtime_new(&rconf, err, sizeof(err));
-    struct model *m =
-        *rt ? model_load(*rt, &c->models[cfg_model_index(c, c->default_model)], err, sizeof(err))
-            : NULL;
+    struct model *m = *rt ? model_load(*rt, spec, err, sizeof(err)) : NULL;
     if (!m) {
         fprintf(stderr, "kinfer bench: %s\n", err);
         model_runtime_destroy(*rt);

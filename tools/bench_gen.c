@@ -226,13 +226,15 @@ int bench_generate(const struct kcfg *c, const struct bench_opts *o)
         fprintf(stderr, "kinfer bench generate: --model DIR is required\n");
         return 1;
     }
-    struct model_runtime_conf rconf;
-    cfg_model_runtime(c, &rconf); /* worker.backend, precisions, gpu.* */
-    rconf.cpu_threads = o->threads;
-    struct model_runtime *rt = model_runtime_new(&rconf, err, sizeof(err));
     struct model_spec spec = {0};
     snprintf(spec.name, sizeof(spec.name), "bench");
     snprintf(spec.path, sizeof(spec.path), "%s", o->model);
+    struct model_runtime_conf rconf;
+    cfg_model_runtime(c, &rconf); /* worker.backend, precisions, gpu.* */
+    rconf.cpu_threads = o->threads;
+    rconf.specs = &spec; /* gpu.precision "auto" reads --model's folder */
+    rconf.n_specs = 1;
+    struct model_runtime *rt = model_runtime_new(&rconf, err, sizeof(err));
     struct decoder *d = rt ? decoder_load(rt, &spec, err, sizeof(err)) : NULL;
     if (!d) {
         fprintf(stderr, "kinfer bench generate: %s\n", err);

@@ -291,10 +291,14 @@ int smoke_run(const struct kcfg *c, const struct smoke_opts *o,
 
     /* The worker's number format sets the tolerance: the precision its
      * backend runs (worker.cpu_precision or gpu.precision, from the
-     * settings smoke was given, which should be the worker's). */
-    char dev[300];
+     * settings smoke was given, which should be the worker's; "auto"
+     * read from the models' weights as the worker reads it). */
+    char dev[300], pwhy[512];
     smoke_worker_device(c, dev, sizeof(dev));
     const char *prec = strncmp(dev, "backend=cuda", 12) == 0 ? c->gpu.precision : c->worker.cpu_precision;
+    if (prec && strcmp(prec, "auto") == 0)
+        prec = model_precision_name(model_weights_precision(c->models, c->n_models, pwhy,
+                                                            sizeof(pwhy)));
     double rel = !prec || strcmp(prec, "fp32") == 0 ? 1e-4 : strcmp(prec, "tf32") == 0 ? 1e-2 : 8e-2;
 
     /* Collect: pipelined GET of every missing id, every 50 ms. */
