@@ -111,7 +111,8 @@ EMU_LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread -lst
 EMU_GPU_TESTS := $(B)/emu/tests/test_cuda_prims $(B)/emu/tests/test_cuda_sample \
                  $(B)/emu/tests/test_gpu \
                  $(B)/emu/tests/test_arch_encoders $(B)/emu/tests/test_arch_nomic \
-                 $(B)/emu/tests/test_decoder $(B)/emu/tests/test_gen_engine
+                 $(B)/emu/tests/test_decoder $(B)/emu/tests/test_gen_engine \
+                 $(B)/emu/tests/test_precision
 # Scripts make test runs after the programs: the worker end to end on the
 # emulated device (tests/emu_e2e.sh: test_text_jobs and kinfer smoke
 # against $(B)/emu/kinfer) and the bugs it must catch (tests/emu_bugs.sh).
