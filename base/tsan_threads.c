@@ -76,9 +76,10 @@ static int tsan_rc(int rc)
 int mtx_init(mtx_t *m, int type)
 {
     pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    if (type & mtx_recursive) pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
-    int rc = pthread_mutex_init(TSAN_M(m), &a);
+    int rc = pthread_mutexattr_init(&a);
+    if (rc) return tsan_rc(rc);
+    if (type & mtx_recursive) rc = pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    if (!rc) rc = pthread_mutex_init(TSAN_M(m), &a);
     pthread_mutexattr_destroy(&a);
     return tsan_rc(rc);
 }

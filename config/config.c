@@ -162,7 +162,9 @@ static const struct cfgtab_row options[] = {
     STR_OPT("worker.attempt_prefix", 1, 1024, "kinfer:attempt:", NULL, NULL,
             worker.attempt_prefix, "Redis key prefix of the per-job attempt counters"),
     STR_OPT("gpu.precision", 4, 4, "auto", precisions, NULL, gpu.precision,
-            "CUDA backend number format: auto (the models' weights' own: bf16 or fp16 when every model's are mainly BF16 or F16, else fp32), fp32, tf32, fp16 or bf16 (16-bit: float32 accumulation)"),
+            "CUDA backend number format: auto (the models' weights' own: bf16 or fp16 when "
+            "every model's are mainly BF16 or F16, else fp32), fp32, tf32, fp16 or bf16 "
+            "(16-bit: float32 accumulation)"),
     BOOL_OPT("gpu.graphs", 1, gpu.graphs,
              "true = a batch shape seen twice is captured as a CUDA graph and replayed; false = eager launches"),
     INT_OPT("gpu.executors_per_device", 1, 16, 2, gpu.executors_per_device,

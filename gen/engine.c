@@ -71,10 +71,11 @@ struct gen_engine {
         struct gen_seq **of;            /* each row's sequence; NULL once it ended */
         struct decoder_sample *samp;    /* with a device sampler: each row's parameters */
         struct decoder_pick *pick;      /* and its pick */
-        struct gen_rng *rng;            /* each row's stream after its draw (kept if the step ran) */
+        struct gen_rng *rng;            /* each row's stream after its draw (kept if it ran) */
     } batch[2];
     int fly;
     uint64_t overlapped;      /* chained steps submitted */
+    uint64_t chain_refused;   /* chained steps the decoder refused */
     struct gen_scratch *scratch;
     uint64_t arrivals, preemptions, shared_tokens;
     uint32_t *match;          /* scratch: blocks an admission found */
@@ -208,6 +209,7 @@ size_t gen_engine_running(const struct gen_engine *e) { return e->n_running; }
 uint64_t gen_engine_preemptions(const struct gen_engine *e) { return e->preemptions; }
 uint64_t gen_engine_shared_tokens(const struct gen_engine *e) { return e->shared_tokens; }
 uint64_t gen_engine_overlapped(const struct gen_engine *e) { return e->overlapped; }
+uint64_t gen_engine_chain_refused(const struct gen_engine *e) { return e->chain_refused; }
 const char *gen_engine_error(const struct gen_engine *e) { return e->err; }
 struct decoder_ws *gen_engine_ws(struct gen_engine *e) { return e->ws; }
 
@@ -699,7 +701,13 @@ static void absorb(struct gen_engine *e, struct gen_batch *b, const float *logit
  * may; with rows of b, chained or not, ended meanwhile dropped. */
 static int collect(struct gen_engine *e, struct gen_batch *b)
 {
-    int chained = can_chain(e, b) && chain(e, b) == 0;
+    int chained = 0;
+    if (can_chain(e, b)) {
+        /* a refused chain (a graph that could not be recorded, say) only
+         * costs the overlap: the step in flight is collected as it is */
+        chained = chain(e, b) == 0;
+        e->chain_refused += !chained;
+    }
     int rc = decoder_step_collect(e->d, e->ws, b->pick);
     if (rc < 0) {
         /* the device failed: the steps in flight are lost with it */
@@ -776,7 +784,10 @@ int gen_engine_step(struct gen_engine *e)
             sample_row(b, i, s, &s->rng, s->computed + s->take == s->n_ids);
         }
         rc = decoder_step_submit(e->d, e->ws, &db, b->samp, 0);
-        if (rc == MODEL_OK) return (rc = collect(e, b)) < 0 ? rc : (int)(e->n_waiting + e->n_running);
+        if (rc == MODEL_OK) { /* a failed collect has said why and dropped the steps */
+            rc = collect(e, b);
+            return rc < 0 ? rc : (int)(e->n_waiting + e->n_running);
+        }
     } else {
         rc = decoder_step(e->d, e->ws, &db, &logits);
     }

@@ -51,7 +51,9 @@
  * returns with it in flight (the next call collects it, chaining again
  * while it may). A sequence that ends with an end id or a stop string
  * meanwhile has its row of the chained step computed and dropped: its
- * output is what it would have been without overlap.
+ * output is what it would have been without overlap, up to the order
+ * floating-point sums are taken in (the extra row changes the step's
+ * shape, and with it, for a long context, how its attention is split).
  *
  * Threads: an engine and everything it calls back run on the one executor
  * thread that made it; a callback must not call into the engine. Ownership: the engine borrows the decoder and the
@@ -188,8 +190,10 @@ void gen_engine_abort(struct gen_engine *e, const char *why);
 
 size_t gen_engine_waiting(const struct gen_engine *e);
 size_t gen_engine_running(const struct gen_engine *e);
-/* Chained steps submitted since the engine was made (Overlap). */
+/* Chained steps submitted since the engine was made (Overlap), and
+ * those the decoder refused (the step before was collected as it was). */
 uint64_t gen_engine_overlapped(const struct gen_engine *e);
+uint64_t gen_engine_chain_refused(const struct gen_engine *e);
 /* Preemptions since the engine was made. */
 uint64_t gen_engine_preemptions(const struct gen_engine *e);
 /* Tokens sequences found in the cache when admitted (shared prefixes). */

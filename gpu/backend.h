@@ -156,9 +156,9 @@ struct bk_kv {
  * tokens and a single decode token are the same call. Head h reads
  * cache head h / (heads / kv->kv_heads). softmax(scale q k^T) v goes to
  * out, row t, columns h dh .. (h+1) dh - 1 (activations, leading
- * dimension ldo). Only s->tokens, s->seq and s->pos are read, and
- * s->longest (the most new tokens of one sequence, 0 if not known) as a
- * hint: 1, a decode step, may choose other kernels. No pos[t] may reach
+ * dimension ldo). Only s->tokens, s->seq and s->pos are read, and s->n
+ * (the step's sequences, 0 if not known) as a hint of how many tokens a
+ * sequence brings, which may choose other kernels. No pos[t] may reach
  * max_ctx; scratch is paged_attention_scratch(max_tokens,
  * max_ctx, heads) bytes of context memory. */
 struct bk_paged_attention {
@@ -274,7 +274,8 @@ struct backend_ops {
     int (*pass_end)(void *c);
     /* Overlap (NULL: pass_end only). pass_submit ends a pass without
      * waiting for it: 0 with its work in flight, or (a call of the pass
-     * failed) its first failure, with nothing left in flight. pass_wait
+     * failed) its first failure, the pass waited for and not in flight
+     * (passes submitted before it stay in flight). pass_wait
      * waits for the oldest pass in flight: 0, or MODEL_EFATAL when the
      * device failed meanwhile (the only failure left to report). At
      * most two passes are in flight: pass_begin refuses a third, and

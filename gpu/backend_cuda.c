@@ -583,8 +583,9 @@ static int pass_wait_oldest(struct cuda_ctx *c)
 }
 
 /* The stop event; the pass stays in flight (pass_wait) unless it failed
- * already, when everything in flight is waited for and the pass's first
- * failure returned. */
+ * already: then it is waited for (and with it whatever ran before it on
+ * the stream) and its first failure returned, the passes submitted
+ * before it staying in flight for their own pass_wait. */
 static int cuda_pass_submit(void *cp)
 {
     struct cuda_ctx *c = cp;
@@ -598,15 +599,17 @@ static int cuda_pass_submit(void *cp)
     unsigned slot = (c->q_first + c->q_len) % 2;
     int rc = CX(c, cudaEventRecord(c->ev_stop[slot], c->stream));
     if (rc < 0) return rc; /* not in flight: its stop was never recorded */
-    c->q_ok[slot] = c->pass_rc == 0;
-    c->q_len++;
-    if (c->pass_rc == 0) return 0;
-    rc = c->pass_rc;
-    while (c->q_len) {
-        int w = pass_wait_oldest(c);
-        if (w < rc) rc = w;
+    if (c->pass_rc == 0) {
+        c->q_ok[slot] = 1;
+        c->q_len++;
+        return 0;
     }
-    return rc;
+    rc = c->pass_rc;
+    float ms = 0;
+    if (CX(c, cudaEventSynchronize(c->ev_stop[slot])) == 0 &&
+        CX(c, cudaEventElapsedTime(&ms, c->ev_start[slot], c->ev_stop[slot])) == 0)
+        atomic_fetch_add(&c->dev->busy_ns, (uint_fast64_t)((double)ms * 1e6));
+    return c->fatal ? MODEL_EFATAL : rc;
 }
 
 static int cuda_pass_wait(void *cp)
@@ -614,7 +617,8 @@ static int cuda_pass_wait(void *cp)
     struct cuda_ctx *c = cp;
     if (c->fatal) return MODEL_EFATAL;
     if (c->in_pass || c->q_len == 0)
-        return cx_refuse(c, "pass_wait %s", c->in_pass ? "inside a pass" : "with no pass in flight");
+        return cx_refuse(c, "pass_wait %s",
+                         c->in_pass ? "inside a pass" : "with no pass in flight");
     return pass_wait_oldest(c);
 }
 

@@ -29,7 +29,10 @@
 // weighted values in position order. So a token's output does not depend
 // on whether its step took this kernel or the one-row walk (a prompt read
 // whole or in chunks, a token alone or in a batch), as the generation
-// engine's bit-for-bit checks expect; the emulated device checks it.
+// engine's bit-for-bit checks expect; the emulated device checks it. (The
+// flash-decoding split of gpu/cuda_kernels.cu sums a row's context in
+// parts, in another order: a long context's row differs in the last bits
+// between a split step and an unsplit one.)
 //
 // A row whose positions are not all in the table (a block id not below
 // blocks, a table entry past table_w) or whose position reaches max_ctx

@@ -704,7 +704,7 @@ extern "C" cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const 
                                           const uint32_t *tables, size_t table_w,
                                           size_t block_tokens, size_t blocks, size_t kv_heads,
                                           size_t dh, size_t max_ctx, void *out, size_t ldo,
-                                          float *scratch, size_t longest)
+                                          float *scratch, size_t seqs)
 {
     size_t grid = tokens * heads;
     if (grid == 0 || grid > 0x7fffffffu || group == 0 || dh == 0 || dh > KC_PAGED_MAX_DH ||
@@ -717,10 +717,13 @@ extern "C" cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const 
     chunk = chunk < KC_SPLIT_CHUNK ? KC_SPLIT_CHUNK : (chunk + kThreads - 1) / kThreads * kThreads;
     size_t parts = (max_ctx + chunk - 1) / chunk;
     int split = scratch && grid <= KC_SPLIT_ROWS && parts > 1;
-    /* enough tokens for two tiles of the prefill kernel (by the sizes
-     * alone, like the split): it reads each key and value once per tile;
-     * a step of one token a sequence (decode) keeps a block per row */
-    if (!split && longest != 1 && tokens >= 2 * kc_paged_prefill_tokens(group))
+    /* enough tokens for two tiles of the prefill kernel, and a tile's
+     * worth a sequence on average (by the sizes alone, like the split): it
+     * reads each key and value once for a tile of rows, but walks a tile's
+     * sequences one after the other, so a step of mostly lone tokens
+     * (decode) keeps a block per row */
+    size_t tile = kc_paged_prefill_tokens(group);
+    if (!split && tokens >= 2 * tile && (seqs == 0 || tokens >= seqs * tile))
         return kc_paged_prefill(s, t, q, ldq, tokens, heads, group, scale, K, V, seq, pos, tables,
                                 table_w, block_tokens, blocks, kv_heads, dh, max_ctx, out, ldo);
     return with_type(t, [&](auto *p) {

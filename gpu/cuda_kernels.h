@@ -158,12 +158,13 @@ cudaError_t kc_kv_store(cudaStream_t s, enum kc_type t, float *K, float *V, cons
  * sequence's cached positions 0 .. pos[t]: softmax(scale q k^T) v into
  * out + t ldo + h dh, head h reading cache head h / group. An online
  * softmax over tiles of positions, any context length: one block per
- * (token, head), or with at least two tiles' worth of tokens
- * (kc_paged_prefill_tokens) and longest (the most new tokens of one
- * sequence; 0: not known) other than 1, the tiled prefill kernel of
- * gpu/cuda_attn.cu (kc_paged_prefill), whose blocks share each key and
- * value they load among a tile of tokens and the query heads of one
- * cache head. dh is at most KC_PAGED_MAX_DH. A position at or past
+ * (token, head), or, unless the context is split (below, first), with
+ * at least two tiles' worth of tokens (kc_paged_prefill_tokens) and a
+ * tile's worth per sequence on average (seqs: the step's sequences; 0:
+ * not known), the tiled prefill kernel of gpu/cuda_attn.cu
+ * (kc_paged_prefill), whose blocks share each key and value they load
+ * among a tile of tokens and the query heads of one cache head. dh is at
+ * most KC_PAGED_MAX_DH. A position at or past
  * max_ctx, or one whose block the table does not hold, gives NaN rows
  * (the runtime never passes one).
  *
@@ -185,7 +186,7 @@ cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const void *q, si
                                const uint32_t *pos, const uint32_t *tables, size_t table_w,
                                size_t block_tokens, size_t blocks, size_t kv_heads, size_t dh,
                                size_t max_ctx, void *out, size_t ldo, float *scratch,
-                               size_t longest);
+                               size_t seqs);
 
 /* ---- sampling (gpu/cuda_sample.cu) --------------------------------------
  * One row's parameters and result, laid out as backend.h's bk_sample_row

@@ -333,7 +333,7 @@ int cuda_paged_attention(void *cp, const struct bk_paged_attention *a)
                                     a->heads / kv->kv_heads, a->scale, kv->k, kv->v, a->s->seq,
                                     a->s->pos, kv->tables, kv->table_w, kv->block_tokens,
                                     kv->blocks, kv->kv_heads, kv->dh, a->max_ctx, a->out,
-                                    a->ldo, a->scratch, a->s->longest));
+                                    a->ldo, a->scratch, a->s->n));
 }
 
 /* ---- sampling ------------------------------------------------------------------ */

@@ -440,44 +440,44 @@ static int dec_check(const struct decoder *d, struct decoder_ws *ws, const struc
     return 0;
 }
 
-/* Submits the step: the logits to the host (rows NULL), or the picks of
- * the device's sampler, which also leaves each pick where a chained
- * step reads its ids. With the backend's pass_submit the step stays in
- * flight; dec_collect waits for it. */
-static int dec_submit(const struct decoder *d, struct decoder_ws *ws,
-                      const struct decoder_batch *b, const struct decoder_sample *rows, int chain)
+/* Grows the batch's sequences in the cache's bookkeeping (their lengths
+ * before, in old_len) and stages the token arrays and block tables in
+ * host buffer h (a chained step's ids come from the device): ids [cap],
+ * pos [cap], seq [cap], offsets [max_seqs + 1], tables [max_seqs, W].
+ * Returns the most tokens one sequence adds. */
+static size_t dec_stage(struct decoder_ws *ws, const struct decoder_batch *b, int chain,
+                        uint32_t *h)
 {
-    ws->err[0] = '\0';
-    if (ws->n_flight == 2) {
-        snprintf(ws->err, sizeof(ws->err), "two steps are in flight: collect one first");
-        return MODEL_EINVAL;
-    }
-    int rc = dec_check(d, ws, b, chain);
-    if (rc < 0) return rc;
-    const struct backend_ops *o = d->rt.ops;
-    unsigned slot = (unsigned)(ws->submitted % 2);
-    size_t n = b->n, T = b->offsets[n], cap = ws->conf.max_tokens, W = ws->width;
-    /* ids [cap], pos [cap], seq [cap], offsets [max_seqs + 1], tables [max_seqs, W] */
-    uint32_t *h = ws->h_tok[slot], *dv = ws->d_tok;
+    size_t n = b->n, cap = ws->conf.max_tokens, W = ws->width, longest = 0;
     size_t off_at = 3 * cap, tab_at = off_at + ws->conf.max_seqs + 1;
-    if (!chain) memcpy(h, b->ids, T * sizeof(uint32_t));
+    if (!chain) memcpy(h, b->ids, b->offsets[n] * sizeof(uint32_t));
     for (size_t i = 0; i < n; i++) {
         ws->old_len[i] = kvcache_seq_len(ws->kv, b->seqs[i]);
         uint32_t k = b->offsets[i + 1] - b->offsets[i];
-        kvcache_extend(ws->kv, b->seqs[i], k); /* checked above */
+        kvcache_extend(ws->kv, b->seqs[i], k); /* checked by dec_check */
         for (uint32_t j = 0; j < k; j++) {
             h[cap + b->offsets[i] + j] = (uint32_t)(ws->old_len[i] + j);
             h[2 * cap + b->offsets[i] + j] = (uint32_t)i;
         }
         memcpy(h + tab_at + i * W, kvcache_table(ws->kv, b->seqs[i]), W * sizeof(uint32_t));
-    }
-    memcpy(h + off_at, b->offsets, (n + 1) * sizeof(uint32_t));
-    size_t longest = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t k = b->offsets[i + 1] - b->offsets[i];
         if (k > longest) longest = k;
     }
-    rc = o->pass_begin(ws->ctx);
+    memcpy(h + off_at, b->offsets, (n + 1) * sizeof(uint32_t));
+    return longest;
+}
+
+/* Begins the pass, uploads what dec_stage staged in h and runs the
+ * architecture (or replays its recording): *out its logits on the
+ * device. */
+static int dec_forward(const struct decoder *d, struct decoder_ws *ws,
+                       const struct decoder_batch *b, int chain, const uint32_t *h,
+                       size_t longest, const void **out)
+{
+    const struct backend_ops *o = d->rt.ops;
+    size_t n = b->n, T = b->offsets[n], cap = ws->conf.max_tokens, W = ws->width;
+    size_t off_at = 3 * cap, tab_at = off_at + ws->conf.max_seqs + 1;
+    uint32_t *dv = ws->d_tok;
+    int rc = o->pass_begin(ws->ctx);
     for (size_t k = chain ? 1 : 0; k < 3 && rc == 0; k++)
         rc = o->upload(ws->ctx, dv + k * cap, h + k * cap, T * sizeof(uint32_t));
     if (rc == 0) rc = o->upload(ws->ctx, dv + off_at, h + off_at, (n + 1) * sizeof(uint32_t));
@@ -492,7 +492,6 @@ static int dec_submit(const struct decoder *d, struct decoder_ws *ws,
         .layer_floats = ws->layer_floats,
         .max_ctx = ws->conf.max_ctx,
         .all_logits = ws->conf.all_logits};
-    const void *out = NULL;
     /* A step of decode tokens alone (one a sequence) issues calls that
      * depend on n and the workspace only: the ids, positions and block
      * tables are device data staged above. Such a step may be recorded
@@ -503,36 +502,71 @@ static int dec_submit(const struct decoder *d, struct decoder_ws *ws,
         if ((g = o->graph_begin(ws->ctx, key, sizeof(key))) < 0) rc = g;
     }
     if (rc == 0 && g == BK_GRAPH_REPLAYED) {
-        out = ws->step_out;
+        *out = ws->step_out;
         ws->count.graph_steps++;
     } else if (rc == 0) {
-        rc = d->arch->step(&d->rt, d->am, ws->aws, ws->ctx, &ab, &out);
+        rc = d->arch->step(&d->rt, d->am, ws->aws, ws->ctx, &ab, out);
         if (graphed) {
             int end = o->graph_end(ws->ctx);
             if (end < rc) rc = end;
         }
-        ws->step_out = out;
+        ws->step_out = *out;
     }
+    return rc;
+}
+
+/* The device's sampler picks from the logits at out (rows given; each
+ * pick also goes to the device ids a chained step reads), or the logits
+ * go to the host; f records the rows that pick. *all_on: every row does. */
+static int dec_pick(const struct decoder *d, struct decoder_ws *ws, size_t n, size_t T,
+                    const struct decoder_sample *rows, unsigned slot, const void *out,
+                    struct dec_flight *f, int *all_on)
+{
+    const struct backend_ops *o = d->rt.ops;
+    *all_on = rows != NULL;
+    if (!rows)
+        return o->store_f32(ws->ctx, ws->h_out, out,
+                            (ws->conf.all_logits ? T : n) * d->info.vocab);
+    struct bk_sample_row *sr = ws->h_srow[slot];
+    for (size_t i = 0; i < n; i++) {
+        sr[i] = (struct bk_sample_row){
+            .temperature = rows[i].temperature, .top_k = rows[i].top_k, .top_p = rows[i].top_p,
+            .min_p = rows[i].min_p, .u = rows[i].u,
+            .flags = rows[i].on ? BK_SAMPLE_ON | (rows[i].logprob ? BK_SAMPLE_LOGPROB : 0) : 0};
+        f->on[i] = rows[i].on != 0;
+        *all_on &= rows[i].on != 0;
+    }
+    struct bk_sample sa = {.logits = out, .rows = n, .vocab = d->info.vocab,
+                           .ld = d->info.vocab, .params = sr, .out = ws->h_sout[slot],
+                           .scratch = ws->d_sscr, .ids = (int32_t *)ws->d_tok};
+    return o->sample(ws->ctx, &sa);
+}
+
+/* Submits the step: the logits to the host (rows NULL), or the picks of
+ * the device's sampler, which also leaves each pick where a chained
+ * step reads its ids. With the backend's pass_submit the step stays in
+ * flight; dec_collect waits for it. Host buffers alternate by the step's
+ * number, so a step is staged while the one before it may still read its
+ * own. */
+static int dec_submit(const struct decoder *d, struct decoder_ws *ws,
+                      const struct decoder_batch *b, const struct decoder_sample *rows, int chain)
+{
+    ws->err[0] = '\0';
+    if (ws->n_flight == 2) {
+        snprintf(ws->err, sizeof(ws->err), "two steps are in flight: collect one first");
+        return MODEL_EINVAL;
+    }
+    int rc = dec_check(d, ws, b, chain);
+    if (rc < 0) return rc;
+    const struct backend_ops *o = d->rt.ops;
+    unsigned slot = (unsigned)(ws->submitted % 2);
+    size_t n = b->n, T = b->offsets[n];
+    size_t longest = dec_stage(ws, b, chain, ws->h_tok[slot]);
+    const void *out = NULL;
     struct dec_flight *f = &ws->flight[ws->n_flight];
-    size_t all_on = rows != NULL;
-    if (rc == 0 && rows) {
-        struct bk_sample_row *sr = ws->h_srow[slot];
-        for (size_t i = 0; i < n; i++) {
-            sr[i] = (struct bk_sample_row){
-                .temperature = rows[i].temperature, .top_k = rows[i].top_k,
-                .top_p = rows[i].top_p, .min_p = rows[i].min_p, .u = rows[i].u,
-                .flags = rows[i].on ? BK_SAMPLE_ON | (rows[i].logprob ? BK_SAMPLE_LOGPROB : 0)
-                                    : 0};
-            f->on[i] = rows[i].on != 0;
-            all_on &= rows[i].on != 0;
-        }
-        struct bk_sample sa = {.logits = out, .rows = n, .vocab = d->info.vocab,
-                               .ld = d->info.vocab, .params = sr, .out = ws->h_sout[slot],
-                               .scratch = ws->d_sscr, .ids = (int32_t *)dv};
-        rc = o->sample(ws->ctx, &sa);
-    } else if (rc == 0) {
-        rc = o->store_f32(ws->ctx, ws->h_out, out, (ws->conf.all_logits ? T : n) * d->info.vocab);
-    }
+    int all_on = 0;
+    rc = dec_forward(d, ws, b, chain, ws->h_tok[slot], longest, &out);
+    if (rc == 0) rc = dec_pick(d, ws, n, T, rows, slot, out, f, &all_on);
     int end = o->pass_submit ? o->pass_submit(ws->ctx) : o->pass_end(ws->ctx);
     if (end < rc) rc = end;
     ws->last_n = 0;
@@ -554,8 +588,8 @@ static int dec_submit(const struct decoder *d, struct decoder_ws *ws,
 }
 
 /* Waits for the oldest step in flight: its picks (rows that picked) or
- * its logits. After a failure here (the device failed) the step's
- * sequences keep the lengths it gave them. */
+ * its logits. A failure here (the device failed) drops every step in
+ * flight, their sequences keeping the lengths they gave them. */
 static int dec_collect(const struct decoder *d, struct decoder_ws *ws, struct decoder_pick *picks,
                        const float **logits)
 {
@@ -571,6 +605,7 @@ static int dec_collect(const struct decoder *d, struct decoder_ws *ws, struct de
     int rc = o->pass_submit ? o->pass_wait(ws->ctx) : 0;
     if (rc < 0) {
         snprintf(ws->err, sizeof(ws->err), "%s", o->ctx_error(ws->ctx));
+        for (; ws->n_flight; ws->n_flight--) (void)o->pass_wait(ws->ctx);
         ws->last_n = 0;
         return rc;
     }

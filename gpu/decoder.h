@@ -151,9 +151,10 @@ int decoder_step_sample(const struct decoder *d, struct decoder_ws *ws,
  * (NULL is fine), so it may be submitted before that step's picks are
  * known. Sequences may be freed while a step holding them is in flight
  * (the blocks go to steps submitted later, which the device runs after
- * it). A failed submit changes nothing; a failed collect is the device's
- * failure (MODEL_EFATAL), and its sequences keep the lengths the step
- * gave them. */
+ * it). A failed submit changes nothing (a step submitted before it stays
+ * in flight); a collect with no step in flight is refused (MODEL_EINVAL,
+ * nothing changed); one that fails (the device failed) drops every step
+ * in flight, their sequences keeping the lengths the steps gave them. */
 int decoder_ws_overlaps(const struct decoder_ws *ws);
 int decoder_step_submit(const struct decoder *d, struct decoder_ws *ws,
                         const struct decoder_batch *b, const struct decoder_sample *rows,

@@ -87,7 +87,11 @@ static int prec_index(const char *dir, uint64_t sums[PREC_N], char *why, size_t 
         }
         seen[n++] = f;
         char sp[4200];
-        snprintf(sp, sizeof(sp), "%s/%s", dir, f);
+        if (snprintf(sp, sizeof(sp), "%s/%s", dir, f) >= (int)sizeof(sp)) {
+            snprintf(why, why_size, "a shard's path is longer than %zu bytes", sizeof(sp) - 1);
+            rc = -1;
+            break;
+        }
         if ((rc = prec_file(sp, sums, why, why_size)) < 0) break;
     }
     json_decref(idx);

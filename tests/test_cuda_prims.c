@@ -1131,6 +1131,30 @@ static void test_refusals_and_fault(void **state)
     begin(e);
     assert_int_equal(B->softmax(e->c, d, 4, 16), 0);
     end(e);
+    /* passes in flight: two at most; one that fails at its submit is
+     * waited for and returns its failure, the one before it staying in
+     * flight and waited for on its own; a wait with none is refused */
+    float h[64], back[64];
+    for (int i = 0; i < 64; i++) h[i] = (float)i;
+    begin(e);
+    assert_int_equal(B->load_f32(e->c, d, h, 64), 0);
+    assert_int_equal(B->softmax(e->c, d, 4, 16), 0);
+    assert_int_equal(B->pass_submit(e->c), 0);
+    begin(e);
+    assert_int_equal(B->gemm(e->c, &bad), MODEL_EINVAL);
+    assert_int_equal(B->pass_submit(e->c), MODEL_EINVAL);
+    begin(e);
+    assert_int_equal(B->store_f32(e->c, back, d, 64), 0);
+    assert_int_equal(B->pass_submit(e->c), 0);
+    assert_int_equal(B->pass_begin(e->c), MODEL_EINVAL); /* a third */
+    assert_int_equal(B->pass_wait(e->c), 0);
+    assert_int_equal(B->pass_wait(e->c), 0);
+    assert_int_equal(B->pass_wait(e->c), MODEL_EINVAL);
+    for (int r = 0; r < 4; r++) { /* the first pass's softmax, read by the third */
+        double s = 0;
+        for (int i = 0; i < 16; i++) s += back[r * 16 + i];
+        assert_true(fabs(s - 1) < 1e-5 && back[r * 16 + 15] > back[r * 16]);
+    }
     B->inject_fault(e->c);
     begin(e);
     assert_int_equal(B->softmax(e->c, d, 4, 16), 0);

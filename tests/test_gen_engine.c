@@ -876,7 +876,9 @@ static void test_shared_prefix(void **state)
  * stop string found in a first run's output, max_tokens, the context,
  * jobs waiting for a slot) run with chained steps and without; the
  * outputs are the same bit for bit (the chained steps compute the same
- * rows, plus rows of jobs that ended, which nothing reads). On the CUDA
+ * rows, plus rows of jobs that ended, which nothing reads; the contexts
+ * stay under the 256 positions past which a step of few rows splits its
+ * attention, by a rule that counts those rows too). On the CUDA
  * backend steps were chained and left in flight between calls; on the
  * CPU none are. */
 static void run_overlap(const struct gen_engine_conf *c, struct job *jobs, size_t n,

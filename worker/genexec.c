@@ -1,12 +1,13 @@
-/* genexec.c - genexec.h: the generator thread, its engines, and what it
- * does with a job from push to the sink.
+/* genexec.c - genexec.h: the generator lanes, their engines, and what a
+ * lane does with a job from push to the sink.
  *
- * Threads: the generator thread does everything but genexec_push (the
- * poll thread: a locked queue, jobq.h) and the gauges (atomics). The
- * engines are made on the generator thread, as gen/engine.h asks.
- * Ownership: a job is in exactly one place: the input queue, the
- * thread's pending list (its engine's waiting queue was full), an engine
- * (the `live` list, linked through ->next), or pushed to the sink. */
+ * Threads: each lane's thread does everything for its jobs but
+ * genexec_push (the poll thread: it picks the lane and pushes to its
+ * locked queue, jobq.h) and the gauges (atomics, summed over the lanes).
+ * A lane's engines are made on its thread, as gen/engine.h asks.
+ * Ownership: a job is in exactly one place: a lane's input queue, its
+ * pending list (its engine's waiting queue was full), an engine (the
+ * lane's `live` list, linked through ->next), or pushed to the sink. */
 #include "genexec.h"
 
 #include <inttypes.h>
@@ -343,9 +344,11 @@ static void *genexec_main(void *arg)
             decoder_ws_counters(gen_engine_ws(g->eng[i]), &dc);
             LOG_I("generator_stopped",
                   "model=%s lane=%u steps=%" PRIu64 " graph_steps=%" PRIu64
-                  " chained_steps=%" PRIu64 " device_picks=%" PRIu64 " logits_bytes=%" PRIu64,
+                  " chained_steps=%" PRIu64 " chain_refused=%" PRIu64 " device_picks=%" PRIu64
+                  " logits_bytes=%" PRIu64,
                   g->c.gens[i]->name, g->slot, dc.steps, dc.graph_steps,
-                  gen_engine_overlapped(g->eng[i]), dc.device_picks, dc.logits_bytes);
+                  gen_engine_overlapped(g->eng[i]), gen_engine_chain_refused(g->eng[i]),
+                  dc.device_picks, dc.logits_bytes);
         }
         gen_engine_destroy(g->eng[i]);
         g->eng[i] = NULL;
@@ -432,6 +435,11 @@ struct genexec *genexec_start(const struct genexec_conf *c, char *errstr, size_t
  * chosen, so idle lanes take turns. */
 void genexec_push(struct genexec *x, struct job *j)
 {
+    if (!x->n_lanes) { /* no generating model: the intake never pushes one */
+        j->next = NULL;
+        job_free_list(j); /* uncommitted: it runs again elsewhere */
+        return;
+    }
     size_t best = x->next % x->n_lanes, low = atomic_load(&x->lane[best].load);
     for (size_t k = 1; k < x->n_lanes && low; k++) {
         size_t i = (x->next + k) % x->n_lanes, l = atomic_load(&x->lane[i].load);
