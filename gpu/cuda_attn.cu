@@ -91,16 +91,16 @@ size_t prefill_keys(size_t dh)
     return bk < (size_t)kSpan ? bk : (size_t)kSpan;
 }
 
-// The warp's sum (op 0) or max (op 1) of v, returned to every lane: the
-// butterfly of block_reduce (gpu/cuda_kernels.cu), so the same values
-// give the same sum.
-__device__ __forceinline__ float warp_reduce(float v, int op)
+// Cache head g's rows (keys or values, from src) at the nc slots into
+// kv, one row every dh + 1 floats (the odd stride keeps the rows' reads
+// off one bank); a missing slot's row is zeros. The whole block loads.
+__device__ __forceinline__ void load_part(float *kv, const float *src, const long long *slots,
+                                          size_t nc, size_t row, size_t g, size_t dh)
 {
-    for (int o = 16; o > 0; o >>= 1) {
-        float u = __shfl_xor_sync(0xffffffffu, v, o);
-        v = op ? fmaxf(v, u) : v + u;
+    for (size_t x = threadIdx.x; x < nc * dh; x += blockDim.x) {
+        long long sl = slots[x / dh];
+        kv[x / dh * (dh + 1) + x % dh] = sl >= 0 ? src[(size_t)sl * row + g * dh + x % dh] : 0.0f;
     }
-    return v;
 }
 
 // One block per (tile of bq tokens, gh query heads): grid tiles x
@@ -164,11 +164,7 @@ __global__ void paged_prefill_kernel(const T *q, size_t ldq, size_t tokens, size
              * at a missing block */
             for (size_t c0 = 0; c0 < n; c0 += bk) {
                 size_t nc = n - c0 < bk ? n - c0 : bk;
-                for (size_t x = threadIdx.x; x < nc * dh; x += blockDim.x) {
-                    long long sl = slots[c0 + x / dh];
-                    kv[x / dh * (dh + 1) + x % dh] =
-                        sl >= 0 ? K[(size_t)sl * row + g * dh + x % dh] : 0.0f;
-                }
+                load_part(kv, K, slots + c0, nc, row, g, dh);
                 __syncthreads();
                 for (size_t x = threadIdx.x; x < nrows * nc; x += blockDim.x) {
                     size_t i = x / nc, jj = x % nc;
@@ -224,11 +220,7 @@ __global__ void paged_prefill_kernel(const T *q, size_t ldq, size_t tokens, size
              * position, in position order */
             for (size_t c0 = 0; c0 < n; c0 += bk) {
                 size_t nc = n - c0 < bk ? n - c0 : bk;
-                for (size_t x = threadIdx.x; x < nc * dh; x += blockDim.x) {
-                    long long sl = slots[c0 + x / dh];
-                    kv[x / dh * (dh + 1) + x % dh] =
-                        sl >= 0 ? V[(size_t)sl * row + g * dh + x % dh] : 0.0f;
-                }
+                load_part(kv, V, slots + c0, nc, row, g, dh);
                 __syncthreads();
                 for (int k = 0; k < kPer; k++) {
                     size_t x = threadIdx.x + (size_t)k * blockDim.x;

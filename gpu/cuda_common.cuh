@@ -36,6 +36,18 @@ __device__ __forceinline__ void st(__nv_bfloat16 *p, size_t i, float v) { p[i] =
 // sums with them in the same order, so a row comes out the same to the
 // bit from either. The emulated device has no such intrinsics: there
 // they are the host's product and fmaf.
+// The warp's sum (op 0) or max (op 1) of v, returned to every lane: the
+// butterfly block_reduce (gpu/cuda_kernels.cu) also takes, so the paged
+// attention kernels of both files sum the same values to the same bits.
+__device__ __forceinline__ float warp_reduce(float v, int op)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = op ? fmaxf(v, u) : v + u;
+    }
+    return v;
+}
+
 #ifdef KINFER_EMU_KERNEL_H
 __device__ __forceinline__ float __fmul_rn(float a, float b) { return a * b; }
 __device__ __forceinline__ float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }

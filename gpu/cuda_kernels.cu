@@ -71,10 +71,7 @@ __global__ void bias_act_kernel(T *x, size_t ldx, const T *bias, size_t rows, si
 // Uses shared[kWarps] and two barriers; every thread must call it.
 __device__ float block_reduce(float v, int op, float *shared)
 {
-    for (int o = 16; o > 0; o >>= 1) {
-        float u = __shfl_xor_sync(0xffffffffu, v, o);
-        v = op ? fmaxf(v, u) : v + u;
-    }
+    v = warp_reduce(v, op);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) shared[warp] = v;
     __syncthreads();
@@ -448,16 +445,6 @@ __global__ void attn_gather_kernel(const T *qkv, size_t ldq, size_t q_col, size_
             st(v, idx, 0.0f);
         }
     }
-}
-
-// The warp's sum (op 0) or max (op 1) of v, returned to every lane.
-__device__ __forceinline__ float warp_reduce(float v, int op)
-{
-    for (int o = 16; o > 0; o >>= 1) {
-        float u = __shfl_xor_sync(0xffffffffu, v, o);
-        v = op ? fmaxf(v, u) : v + u;
-    }
-    return v;
 }
 
 // One warp per row of scores; a whole warp leaves or stays together, so

@@ -708,11 +708,8 @@ static void paged_run(struct env *e, const struct pspec *sp, const char *label, 
     for (size_t i = 0; i < dh / 2; i++) f[i] = powf(10000.0f, -2.0f * (float)i / (float)dh);
     struct bk_weight *fw = use_rope ? weight(e, BK_W_F32, f, dh / 2) : NULL;
     for (size_t i = 0; i < n; i++) {
-        size_t len = past[i] + k[i];
-        Kr[i] = malloc(len * row * sizeof(double));
+        Kr[i] = tu_cached_keys(Kd[i], past[i] + k[i], row, kvh, dh, use_rope ? f : NULL);
         assert_non_null(Kr[i]);
-        for (size_t x = 0; x < len * row; x++) Kr[i][x] = Kd[i][x];
-        if (use_rope) tu_rope_ref(Kr[i], len, row, kvh, dh, f);
     }
     size_t cache_floats = blocks * bt * row;
     struct bk_kv cache = {.k = dev(e, cache_floats * 4), .v = dev(e, cache_floats * 4),

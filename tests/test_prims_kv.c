@@ -185,11 +185,8 @@ static void paged_case(struct dev *d, int round)
         use_rope ? d->o->weight_new(d->be, 0, BK_W_F32, &fsrc, 1, werr, sizeof(werr)) : NULL;
     assert_true(!use_rope || fw);
     for (size_t i = 0; i < n; i++) {
-        size_t len = past[i] + k[i];
-        Kr[i] = malloc(len * row * sizeof(double));
+        Kr[i] = tu_cached_keys(Kd[i], past[i] + k[i], row, kvh, dh, use_rope ? f : NULL);
         assert_non_null(Kr[i]);
-        for (size_t x = 0; x < len * row; x++) Kr[i][x] = Kd[i][x];
-        if (use_rope) tu_rope_ref(Kr[i], len, row, kvh, dh, f);
     }
     size_t cache_floats = blocks * bt * row;
     float *Kc = dev_put(d, NULL, cache_floats * 4), *Vc = dev_put(d, NULL, cache_floats * 4);

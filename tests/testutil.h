@@ -61,6 +61,22 @@ static inline int tu_no_gpu(const char *prog, const char *why)
  * doubles apart, heads heads of dh each) rotated to their positions 0 ..
  * len - 1 by the inverse frequencies f[dh / 2]. */
 static inline void tu_rope_ref(double *x, size_t len, size_t row, size_t heads, size_t dh,
+                               const float *f);
+
+/* The keys a cache must hold for len positions of k (row floats each,
+ * heads heads of dh): a malloc'd copy, rotated by tu_rope_ref when f
+ * (dh / 2 inverse frequencies) is given. */
+static inline double *tu_cached_keys(const float *k, size_t len, size_t row, size_t heads,
+                                     size_t dh, const float *f)
+{
+    double *r = malloc(len * row * sizeof(double));
+    if (!r) return NULL;
+    for (size_t x = 0; x < len * row; x++) r[x] = k[x];
+    if (f) tu_rope_ref(r, len, row, heads, dh, f);
+    return r;
+}
+
+static inline void tu_rope_ref(double *x, size_t len, size_t row, size_t heads, size_t dh,
                                const float *f)
 {
     for (size_t p = 0; p < len; p++)
