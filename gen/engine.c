@@ -762,18 +762,24 @@ int gen_engine_step(struct gen_engine *e)
             preempt(e, w);
     }
     if (nb == 0) return (int)(e->n_waiting + e->n_running);
+    /* the sequences that read one token (decode tokens, a prompt's last
+     * token) first, then the chunks, each in running order: the backend
+     * may answer the lone tokens' attention apart from the chunks'
+     * (bk_seqs.lone). Every row of b (samp, pick, logits) follows this
+     * order through b->of. */
     struct gen_batch *b = &e->batch[0];
     size_t k = 0, tok = 0;
     b->off[0] = 0;
-    for (size_t i = 0; i < e->n_running; i++) {
-        struct gen_seq *s = e->running[i];
-        if (s->take == 0) continue;
-        memcpy(b->ids + tok, s->ids + s->computed, s->take * sizeof(*b->ids));
-        tok += s->take;
-        b->seqs[k] = s->cid;
-        b->of[k] = s;
-        b->off[++k] = (uint32_t)tok;
-    }
+    for (int chunks = 0; chunks < 2; chunks++)
+        for (size_t i = 0; i < e->n_running; i++) {
+            struct gen_seq *s = e->running[i];
+            if (s->take == 0 || (s->take > 1) != chunks) continue;
+            memcpy(b->ids + tok, s->ids + s->computed, s->take * sizeof(*b->ids));
+            tok += s->take;
+            b->seqs[k] = s->cid;
+            b->of[k] = s;
+            b->off[++k] = (uint32_t)tok;
+        }
     b->n = k;
     struct decoder_batch db = {.n = k, .seqs = b->seqs, .ids = b->ids, .offsets = b->off};
     const float *logits = NULL;
