@@ -75,10 +75,13 @@ enum bk_pool { BK_POOL_FIRST = 0, BK_POOL_MEAN, BK_POOL_MAX, BK_POOL_LAST, BK_N_
  * read it (device memory): sequence i is tokens offsets[i] ..
  * offsets[i+1]-1; seq[t] is the sequence token t belongs to, pos[t] its
  * position in it (from 0). tokens and longest are the host's copy of
- * offsets[n] and the longest sequence. ids and types (types may be NULL:
- * all 0) were checked against the tables by the runtime. */
+ * offsets[n] and the longest sequence; lone (host, at most n and tokens)
+ * the number of leading sequences of exactly one token, so that tokens
+ * 0 .. lone-1 are each a sequence of their own (0: not known). ids and
+ * types (types may be NULL: all 0) were checked against the tables by
+ * the runtime. */
 struct bk_seqs {
-    size_t n, tokens, longest;
+    size_t n, tokens, longest, lone;
     const uint32_t *offsets;
     const uint32_t *seq;
     const uint32_t *pos;
@@ -157,10 +160,11 @@ struct bk_kv {
  * cache head h / (heads / kv->kv_heads). softmax(scale q k^T) v goes to
  * out, row t, columns h dh .. (h+1) dh - 1 (activations, leading
  * dimension ldo). Only s->tokens, s->seq and s->pos are read, and s->n
- * (the step's sequences, 0 if not known) as a hint of how many tokens a
- * sequence brings, which may choose other kernels. No pos[t] may reach
- * max_ctx; scratch is paged_attention_scratch(max_tokens,
- * max_ctx, heads) bytes of context memory. */
+ * (the step's sequences, 0 if not known) and s->lone as hints of how
+ * many tokens a sequence brings, which may choose other kernels (the
+ * outputs are the same). No pos[t] may reach max_ctx; scratch is
+ * paged_attention_scratch(max_tokens, max_ctx, heads) bytes of context
+ * memory. */
 struct bk_paged_attention {
     const void *q;
     size_t ldq, heads;

@@ -4,7 +4,12 @@
 // the query heads of one cache head that it holds (all of them under
 // grouped-query attention when they fit), up to kRows query rows, so
 // every key and value it loads from the cache serves all of those rows
-// instead of one.
+// instead of one. A mixed step (decode tokens packed first, then prompt
+// chunks) is split: its lone tokens go to the one-row kernel, the chunks
+// after them here, so that no block walks a tile of decode tokens'
+// contexts one after the other while the rest of the step waits (unless
+// a tile is one token, which walks nothing: then the whole step comes
+// here).
 //
 // The block's rows are (token, head) pairs, token-major. It walks its
 // tokens in runs of the same sequence (the whole tile when it lies inside

@@ -691,11 +691,12 @@ extern "C" cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const 
                                           const uint32_t *tables, size_t table_w,
                                           size_t block_tokens, size_t blocks, size_t kv_heads,
                                           size_t dh, size_t max_ctx, void *out, size_t ldo,
-                                          float *scratch, size_t seqs)
+                                          float *scratch, size_t seqs, size_t lone)
 {
     size_t grid = tokens * heads;
     if (grid == 0 || grid > 0x7fffffffu || group == 0 || dh == 0 || dh > KC_PAGED_MAX_DH ||
-        block_tokens == 0 || table_w == 0 || heads != kv_heads * group || max_ctx == 0)
+        block_tokens == 0 || table_w == 0 || heads != kv_heads * group || max_ctx == 0 ||
+        lone > tokens || (seqs && lone > seqs))
         return cudaErrorInvalidValue;
     /* parts of at least KC_SPLIT_CHUNK positions (whole tiles), at most
      * KC_SPLIT_MAX of them: all fixed by the sizes, so a graph may
@@ -708,25 +709,40 @@ extern "C" cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const 
      * worth a sequence on average (by the sizes alone, like the split): it
      * reads each key and value once for a tile of rows, but walks a tile's
      * sequences one after the other, so a step of mostly lone tokens
-     * (decode) keeps a block per row */
-    size_t tile = kc_paged_prefill_tokens(group);
-    if (!split && tokens >= 2 * tile && (seqs == 0 || tokens >= seqs * tile))
-        return kc_paged_prefill(s, t, q, ldq, tokens, heads, group, scale, K, V, seq, pos, tables,
-                                table_w, block_tokens, blocks, kv_heads, dh, max_ctx, out, ldo);
-    return with_type(t, [&](auto *p) {
-        using T = KC_T(p);
-        if (!split) {
-            paged_attn_kernel<<<(unsigned)grid, kThreads, 0, s>>>(
+     * (decode) keeps a block per row. A step whose lone tokens lead it
+     * (decode tokens packed before prompt chunks) is judged on the tokens
+     * after them; when those take the prefill kernel, the lone ones keep
+     * a block per row (apart), so that no block walks a tile of decode
+     * tokens' contexts while the step waits for it. Not at a tile of one
+     * token, which walks nothing. Both kernels give a row the same bits. */
+    size_t tile = kc_paged_prefill_tokens(group), rest = tokens - lone;
+    int whole = !split && tokens >= 2 * tile && (seqs == 0 || tokens >= seqs * tile);
+    int apart = !split && lone && tile > 1 && rest >= 2 * tile &&
+                (seqs == 0 || rest >= (seqs - lone) * tile);
+    size_t rows = apart ? lone * heads : whole ? 0 : grid; /* the one-row kernel's */
+    if (rows) {
+        cudaError_t rc = with_type(t, [&](auto *p) {
+            using T = KC_T(p);
+            if (!split) {
+                paged_attn_kernel<<<(unsigned)rows, kThreads, 0, s>>>(
+                    (const T *)q, ldq, heads, group, scale, K, V, seq, pos, tables, table_w,
+                    block_tokens, blocks, kv_heads * dh, dh, max_ctx, (T *)out, ldo);
+                return;
+            }
+            paged_attn_part_kernel<<<(unsigned)(grid * parts), kThreads, 0, s>>>(
                 (const T *)q, ldq, heads, group, scale, K, V, seq, pos, tables, table_w,
-                block_tokens, blocks, kv_heads * dh, dh, max_ctx, (T *)out, ldo);
-            return;
-        }
-        paged_attn_part_kernel<<<(unsigned)(grid * parts), kThreads, 0, s>>>(
-            (const T *)q, ldq, heads, group, scale, K, V, seq, pos, tables, table_w,
-            block_tokens, blocks, kv_heads * dh, dh, max_ctx, parts, chunk, scratch);
-        paged_attn_combine_kernel<<<(unsigned)grid, kThreads, 0, s>>>(scratch, heads, dh, parts,
-                                                                      (T *)out, ldo);
-    });
+                block_tokens, blocks, kv_heads * dh, dh, max_ctx, parts, chunk, scratch);
+            paged_attn_combine_kernel<<<(unsigned)grid, kThreads, 0, s>>>(
+                scratch, heads, dh, parts, (T *)out, ldo);
+        });
+        if (rc != cudaSuccess || !apart) return rc;
+    }
+    static_assert(sizeof(__half) == 2 && sizeof(__nv_bfloat16) == 2, "16-bit activations");
+    size_t skip = apart ? lone : 0, es = t == KC_F32 ? sizeof(float) : 2;
+    return kc_paged_prefill(s, t, (const char *)q + skip * ldq * es, ldq, tokens - skip, heads,
+                            group, scale, K, V, seq + skip, pos + skip, tables, table_w,
+                            block_tokens, blocks, kv_heads, dh, max_ctx,
+                            (char *)out + skip * ldo * es, ldo);
 }
 
 extern "C" cudaError_t kc_softmax(cudaStream_t s, enum kc_type t, void *x, size_t rows, size_t w)

@@ -163,8 +163,12 @@ cudaError_t kc_kv_store(cudaStream_t s, enum kc_type t, float *K, float *V, cons
  * tile's worth per sequence on average (seqs: the step's sequences; 0:
  * not known), the tiled prefill kernel of gpu/cuda_attn.cu
  * (kc_paged_prefill), whose blocks share each key and value they load
- * among a tile of tokens and the query heads of one cache head. dh is at
- * most KC_PAGED_MAX_DH. A position at or past
+ * among a tile of tokens and the query heads of one cache head. The
+ * first lone tokens (at most tokens and seqs; 0: not known) are each a
+ * sequence of their own: when the tokens and sequences after them meet
+ * that rule (and a tile is more than one token), those take the tiled
+ * kernel and the lone tokens keep one block per (token, head); else the
+ * rule is judged on the whole step. dh is at most KC_PAGED_MAX_DH. A position at or past
  * max_ctx, or one whose block the table does not hold, gives NaN rows
  * (the runtime never passes one).
  *
@@ -186,7 +190,7 @@ cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const void *q, si
                                const uint32_t *pos, const uint32_t *tables, size_t table_w,
                                size_t block_tokens, size_t blocks, size_t kv_heads, size_t dh,
                                size_t max_ctx, void *out, size_t ldo, float *scratch,
-                               size_t seqs);
+                               size_t seqs, size_t lone);
 
 /* ---- sampling (gpu/cuda_sample.cu) --------------------------------------
  * One row's parameters and result, laid out as backend.h's bk_sample_row

@@ -329,11 +329,14 @@ int cuda_paged_attention(void *cp, const struct bk_paged_attention *a)
         a->ldq < a->heads * kv->dh || a->ldo < a->heads * kv->dh || !a->max_ctx)
         return cx_refuse(c, "paged attention: %zu heads of %zu over %zu cache heads (at most "
                          "%d values a head)", a->heads, kv->dh, kv->kv_heads, KC_PAGED_MAX_DH);
+    if (a->s->lone > a->s->tokens || (a->s->n && a->s->lone > a->s->n))
+        return cx_refuse(c, "paged attention: %zu lone tokens of %zu in %zu sequences",
+                         a->s->lone, a->s->tokens, a->s->n);
     return CX(c, kc_paged_attention(c->stream, c->be->kt, a->q, a->ldq, a->s->tokens, a->heads,
                                     a->heads / kv->kv_heads, a->scale, kv->k, kv->v, a->s->seq,
                                     a->s->pos, kv->tables, kv->table_w, kv->block_tokens,
                                     kv->blocks, kv->kv_heads, kv->dh, a->max_ctx, a->out,
-                                    a->ldo, a->scratch, a->s->n));
+                                    a->ldo, a->scratch, a->s->n, a->s->lone));
 }
 
 /* ---- sampling ------------------------------------------------------------------ */

@@ -482,8 +482,13 @@ static int dec_forward(const struct decoder *d, struct decoder_ws *ws,
         rc = o->upload(ws->ctx, dv + k * cap, h + k * cap, T * sizeof(uint32_t));
     if (rc == 0) rc = o->upload(ws->ctx, dv + off_at, h + off_at, (n + 1) * sizeof(uint32_t));
     if (rc == 0) rc = o->upload(ws->ctx, dv + tab_at, h + tab_at, n * W * sizeof(uint32_t));
-    struct bk_seqs s = {.n = n, .tokens = T, .longest = longest, .offsets = dv + off_at,
-                        .seq = dv + 2 * cap, .pos = dv + cap, .ids = (const int32_t *)dv};
+    /* the leading sequences of one token (the engine packs them first),
+     * which the backend's attention may answer apart from the chunks */
+    size_t lone = 0;
+    while (lone < n && b->offsets[lone + 1] == lone + 1) lone++;
+    struct bk_seqs s = {.n = n, .tokens = T, .longest = longest, .lone = lone,
+                        .offsets = dv + off_at, .seq = dv + 2 * cap, .pos = dv + cap,
+                        .ids = (const int32_t *)dv};
     struct arch_dec_batch ab = {
         .s = &s,
         .kv = {.k = ws->k, .v = ws->v, .blocks = kvcache_total_blocks(ws->kv),

@@ -16,7 +16,9 @@
  * for few rows or not for many, NaN for a missing block; prefill steps
  * of several sequences' chunks packed together, which the CUDA backend
  * answers with its tiled prefill kernel, with a hole in a table and a
- * max_ctx below some positions: NaN for exactly the rows they reach), the
+ * max_ctx below some positions: NaN for exactly the rows they reach;
+ * mixed steps of decode tokens packed before prompt chunks, which it
+ * splits between its two kernels, the same bits as either alone), the
  * activations, softmax, l2norm, the four poolings, float32 loads and
  * stores; graphs (eager, captured, replayed, with new inputs each time);
  * the refusals (a bad leading dimension fails its pass only; ctx_alloc
@@ -449,7 +451,7 @@ static void seqs_make(struct env *e, struct hseqs *h, size_t n, size_t maxlen, s
     upload(e, d_pos, h->pos, h->T * 4);
     upload(e, d_ids, h->ids, h->T * 4);
     upload(e, d_types, h->types, h->T * 4);
-    h->s = (struct bk_seqs){n, h->T, h->longest, d_offs, d_seq, d_pos, d_ids, d_types};
+    h->s = (struct bk_seqs){n, h->T, h->longest, 0, d_offs, d_seq, d_pos, d_ids, d_types};
 }
 
 static void seqs_free(struct hseqs *h)
@@ -654,10 +656,12 @@ static void test_swiglu(void **state)
  * past[i] cached positions and k[i] new tokens (a prefill chunk or one
  * decode token), packed in sequence order; kvh cache heads of dh values,
  * group query heads each; blocks of bt tokens; a workspace context of
- * max_ctx; rope: the keys rotated as they are stored. */
+ * max_ctx; rope: the keys rotated as they are stored; lone: the step
+ * says that its first lone sequences read one token each (bk_seqs.lone,
+ * as the decoder counts them), 0: it does not say. */
 #define PMAX 8
 struct pspec {
-    size_t n, kvh, group, dh, bt, max_ctx;
+    size_t n, kvh, group, dh, bt, max_ctx, lone;
     size_t past[PMAX], k[PMAX];
     int rope;
 };
@@ -666,7 +670,8 @@ struct pspec {
  * interleaved sequences; the past is stored in one kv_store, then the new
  * tokens, which attend; every output against the float64 reference. For
  * prefill steps: every token again alone, its output the same to
- * the bit; then a block of sequence 0 taken out of its table (its rows
+ * the bit, and with sp->lone, the step again with lone 0, the same bits
+ * too; then a block of sequence 0 taken out of its table (its rows
  * from that block's first position on are NaN, every other row as
  * before) and max_ctx lowered below the last sequence's last position
  * (its rows at or past it are NaN). Last a position past the table (one
@@ -678,7 +683,7 @@ static void paged_run(struct env *e, const struct pspec *sp, const char *label, 
     size_t bt = sp->bt, max_ctx = sp->max_ctx, total_new = 0, total_past = 0;
     const size_t *past = sp->past, *k = sp->k;
     for (size_t i = 0; i < n; i++) {
-        assert_true(k[i] >= 1 && past[i] + k[i] <= max_ctx);
+        assert_true(k[i] >= 1 && past[i] + k[i] <= max_ctx && (i >= sp->lone || k[i] == 1));
         total_new += k[i];
         total_past += past[i];
     }
@@ -791,7 +796,7 @@ static void paged_run(struct env *e, const struct pspec *sp, const char *label, 
     upload(e, dseq, seq, T * 4);
     upload(e, dpos, pos, T * 4);
     load(e, dq, qv, T * ldq);
-    struct bk_seqs s = {.n = n, .tokens = T, .seq = dseq, .pos = dpos};
+    struct bk_seqs s = {.n = n, .tokens = T, .lone = sp->lone, .seq = dseq, .pos = dpos};
     struct bk_paged_attention pa = {
         .q = dq, .ldq = ldq, .heads = heads, .scale = (float)(1.0 / sqrt((double)dh)),
         .kv = &cache, .s = &s, .max_ctx = max_ctx, .out = dout, .ldo = ldo,
@@ -830,6 +835,25 @@ static void paged_run(struct env *e, const struct pspec *sp, const char *label, 
                 fail_msg("%s (%s): token %zu alone differs from its step's answer", what,
                          model_precision_name(e->prec), r);
         free(alone);
+        if (sp->lone) {
+            /* the step not told of its lone tokens: the rule on the whole
+             * step (the tiled kernel over every token when it is met) */
+            void *dout2 = dev(e, T * ldo * e->es);
+            struct bk_paged_attention pa2 = pa;
+            pa2.out = dout2;
+            s.lone = 0;
+            begin(e);
+            assert_int_equal(B->paged_attention(e->c, &pa2), 0);
+            end(e);
+            float *whole = fetch(e, dout2, T * ldo);
+            for (size_t r = 0; r < T; r++)
+                if (memcmp(whole + r * ldo, got + r * ldo, heads * dh * sizeof(float)))
+                    fail_msg("%s (%s): token %zu differs between the step told of its %zu "
+                             "lone tokens and not", what, model_precision_name(e->prec), r,
+                             sp->lone);
+            free(whole);
+            s.lone = sp->lone;
+        }
         /* sequence 0 loses the block of a random position p0 of its
          * context; max_ctx drops to a new position of the last sequence
          * (when that leaves some of sequence 0's rows to the hole) */
@@ -864,6 +888,7 @@ static void paged_run(struct env *e, const struct pspec *sp, const char *label, 
     uint32_t bad = (uint32_t)(width * bt);
     upload(e, dpos, &bad, 4);
     s.tokens = 1;
+    s.lone = 0;
     pa.max_ctx = bad + 1;
     begin(e);
     assert_int_equal(B->paged_attention(e->c, &pa), 0);
@@ -913,6 +938,52 @@ static void test_paged(void **state)
     for (size_t p = 0; p < N_PRECS; p++) {
         struct env *e = env_new(precs[p], 0);
         for (int round = 0; round < 9; round++) paged_case(e, round, round < 6 ? 0 : round < 8 ? 1 : 2);
+        env_free(e);
+    }
+}
+
+/* Mixed steps as the generation engine packs them: 3 to 5 lone decode
+ * tokens first (contexts of 250 to 700 positions: several of the
+ * kernels' softmax steps), then two prompt chunks (one after a cached
+ * prefix, one from position 0), the step told how many lone tokens lead
+ * it (bk_seqs.lone). With chunks of 70 to 120 tokens both the tokens
+ * after the lone ones and the whole step make the tiled kernel's
+ * threshold: the CUDA backend answers the lone tokens with its one-row
+ * walk and the chunks with the prefill kernel, and the step not told of
+ * its lone tokens with the prefill kernel alone (at 20 query heads a
+ * cache head, a tile of one token, both with the prefill kernel alone).
+ * In the last case the chunks are short (8 to 12 tokens at 16 cache
+ * heads of one query head: under a tile's worth a sequence, over the
+ * rows a step is split at) and every token takes the one-row walk.
+ * Checked as test_paged_prefill checks (the float64 reference, each
+ * token alone, a hole and a lowered max_ctx), and every output the same
+ * to the bit as the step's without lone. */
+static void test_paged_mixed(void **state)
+{
+    (void)state;
+    if (!have_device) skip();
+    static const size_t shapes[][3] = {/* group, cache heads, dh */
+                                       {1, 2, 64}, {4, 2, 128}, {8, 1, 80}, {20, 1, 64},
+                                       {1, 16, 32}};
+    size_t ns = sizeof(shapes) / sizeof(shapes[0]);
+    for (size_t p = 0; p < N_PRECS; p++) {
+        struct env *e = env_new(precs[p], 0);
+        for (size_t c = 0; c < ns; c++) {
+            int few = c == ns - 1; /* short chunks: under the threshold */
+            struct pspec sp = {.group = shapes[c][0], .kvh = shapes[c][1], .dh = shapes[c][2],
+                               .bt = rnd(1, 16), .rope = (int)(c % 2), .lone = rnd(3, 5)};
+            sp.n = sp.lone + 2;
+            size_t longest = 0;
+            for (size_t i = 0; i < sp.n; i++) {
+                sp.k[i] = i < sp.lone ? 1 : few ? rnd(8, 12) : rnd(70, 120);
+                sp.past[i] = i < sp.lone ? rnd(250, 700) : i == sp.lone ? rnd(1, 300) : 0;
+                if (sp.past[i] + sp.k[i] > longest) longest = sp.past[i] + sp.k[i];
+            }
+            sp.max_ctx = longest + rnd(0, 20);
+            char label[32];
+            snprintf(label, sizeof(label), "mixed #%zu", c);
+            paged_run(e, &sp, label, 1);
+        }
         env_free(e);
     }
 }
@@ -1181,6 +1252,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_embed),     cmocka_unit_test(test_attention),
         cmocka_unit_test(test_rope),      cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_paged),     cmocka_unit_test(test_paged_prefill),
+        cmocka_unit_test(test_paged_mixed),
         cmocka_unit_test(test_rowwise),
         cmocka_unit_test(test_pool),      cmocka_unit_test(test_graphs),
         cmocka_unit_test(test_refusals_and_fault),
