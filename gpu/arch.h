@@ -125,12 +125,12 @@ struct arch_dec_sizes {
 
 /* One step on the device: s packs the new tokens (s->seq[t] is the batch
  * row, which is also the row of kv.tables; s->pos[t] the absolute
- * position); kv describes layer 0's cache, layer l's being layer_floats
- * floats further in both k and v. */
+ * position); kv describes layer 0's cache, layer l's being layer_bytes
+ * further in both k and v. */
 struct arch_dec_batch {
     const struct bk_seqs *s;
     struct bk_kv kv;
-    size_t layer_floats;
+    size_t layer_bytes;
     size_t max_ctx;
     int all_logits;
 };

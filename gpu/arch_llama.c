@@ -429,8 +429,8 @@ static int llama_attn(const struct arch_rt *rt, const struct llama_model *m,
     }
     ARCH_TRY(o->rope(c, q, T, ldq, 0, cf->heads, dh, s->pos, cp->inv_freq));
     struct bk_kv kv = b->kv;
-    kv.k = (float *)kv.k + l * b->layer_floats;
-    kv.v = (float *)kv.v + l * b->layer_floats;
+    kv.k = (char *)kv.k + l * b->layer_bytes;
+    kv.v = (char *)kv.v + l * b->layer_bytes;
     ARCH_TRY(o->kv_store(c, &kv, k, ldk, v, ldk, s, cp->inv_freq)); /* keys rotated there */
     struct bk_paged_attention pa = {.q = q, .ldq = ldq, .heads = cf->heads,
                                     .scale = (float)(1.0 / sqrt((double)dh)), .kv = &kv, .s = s,

@@ -137,7 +137,10 @@ struct bk_attention {
 };
 
 /* The paged key/value cache of one layer (device memory). Cached keys and
- * values are float32 on every backend, whatever the activation type: k
+ * values are elements of the backend's cache type, kv_size bytes each:
+ * float32 on the CPU; on CUDA the activation type (half or bfloat16 in
+ * fp16 and bf16, float32 in fp32 and tf32), as the activations were
+ * before they were stored, so the cache costs no more than they do. k
  * and v are each [blocks, block_tokens, kv_heads, dh], so position slot
  * s of block b, head g starts at element ((b block_tokens + s) kv_heads
  * + g) dh. Sequence i's block table is row i of tables (table_w uint32
@@ -238,9 +241,11 @@ struct backend_ops {
     size_t (*devices)(void *be);
     int (*device_stats)(void *be, size_t dev, struct model_device_stats *out);
     /* How many copies of the weights a model needs (one per device; the
-     * CPU's 1), and bytes per activation element. */
+     * CPU's 1), bytes per activation element, and bytes per element of
+     * the key/value cache (bk_kv). */
     size_t (*weight_copies)(void *be);
     size_t (*act_size)(void *be);
+    size_t (*kv_size)(void *be);
 
     /* ---- weights ------------------------------------------------------ */
 

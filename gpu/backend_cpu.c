@@ -846,6 +846,7 @@ const struct backend_ops backend_cpu = {
     .device_stats = cpu_device_stats,
     .weight_copies = cpu_one,
     .act_size = cpu_act_size,
+    .kv_size = cpu_act_size,   /* the cache is float32, as the activations */
     .weight_new = cpu_weight_new,
     .weight_free = cpu_weight_free,
     .ctx_new = cpu_ctx_new,

@@ -757,6 +757,7 @@ const struct backend_ops backend_cuda = {
     .device_stats = cuda_device_stats,
     .weight_copies = cuda_weight_copies,
     .act_size = cuda_act_size,
+    .kv_size = cuda_act_size,  /* the cache is in the activation type */
     .weight_new = cuda_weight_new,
     .weight_free = cuda_weight_free,
     .ctx_new = cuda_ctx_new,

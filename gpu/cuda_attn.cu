@@ -18,7 +18,7 @@
 // packed: seq and pos are device memory, read by the kernel, never by the
 // host. For a run, the rows' queries go to shared memory; then the run's
 // cache positions 0 .. (its largest position) are taken in steps of
-// kSpan: the step's slots; its keys, bk at a time (float32, coalesced)
+// kSpan: the step's slots; its keys, bk at a time (to float32, coalesced)
 // into shared memory, and every row's scores against them (float32 dot,
 // times scale; -inf past the row's own position: causal); one warp per
 // row takes the step's max and sum and turns the scores into weights
@@ -96,15 +96,18 @@ size_t prefill_keys(size_t dh)
     return bk < (size_t)kSpan ? bk : (size_t)kSpan;
 }
 
-// Cache head g's rows (keys or values, from src) at the nc slots into
-// kv, one row every dh + 1 floats (the odd stride keeps the rows' reads
-// off one bank); a missing slot's row is zeros. The whole block loads.
-__device__ __forceinline__ void load_part(float *kv, const float *src, const long long *slots,
+// Cache head g's rows (keys or values, from src, in the cache's type) at
+// the nc slots into kv as float32, one row every dh + 1 floats (the odd
+// stride keeps the rows' reads off one bank); a missing slot's row is
+// zeros. The whole block loads.
+template <typename C>
+__device__ __forceinline__ void load_part(float *kv, const C *src, const long long *slots,
                                           size_t nc, size_t row, size_t g, size_t dh)
 {
     for (size_t x = threadIdx.x; x < nc * dh; x += blockDim.x) {
         long long sl = slots[x / dh];
-        kv[x / dh * (dh + 1) + x % dh] = sl >= 0 ? src[(size_t)sl * row + g * dh + x % dh] : 0.0f;
+        kv[x / dh * (dh + 1) + x % dh] = sl >= 0 ? ld(src, (size_t)sl * row + g * dh + x % dh)
+                                                 : 0.0f;
     }
 }
 
@@ -113,7 +116,7 @@ __device__ __forceinline__ void load_part(float *kv, const float *src, const lon
 template <typename T>
 __global__ void paged_prefill_kernel(const T *q, size_t ldq, size_t tokens, size_t heads,
                                      size_t group, size_t gh, size_t bq, size_t bk, float scale,
-                                     const float *K, const float *V, const uint32_t *seq,
+                                     const T *K, const T *V, const uint32_t *seq,
                                      const uint32_t *pos, const uint32_t *tables,
                                      size_t table_w, size_t block_tokens, size_t blocks,
                                      size_t row, size_t dh, size_t max_ctx, T *out, size_t ldo)
@@ -264,7 +267,7 @@ size_t kc_paged_prefill_tokens(size_t group)
 
 cudaError_t kc_paged_prefill(cudaStream_t s, enum kc_type t, const void *q, size_t ldq,
                              size_t tokens, size_t heads, size_t group, float scale,
-                             const float *K, const float *V, const uint32_t *seq,
+                             const void *K, const void *V, const uint32_t *seq,
                              const uint32_t *pos, const uint32_t *tables, size_t table_w,
                              size_t block_tokens, size_t blocks, size_t kv_heads, size_t dh,
                              size_t max_ctx, void *out, size_t ldo)
@@ -278,7 +281,7 @@ cudaError_t kc_paged_prefill(cudaStream_t s, enum kc_type t, const void *q, size
     return with_type(t, [&](auto *p) {
         using T = KC_T(p);
         paged_prefill_kernel<<<(unsigned)grid, kThreads, 0, s>>>(
-            (const T *)q, ldq, tokens, heads, group, gh, bq, bk, scale, K, V, seq, pos, tables,
-            table_w, block_tokens, blocks, kv_heads * dh, dh, max_ctx, (T *)out, ldo);
+            (const T *)q, ldq, tokens, heads, group, gh, bq, bk, scale, (const T *)K,
+            (const T *)V, seq, pos, tables, table_w, block_tokens, blocks, kv_heads * dh, dh, max_ctx, (T *)out, ldo);
     });
 }

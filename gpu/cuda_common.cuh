@@ -81,7 +81,7 @@ cudaError_t with_type(enum kc_type t, F f)
 size_t kc_paged_prefill_tokens(size_t group);
 cudaError_t kc_paged_prefill(cudaStream_t s, enum kc_type t, const void *q, size_t ldq,
                              size_t tokens, size_t heads, size_t group, float scale,
-                             const float *K, const float *V, const uint32_t *seq,
+                             const void *K, const void *V, const uint32_t *seq,
                              const uint32_t *pos, const uint32_t *tables, size_t table_w,
                              size_t block_tokens, size_t blocks, size_t kv_heads, size_t dh,
                              size_t max_ctx, void *out, size_t ldo);

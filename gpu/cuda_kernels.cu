@@ -186,7 +186,7 @@ __global__ void swiglu_kernel(T *y, const T *x, size_t w, size_t total)
 
 // One thread per (token, element of its key/value row).
 template <typename T>
-__global__ void kv_store_kernel(float *K, float *V, const T *k, size_t ldk, const T *v,
+__global__ void kv_store_kernel(T *K, T *V, const T *k, size_t ldk, const T *v,
                                 size_t ldv, const uint32_t *seq, const uint32_t *pos,
                                 const uint32_t *tables, size_t table_w, size_t block_tokens,
                                 size_t blocks, size_t row, size_t dh, const float *inv_freq,
@@ -208,8 +208,8 @@ __global__ void kv_store_kernel(float *K, float *V, const T *k, size_t ldk, cons
             float a = ld(k, t * ldk + h0 + i), bb = ld(k, t * ldk + h0 + i + half);
             kv = e % dh < half ? a * cs - bb * sn : bb * cs + a * sn;
         }
-        K[slot * row + e] = kv;
-        V[slot * row + e] = ld(v, t * ldv + e);
+        st(K, slot * row + e, kv);
+        st(V, slot * row + e, ld(v, t * ldv + e));
     }
 }
 
@@ -227,7 +227,8 @@ __global__ void kv_store_kernel(float *K, float *V, const T *k, size_t ldk, cons
 // values, unnormalized; *m the largest score, *l the sum of
 // exp(score - *m). 1 (the whole block) when a position's block is not in
 // the table.
-__device__ int paged_attn_span(const float *qs, float scale, const float *K, const float *V,
+template <typename C>
+__device__ int paged_attn_span(const float *qs, float scale, const C *K, const C *V,
                                const uint32_t *tables, size_t table_w, size_t block_tokens,
                                size_t blocks, size_t row, size_t dh, size_t sq, size_t g,
                                size_t jlo, size_t jhi, float *acc, float *p, float *red,
@@ -243,9 +244,9 @@ __device__ int paged_attn_span(const float *qs, float scale, const float *K, con
             uint32_t blk = b < table_w ? tables[sq * table_w + b] : 0xffffffffu;
             if (blk < blocks) {
                 slot = (long long)((size_t)blk * block_tokens + j % block_tokens);
-                const float *kr = K + (size_t)slot * row + g * dh;
+                const C *kr = K + (size_t)slot * row + g * dh;
                 float d = 0.0f;
-                for (size_t e = 0; e < dh; e++) d = __fmaf_rn(qs[e], kr[e], d);
+                for (size_t e = 0; e < dh; e++) d = __fmaf_rn(qs[e], ld(kr, e), d);
                 sc = __fmul_rn(d, scale);
             } else {
                 slot = -2;
@@ -262,7 +263,7 @@ __device__ int paged_attn_span(const float *qs, float scale, const float *K, con
         for (size_t e = threadIdx.x; e < dh; e += blockDim.x) {
             float a = __fmul_rn(acc[e], corr);
             for (size_t k = 0; k < n; k++)
-                a = __fmaf_rn(p[k], V[(size_t)slots[k] * row + g * dh + e], a);
+                a = __fmaf_rn(p[k], ld(V, (size_t)slots[k] * row + g * dh + e), a);
             acc[e] = a;
         }
         m = mn;
@@ -288,7 +289,7 @@ __device__ void paged_attn_start(const T *q, size_t ldq, size_t t, size_t h, siz
 // One block per (token, head): its whole context.
 template <typename T>
 __global__ void paged_attn_kernel(const T *q, size_t ldq, size_t heads, size_t group,
-                                  float scale, const float *K, const float *V,
+                                  float scale, const T *K, const T *V,
                                   const uint32_t *seq, const uint32_t *pos,
                                   const uint32_t *tables, size_t table_w, size_t block_tokens,
                                   size_t blocks, size_t row, size_t dh, size_t max_ctx, T *out,
@@ -313,7 +314,7 @@ __global__ void paged_attn_kernel(const T *q, size_t ldq, size_t heads, size_t g
 // position is missing).
 template <typename T>
 __global__ void paged_attn_part_kernel(const T *q, size_t ldq, size_t heads, size_t group,
-                                       float scale, const float *K, const float *V,
+                                       float scale, const T *K, const T *V,
                                        const uint32_t *seq, const uint32_t *pos,
                                        const uint32_t *tables, size_t table_w,
                                        size_t block_tokens, size_t blocks, size_t row,
@@ -657,7 +658,7 @@ extern "C" cudaError_t kc_swiglu(cudaStream_t s, enum kc_type t, void *y, const 
     });
 }
 
-extern "C" cudaError_t kc_kv_store(cudaStream_t s, enum kc_type t, float *K, float *V,
+extern "C" cudaError_t kc_kv_store(cudaStream_t s, enum kc_type t, void *K, void *V,
                                    const void *k, size_t ldk, const void *v, size_t ldv,
                                    const uint32_t *seq, const uint32_t *pos, size_t tokens,
                                    const uint32_t *tables, size_t table_w, size_t block_tokens,
@@ -670,7 +671,7 @@ extern "C" cudaError_t kc_kv_store(cudaStream_t s, enum kc_type t, float *K, flo
         return cudaErrorInvalidValue;
     return with_type(t, [&](auto *p) {
         using T = KC_T(p);
-        kv_store_kernel<<<blocks_for(total), kThreads, 0, s>>>(K, V, (const T *)k, ldk,
+        kv_store_kernel<<<blocks_for(total), kThreads, 0, s>>>((T *)K, (T *)V, (const T *)k, ldk,
                                                                (const T *)v, ldv, seq, pos,
                                                                tables, table_w, block_tokens,
                                                                blocks, row, dh, inv_freq,
@@ -686,7 +687,7 @@ extern "C" size_t kc_paged_attention_scratch(size_t max_tokens, size_t heads)
 
 extern "C" cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const void *q,
                                           size_t ldq, size_t tokens, size_t heads, size_t group,
-                                          float scale, const float *K, const float *V,
+                                          float scale, const void *K, const void *V,
                                           const uint32_t *seq, const uint32_t *pos,
                                           const uint32_t *tables, size_t table_w,
                                           size_t block_tokens, size_t blocks, size_t kv_heads,
@@ -725,13 +726,15 @@ extern "C" cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const 
             using T = KC_T(p);
             if (!split) {
                 paged_attn_kernel<<<(unsigned)rows, kThreads, 0, s>>>(
-                    (const T *)q, ldq, heads, group, scale, K, V, seq, pos, tables, table_w,
-                    block_tokens, blocks, kv_heads * dh, dh, max_ctx, (T *)out, ldo);
+                    (const T *)q, ldq, heads, group, scale, (const T *)K, (const T *)V, seq,
+                    pos, tables, table_w, block_tokens, blocks, kv_heads * dh, dh, max_ctx,
+                    (T *)out, ldo);
                 return;
             }
             paged_attn_part_kernel<<<(unsigned)(grid * parts), kThreads, 0, s>>>(
-                (const T *)q, ldq, heads, group, scale, K, V, seq, pos, tables, table_w,
-                block_tokens, blocks, kv_heads * dh, dh, max_ctx, parts, chunk, scratch);
+                (const T *)q, ldq, heads, group, scale, (const T *)K, (const T *)V, seq, pos,
+                tables, table_w, block_tokens, blocks, kv_heads * dh, dh, max_ctx, parts,
+                chunk, scratch);
             paged_attn_combine_kernel<<<(unsigned)grid, kThreads, 0, s>>>(
                 scratch, heads, dh, parts, (T *)out, ldo);
         });

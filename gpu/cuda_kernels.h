@@ -142,13 +142,13 @@ cudaError_t kc_pool(cudaStream_t s, enum kc_type t, const void *x, const uint32_
  * block_tokens. */
 
 /* Stores each of tokens tokens' key and value rows (k + t ldk, v + t ldv,
- * row values of the activations' type) in its slot, as float32; with
- * inv_freq (dh / 2 floats, device memory) each key head of dh is rotated
- * to its position as kc_rope rotates, in float32 (nothing rounded to the
- * activations' type between). A token whose position falls outside its
+ * row values of the activations' type) in its slot of K and V, also of
+ * the activations' type; with inv_freq (dh / 2 floats, device memory)
+ * each key head of dh is rotated to its position as kc_rope rotates, in
+ * float32, then rounded to the type once. A token whose position falls outside its
  * table or whose block id is not below blocks is not stored (the
  * attention then answers NaN for it). */
-cudaError_t kc_kv_store(cudaStream_t s, enum kc_type t, float *K, float *V, const void *k,
+cudaError_t kc_kv_store(cudaStream_t s, enum kc_type t, void *K, void *V, const void *k,
                         size_t ldk, const void *v, size_t ldv, const uint32_t *seq,
                         const uint32_t *pos, size_t tokens, const uint32_t *tables,
                         size_t table_w, size_t block_tokens, size_t blocks, size_t row,
@@ -186,7 +186,7 @@ cudaError_t kc_kv_store(cudaStream_t s, enum kc_type t, float *K, float *V, cons
 size_t kc_paged_attention_scratch(size_t max_tokens, size_t heads);
 cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const void *q, size_t ldq,
                                size_t tokens, size_t heads, size_t group, float scale,
-                               const float *K, const float *V, const uint32_t *seq,
+                               const void *K, const void *V, const uint32_t *seq,
                                const uint32_t *pos, const uint32_t *tables, size_t table_w,
                                size_t block_tokens, size_t blocks, size_t kv_heads, size_t dh,
                                size_t max_ctx, void *out, size_t ldo, float *scratch,

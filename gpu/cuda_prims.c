@@ -274,7 +274,7 @@ int cuda_swiglu(void *cp, void *y, const void *x, size_t rows, size_t w)
     return CX(c, kc_swiglu(c->stream, c->be->kt, y, x, rows, w));
 }
 
-/* The paged cache (float32, in blocks; backend.h's bk_kv): the token's
+/* The paged cache (the activation type, in blocks; backend.h's bk_kv): the token's
  * slot is found on the device from its table, so what the host can check
  * is the shapes; a slot the table does not hold shows as NaN in the
  * attention's output (cuda_kernels.h). */

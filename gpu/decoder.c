@@ -39,7 +39,7 @@ struct decoder_ws {
     void *aws;
     struct kvcache *kv;
     size_t width;                    /* block table entries per sequence */
-    size_t layer_floats;             /* per layer in each of k and v */
+    size_t layer_bytes;              /* per layer in each of k and v */
     void *k, *v;                     /* the cache */
     /* Host staging, two of each so a step may be prepared while the one
      * before it is in flight (the step's slot: its number's parity). */
@@ -284,7 +284,8 @@ struct decoder_ws *decoder_ws_new(const struct decoder *d, unsigned slot,
                 "tokens per step is not possible", d->name, c.max_seqs, c.max_tokens);
         return NULL;
     }
-    size_t block_bytes = d->info.layers * 2 * c.block_tokens * row * sizeof(float);
+    size_t es = o->kv_size(d->rt.be); /* a cached key or value element */
+    size_t block_bytes = d->info.layers * 2 * c.block_tokens * row * es;
     size_t blocks = kvcache_blocks_for_budget(c.kv_bytes, block_bytes);
     struct decoder_ws *ws = calloc(1, sizeof(*ws));
     if (!ws) goto oom;
@@ -299,14 +300,13 @@ struct decoder_ws *decoder_ws_new(const struct decoder *d, unsigned slot,
     if (!(ws->kv = kvcache_new(blocks, c.block_tokens, c.max_seqs, c.max_ctx, err, sizeof(err))))
         goto fail;
     ws->width = kvcache_table_width(ws->kv);
-    ws->layer_floats = blocks * c.block_tokens * row;
+    ws->layer_bytes = blocks * c.block_tokens * row * es;
     if (!(ws->ctx = o->ctx_new(d->rt.be, slot, err, sizeof(err)))) goto fail;
     size_t words = 3 * c.max_tokens + c.max_seqs + 1 + c.max_seqs * ws->width;
     size_t lrows = c.all_logits ? c.max_tokens : c.max_seqs;
-    size_t cache = d->info.layers * ws->layer_floats;
-    if (cache > SIZE_MAX / sizeof(float)) goto oom;
-    if (!(ws->k = o->ctx_alloc(ws->ctx, cache * sizeof(float), 0)) ||
-        !(ws->v = o->ctx_alloc(ws->ctx, cache * sizeof(float), 0)) ||
+    if (ws->layer_bytes > SIZE_MAX / d->info.layers) goto oom;
+    size_t cache = d->info.layers * ws->layer_bytes;
+    if (!(ws->k = o->ctx_alloc(ws->ctx, cache, 0)) || !(ws->v = o->ctx_alloc(ws->ctx, cache, 0)) ||
         !(ws->h_tok[0] = o->ctx_alloc(ws->ctx, words * sizeof(uint32_t), 1)) ||
         !(ws->h_tok[1] = o->ctx_alloc(ws->ctx, words * sizeof(uint32_t), 1)) ||
         !(ws->d_tok = o->ctx_alloc(ws->ctx, words * sizeof(uint32_t), 0)) ||
@@ -494,7 +494,7 @@ static int dec_forward(const struct decoder *d, struct decoder_ws *ws,
         .kv = {.k = ws->k, .v = ws->v, .blocks = kvcache_total_blocks(ws->kv),
                .block_tokens = ws->conf.block_tokens, .kv_heads = d->info.kv_heads,
                .dh = d->info.head_dim, .tables = dv + tab_at, .table_w = W},
-        .layer_floats = ws->layer_floats,
+        .layer_bytes = ws->layer_bytes,
         .max_ctx = ws->conf.max_ctx,
         .all_logits = ws->conf.all_logits};
     /* A step of decode tokens alone (one a sequence) issues calls that

@@ -717,7 +717,9 @@ static void paged_run(struct env *e, const struct pspec *sp, const char *label, 
         assert_non_null(Kr[i]);
     }
     size_t cache_floats = blocks * bt * row;
-    struct bk_kv cache = {.k = dev(e, cache_floats * 4), .v = dev(e, cache_floats * 4),
+    /* the cache in the backend's cache type: the activations' */
+    assert_int_equal(B->kv_size(e->be), e->es);
+    struct bk_kv cache = {.k = dev(e, cache_floats * e->es), .v = dev(e, cache_floats * e->es),
                           .blocks = blocks, .block_tokens = bt, .kv_heads = kvh, .dh = dh,
                           .table_w = width};
     void *dtab = dev(e, n * width * 4);
@@ -750,7 +752,7 @@ static void paged_run(struct env *e, const struct pspec *sp, const char *label, 
         end(e);
         free(seq), free(pos), free(x);
     }
-    if (e->prec == MODEL_FP32 || e->prec == MODEL_TF32) { /* the cache, read back raw */
+    { /* the cache, read back (values the type holds exactly come back as they went) */
         float *Kc = fetch(e, cache.k, cache_floats), *Vc = fetch(e, cache.v, cache_floats);
         for (size_t i = 0; i < n; i++)
             for (size_t p = 0; p < past[i] + k[i]; p++) {
