@@ -44,6 +44,8 @@
 #define __forceinline__ inline
 #undef __shared__
 #define __shared__ static thread_local
+#undef __launch_bounds__
+#define __launch_bounds__(...)
 
 /* The running thread's coordinates, set by the scheduler at each switch. */
 extern thread_local uint3 emu_threadIdx, emu_blockIdx;
@@ -120,6 +122,18 @@ static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 3
     int lane = emu_lane(), in = lane & (width - 1);
     int src = in >= (int)delta ? lane - (int)delta : lane;
     return emu_shfl_t(mask, v, src, 64);
+}
+
+/* atomicAdd: a block's threads switch only at barriers and shuffles, and
+ * blocks run one at a time, so a plain read-modify-write is atomic here.
+ * The order of a block's adds is its threads' shuffled order, so a float
+ * sum taken this way differs between runs as it does on a device. */
+template <typename T>
+static inline T atomicAdd(T *p, T v)
+{
+    T old = *p;
+    *p = old + v;
+    return old;
 }
 
 namespace emu {
