@@ -23,9 +23,9 @@
 #include "../gen/engine.h"
 #include "rsink.h"
 
-/* The watchdog loop generator thread i reports as (the last executors':
- * batching.executors may reach them only near its maximum). */
-#define GENEXEC_LOOP(i) (STATS_LOOP_EXEC + STATS_MAX_EXECUTORS - 1 - (int)(i))
+/* The watchdog loop generator lane i reports as. */
+#define GENEXEC_LOOP(i) (STATS_LOOP_GEN + (int)(i))
+_Static_assert(GENEXEC_MAX_LANES <= STATS_MAX_GENERATORS, "a watchdog loop for every lane");
 
 /* One generator thread and its engines, on executor slot `slot` (its
  * device: slots go round the devices). */
