@@ -20,19 +20,23 @@
 //
 // Two paths. The fast one, for a row whose top-k keeps at most kCand
 // (4096) tokens, or whose top-p alone keeps no more than the first kCand
-// of the order: about five passes over the row.
+// of the order: four passes over the row for half and bfloat16 logits,
+// five for float.
 //   1. The first pass takes the max, the count of finite tokens and a
 //      4096-bin count of their keys' top 12 bits (shared-memory atomic
 //      adds of integers: the counts are exact whatever their order).
 //   2. The key of the need-th token of the order (need: top-k's k, or
 //      kCand for top-p alone; skipped when every finite token fits) in
-//      two more radix rounds (the next 12 bits, then the last 8), each a
-//      pass counting the tokens whose higher bits are the ones chosen.
-//   3. A pass gathers the candidates, the first need tokens of the order,
-//      into shared memory in id order (each thread counts its contiguous
-//      chunk of ids, a scan places them), then into registers, kPer a
-//      thread; the same pass sums the row's mass when top-p's is the
-//      whole row's, and exp(l - max) when the log-probability is asked.
+//      more radix rounds (the next 12 bits, then for float the last 8;
+//      a half's or bfloat16's low bits are all alike), each a pass
+//      counting the tokens whose higher bits are the ones chosen.
+//   3. The candidates, the first need tokens of the order, are gathered
+//      into shared memory in id order, then into registers, kPer a
+//      thread: each warp walks a stretch of ids 32 at a time (coalesced)
+//      and counts, a scan over the warps places them, and a second walk
+//      writes them, each lane its place from the warp's ballots. The
+//      counting walk sums the row's mass when top-p's is the whole
+//      row's, and exp(l - max) when the log-probability is asked.
 //   4. top-p bisects over the candidates' keys (their e held in
 //      registers: no pass over the row), and the draw walks them. When
 //      top-p alone needs more than the candidates hold (a flat
@@ -58,6 +62,13 @@
 // Atomics: only the radix rounds' integer counts. The emulated device
 // (emu/) runs them as plain adds (its threads switch only at barriers
 // and shuffles).
+//
+// Costs to watch on a device (none measured yet): lanes of a warp whose
+// keys share a bin serialise their adds (a few lanes for typical logits,
+// most of the warp for a narrow row); the float64 exponentials of step
+// 3's sums (top-p alone over more than kCand tokens, or a log-probability)
+// take one multiprocessor about a pass's time at a 128k vocabulary; at
+// 106 registers a thread, one block fits a multiprocessor.
 //
 // Threads: launchers are called by executor threads on their own
 // streams; no state.
@@ -222,9 +233,12 @@ template <typename T>
 __device__ uint32_t select_key(const T *x, size_t n, unsigned long long need, Shared &s,
                                unsigned long long *above)
 {
+    // A half's or a bfloat16's key has its low 13 or 16 bits all equal
+    // (0 for a positive value, 1 for a negative one): two rounds decide.
+    constexpr int rounds = std::is_same<T, float>::value ? 3 : 2;
     uint32_t prefix = 0;
     unsigned long long base = 0, own;
-    for (int r = 0; r < 3; r++) {
+    for (int r = 0; r < rounds; r++) {
         const int shift = r == 0 ? 20 : r == 1 ? 8 : 0, width = r == 2 ? 8 : 12;
         if (r > 0) {
             for (int b = threadIdx.x; b < kBins; b += kThreads) s.u.hist[b] = 0;
@@ -241,6 +255,7 @@ __device__ uint32_t select_key(const T *x, size_t n, unsigned long long need, Sh
         const int b = crossing(s, base, need, &base, &own);
         prefix = prefix << width | (uint32_t)b;
     }
+    if (rounds == 2) prefix = prefix << 8 | (prefix >> 23 ? 0x00u : 0xffu);
     *above = base;
     return prefix;
 }
@@ -265,6 +280,14 @@ __device__ unsigned long long tie_quota(unsigned long long mine, unsigned long l
     return keep > before ? (keep - before < mine ? keep - before : mine) : 0;
 }
 
+// The lowest thread whose claim is set (kThreads when none is). Every
+// thread must call it.
+__device__ unsigned first_past(bool claim, Shared &s)
+{
+    return (unsigned)block_all(claim ? (unsigned long long)threadIdx.x : (unsigned long long)kThreads,
+                               Min(), s.q);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const T *logits, size_t ldl, size_t n, const struct kc_sample_row *rows,
@@ -280,8 +303,7 @@ __global__ void __launch_bounds__(kThreads)
     // The fast path's candidates: top-k's survivors (top-k at most kCand),
     // or the first kCand tokens of the order (top-p alone). The first
     // pass takes the first radix round's counts for it.
-    const bool hist = sampled && (p.top_k <= (uint32_t)kCand || p.top_k >= n) &&
-                      ((p.top_k > 0 && p.top_k < n) || p.top_p < 1.0f);
+    const bool hist = sampled && (p.top_k > 0 || p.top_p < 1.0f);
     if (hist) {
         for (int b = tid; b < kBins; b += kThreads) s.u.hist[b] = 0;
         __syncthreads();
@@ -320,7 +342,7 @@ __global__ void __launch_bounds__(kThreads)
         auto e_of = [=](float v) { return exp((double)v * it - mv); };
         const double floor = (double)p.min_p;  // e of the most likely is 1
         const bool use_k = p.top_k > 0 && p.top_k < cnt, use_p = p.top_p < 1.0f;
-        bool fast = hist && (use_k || use_p);
+        bool fast = hist && (use_k || use_p) && (!use_k || p.top_k <= (uint32_t)kCand);
 
         if (fast) {
             // The candidates: the first need tokens of the order (all the
@@ -330,33 +352,51 @@ __global__ void __launch_bounds__(kThreads)
             const unsigned long long need = use_k ? p.top_k : (unsigned long long)kCand;
             unsigned long long above = 0;
             const uint32_t c = select ? select_key(x, n, need, s, &above) : 0;
-            // Gathered in id order: each thread counts its chunk, a scan
-            // places them. The same pass sums e over the whole row when
-            // top-p's mass is the row's, and exp(l - max) when asked.
-            size_t b, end;
-            chunk_of(n, &b, &end);
-            unsigned long long up = 0, eq = 0;
+            // Gathered in id order: each warp takes a stretch of ids, 32 at
+            // a time (coalesced), and counts; a scan over the warps places
+            // them; then the warp walks its stretch again and writes, each
+            // lane its place among the warp's kept ones (ballots). The
+            // counting walk also sums e over the whole row when top-p's
+            // mass is the row's, and exp(l - max) when asked.
+            const unsigned lane = tid & 31, below = (1u << lane) - 1u;
+            const size_t span = ((n + kWarps - 1) / kWarps + 31) / 32 * 32;
+            const size_t wb = (tid >> 5) * span < n ? (tid >> 5) * span : n;
+            const size_t we = wb + span < n ? wb + span : n;
+            unsigned long long up = 0, eq = 0;  // the warp's, in every lane
             double es = 0.0, ls = 0.0;
-            for (size_t i = b; i < end; i++) {
-                float v = ld(x, i);
-                if (!fin(v)) continue;
-                uint32_t k = key_of(v);
-                up += k > c;
-                eq += k == c;
-                if (!use_k && use_p) es += e_of(v);
-                if (want_lp) ls += exp((double)v - (double)mx);
+            for (size_t i0 = wb; i0 < we; i0 += 32) {
+                const size_t i = i0 + lane;
+                const float v = i < we ? ld(x, i) : NAN;
+                const bool f = fin(v);
+                const uint32_t k = f ? key_of(v) : 0;
+                up += __popc(__ballot_sync(0xffffffffu, f && k > c));
+                eq += __popc(__ballot_sync(0xffffffffu, f && k == c));
+                if (f && !use_k && use_p) es += e_of(v);
+                if (f && want_lp) ls += exp((double)v - (double)mx);
             }
-            const unsigned long long quota = tie_quota(eq, select ? need - above : 0, s);
-            unsigned long long m, at = block_scan(up + quota, s.q, &m), seen = 0;
-            for (size_t i = b; i < end && at < m; i++) {
-                float v = ld(x, i);
-                if (!fin(v)) continue;
-                uint32_t k = key_of(v);
-                if (k > c || (k == c && seen++ < quota)) {
-                    s.u.cand.key[at] = k;
-                    s.u.cand.id[at] = (uint32_t)i;
-                    at++;
+            // the warp's quota of ties and its first place (lane 0's
+            // counts stand for the warp in the scans)
+            unsigned long long quota = tie_quota(lane ? 0 : eq, select ? need - above : 0, s);
+            quota = __shfl_sync(0xffffffffu, quota, 0);
+            unsigned long long m, at = block_scan(lane ? 0 : up + quota, s.q, &m);
+            at = __shfl_sync(0xffffffffu, at, 0);
+            const unsigned long long last = at + up + quota;
+            unsigned long long ties = 0;
+            for (size_t i0 = wb; i0 < we && at < last; i0 += 32) {
+                const size_t i = i0 + lane;
+                const float v = i < we ? ld(x, i) : NAN;
+                const bool f = fin(v);
+                const uint32_t k = f ? key_of(v) : 0;
+                const unsigned tb = __ballot_sync(0xffffffffu, f && k == c);
+                const bool keep = f && (k > c || (k == c && ties + __popc(tb & below) < quota));
+                const unsigned kb = __ballot_sync(0xffffffffu, keep);
+                if (keep) {
+                    const unsigned long long pl = at + __popc(kb & below);
+                    s.u.cand.key[pl] = k;
+                    s.u.cand.id[pl] = (uint32_t)i;
                 }
+                at += __popc(kb);
+                ties += __popc(tb);
             }
             if (want_lp) lsum = block_all(ls, Sum(), s.d);
             es = block_all(es, Sum(), s.d);  // also the barrier before the reads below
@@ -441,9 +481,13 @@ __global__ void __launch_bounds__(kThreads)
                     }
                 double E, start = block_scan(mine, s.d, &E);
                 const double target = p.u * E;
-                if (mine > 0.0 && target >= start && target < start + mine) {
+                // the first thread whose kept tokens end past the target
+                // walks them (its own last one if rounding leaves the
+                // target between its sums and the scan's)
+                if (tid == first_past(mine > 0.0 && target < start + mine, s)) {
                     double acc = start;
                     seen_j = 0;
+                    hit = last - 1;
                     for (int j = 0; j < kPer; j++)
                         if (kept(j, &seen_j)) {
                             acc += ek[j];
@@ -586,9 +630,10 @@ __global__ void __launch_bounds__(kThreads)
             double mine = walk(0.0, 0.0, nullptr, &last), E;
             double start = block_scan(mine, s.d, &E);
             const double target = p.u * E;
-            if (mine > 0.0 && target >= start && target < start + mine) {
+            if (tid == first_past(mine > 0.0 && target < start + mine, s)) {
                 size_t l2 = 0;
                 walk(start, target, &hit, &l2);
+                if (hit == SIZE_MAX) hit = last - 1;
             }
             unsigned long long h = block_all((unsigned long long)hit, Min(), s.q);
             unsigned long long l = block_all((unsigned long long)last, Max(), s.q);
