@@ -96,6 +96,7 @@ GEN_PROMPT=${GEN_PROMPT:-64}       # prompt tokens per sequence
 GEN_STEPS=${GEN_STEPS:-64}         # decode steps per run
 GEN_BATCHES=${GEN_BATCHES:-1,32}   # concurrent sequences of the decode rows
 GPU_GEN_BATCHES=${GPU_GEN_BATCHES:-1,32,256} # the same on the GPU (section 8)
+GPU_GEN_TOP=${GPU_GEN_BATCHES##*,} # its largest, for the sampled rows
 GPU_GEN_SHAPE=${GPU_GEN_SHAPE:-"--layers 16 --hidden 2048 --heads 32 --kv-heads 8 --intermediate 8192 --vocab 128256"}
 
 started=$(date +%s)
@@ -685,6 +686,17 @@ if [ "$GPU" = 1 ] && [ "$BENCH_GEN" = 1 ]; then
         --length "$GEN_PROMPT" --steps "$GEN_STEPS" --set "worker.backend=$BENCH_GPU_BACKEND" \
         --set gpu.precision=bf16 --set generation.overlap=false) || die "bench generate, no overlap"
   echo "$G1" >>"$OUT/raw.log"
+  # sampled as chat clients ask (temperature 0.7, top-k 50, top-p 0.95), and
+  # top-p alone over the random model's flat logits (its nucleus is most of
+  # the vocabulary: the sampler's whole-row path), for what sampling costs
+  GS=$($K bench generate -c worker.cfg --model "$work/llama1b" --batch "1,$GPU_GEN_TOP" \
+        --length "$GEN_PROMPT" --steps "$GEN_STEPS" --set "worker.backend=$BENCH_GPU_BACKEND" \
+        --set gpu.precision=bf16 --sampling 0.7,50,0.95) || die "bench generate, sampled"
+  GP=$($K bench generate -c worker.cfg --model "$work/llama1b" --batch 1 \
+        --length "$GEN_PROMPT" --steps "$GEN_STEPS" --set "worker.backend=$BENCH_GPU_BACKEND" \
+        --set gpu.precision=bf16 --sampling 1,0,0.95) || die "bench generate, top-p alone"
+  echo "$GS" >>"$OUT/raw.log"
+  echo "$GP" >>"$OUT/raw.log"
   T=""
   if $GPU_PYTHON -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
     T=$($GPU_PYTHON bench/hf_generate_bench.py "$work/llama1b" "$GEN_PROMPT" "$GEN_STEPS" \
@@ -704,6 +716,13 @@ if [ "$GPU" = 1 ] && [ "$BENCH_GEN" = 1 ]; then
   done
   g1=$(grep "phase=decode .*seqs=1 " <<<"$G1")
   GEN_ROWS+="| generation on the GPU, decode, 1 sequence, generation.overlap = false | $(kv tokens_per_s "$g1") tokens/s | $(P=0 calc "100 * $(kv bound_frac "$g1")")% of the bandwidth bound (each step waits for the one before) |"$'\n'
+  for b in 1 "$GPU_GEN_TOP"; do
+    gs=$(grep "phase=decode .*seqs=$b " <<<"$GS")
+    gg=$(kv tokens_per_s "$(grep "phase=decode .*seqs=$b " <<<"$G")")
+    GEN_ROWS+="| generation on the GPU, decode, $b sequence(s), sampled (temperature 0.7, top-k 50, top-p 0.95) | $(kv tokens_per_s "$gs") tokens/s | greedy $gg tokens/s: sampled at $(pct "$(kv tokens_per_s "$gs")" "$gg")% |"$'\n'
+  done
+  gp1=$(grep "phase=decode .*seqs=1 " <<<"$GP")
+  GEN_ROWS+="| generation on the GPU, decode, 1 sequence, top-p 0.95 alone over flat logits (the sampler's whole-row path) | $(kv tokens_per_s "$gp1") tokens/s | greedy $(kv tokens_per_s "$(grep "phase=decode .*seqs=1 " <<<"$G")") tokens/s |"$'\n'
 fi
 
 # ---- the table ----------------------------------------------------------------------------

@@ -78,18 +78,20 @@ static const struct bench_cmd bench_cmds[] = {
      "feed-forward and attention). --dump writes the batches' ids, a JSON array of\n"
      "arrays per line, for bench/torch_encoder_bench.py. --length L makes every\n"
      "text L tokens instead (at most the model's limit).\n"},
-    {"generate", "btLMK", bench_generate,
+    {"generate", "btLMKm", bench_generate,
      "usage: kinfer bench generate -c FILE [--set K=V]... --model DIR [--batch 1,32,128]\n"
      "                             [--threads T] [--length P] [--steps S]\n"
+     "                             [--sampling TEMP,TOP_K,TOP_P]\n"
      "The decoder folder DIR alone on worker.backend (on the CPU with T threads):\n"
      "the memory bandwidth (the CPU's read bandwidth on T threads over a 1 GiB\n"
      "buffer; a GPU's peak as the device reports it) and the decode bound it sets\n"
      "(bandwidth / bytes of the weights as they are held, read once per step);\n"
      "prefill tokens/s of one P-token prompt (default 128), then per batch size B:\n"
      "B sequences each prefilled with P tokens, then S decode steps (default 64)\n"
-     "of one token per sequence (on CUDA picked greedily on the device); tokens/s\n"
-     "(all sequences together, the median of 3 runs) and the fraction of the\n"
-     "bound reached.\n"},
+     "of one token per sequence (on CUDA picked on the device: greedily, or with\n"
+     "--sampling's temperature, top-k (0: off) and top-p (1: off), each sequence\n"
+     "its own draws); tokens/s (all sequences together, the median of 3 runs) and\n"
+     "the fraction of the bound reached.\n"},
 };
 
 static const char bench_usage[] =
@@ -142,11 +144,12 @@ static int parse_opts(const struct bench_cmd *cmd, int argc, char **argv,
         {"length", required_argument, 0, 'L'},
         {"parallel", required_argument, 0, 'e'},
         {"model", required_argument, 0, 'M'},  {"steps", required_argument, 0, 'K'},
+        {"sampling", required_argument, 0, 'm'},
         {0, 0, 0, 0}};
     int ch;
     double v = 0;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "c:s:R:n:r:w:u:f:T:Nb:t:S:P:D:he:L:M:K:", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "c:s:R:n:r:w:u:f:T:Nb:t:S:P:D:he:L:M:K:m:", longs, NULL)) != -1) {
         if (ch == 'h') {
             fputs(cmd->usage, stdout);
             return 1;
@@ -177,6 +180,7 @@ static int parse_opts(const struct bench_cmd *cmd, int argc, char **argv,
         case 'L': bad = opt_num("length", optarg, 3, 65536, &v); o->length = (size_t)v; break;
         case 'M': o->model = optarg; break;
         case 'K': bad = opt_num("steps", optarg, 1, 65536, &v); o->steps = (size_t)v; break;
+        case 'm': o->sampling = optarg; break;
         }
         if (bad) return -1;
     }

@@ -44,6 +44,8 @@
 #define __forceinline__ inline
 #undef __shared__
 #define __shared__ static thread_local
+#undef __launch_bounds__
+#define __launch_bounds__(...)
 
 /* The running thread's coordinates, set by the scheduler at each switch. */
 extern thread_local uint3 emu_threadIdx, emu_blockIdx;
@@ -120,6 +122,32 @@ static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 3
     int lane = emu_lane(), in = lane & (width - 1);
     int src = in >= (int)delta ? lane - (int)delta : lane;
     return emu_shfl_t(mask, v, src, 64);
+}
+
+/* atomicAdd: a block's threads switch only at barriers and shuffles, and
+ * blocks run one at a time, so a plain read-modify-write is atomic here.
+ * The order of a block's adds is its threads' shuffled order, so a float
+ * sum taken this way differs between runs as it does on a device. */
+template <typename T, typename V>
+static inline T atomicAdd(T *p, V v)
+{
+    T old = *p;
+    *p = (T)(old + (T)v);
+    return old;
+}
+
+/* The warp's lanes in mask whose pred is set, one bit each (every lane
+ * of mask must call it, as with the shuffles it is made of). */
+static inline unsigned __ballot_sync(unsigned mask, int pred)
+{
+    unsigned v = pred ? 1u << (emu_lane() & 31) : 0u;
+    for (int o = 16; o > 0; o >>= 1) v |= __shfl_xor_sync(mask, v, o);
+    return v & mask;
+}
+
+static inline int __popc(unsigned x)
+{
+    return __builtin_popcount(x);
 }
 
 namespace emu {

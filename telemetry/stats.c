@@ -857,14 +857,18 @@ int stats_ready(const struct stats_snapshot *s, const char **reasons, size_t max
 }
 
 /* Loop names as they appear in /healthz, labels and watchdog messages;
- * executors are numbered because several may run. */
+ * executors and generator lanes are numbered because several may run. */
 const char *stats_loop_name(int loop, char *buf, size_t n)
 {
     switch (loop) {
     case STATS_LOOP_POLL: snprintf(buf, n, "poll"); break;
     case STATS_LOOP_SINK: snprintf(buf, n, "sink"); break;
     case STATS_LOOP_HEARTBEAT: snprintf(buf, n, "heartbeat"); break;
-    default: snprintf(buf, n, "executor-%d", loop - STATS_LOOP_EXEC); break;
+    default: {
+        int gen = loop >= STATS_LOOP_GEN;
+        snprintf(buf, n, "%s-%d", gen ? "generator" : "executor",
+                 loop - (gen ? STATS_LOOP_GEN : STATS_LOOP_EXEC));
+    }
     }
     return buf;
 }

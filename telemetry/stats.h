@@ -22,15 +22,18 @@ struct stats;
 
 /* The loops the watchdog watches. Each calls stats_alive() every time it
  * goes round (and while it waits on something slow but expected).
- * Executor i (0-based) is loop STATS_LOOP_EXEC + i, so one stuck executor
- * is not hidden by the others. */
+ * Executor i (0-based) is loop STATS_LOOP_EXEC + i and generator lane i
+ * (worker/genexec.c) loop STATS_LOOP_GEN + i, so one stuck thread is not
+ * hidden by the others. */
 #define STATS_MAX_EXECUTORS 64
+#define STATS_MAX_GENERATORS 16
 enum stats_loop {
     STATS_LOOP_POLL = 0,  /* the Kafka poll loop (worker_run's thread) */
     STATS_LOOP_SINK,      /* the sink */
     STATS_LOOP_HEARTBEAT, /* the heartbeat thread (heartbeat.c) */
     STATS_LOOP_EXEC,      /* executor 0; executor i is STATS_LOOP_EXEC + i */
-    STATS_N_LOOPS = STATS_LOOP_EXEC + STATS_MAX_EXECUTORS
+    STATS_LOOP_GEN = STATS_LOOP_EXEC + STATS_MAX_EXECUTORS, /* generator lane 0 */
+    STATS_N_LOOPS = STATS_LOOP_GEN + STATS_MAX_GENERATORS
 };
 
 /* How a job ended, the status label of kinfer_jobs_total. */

@@ -50,6 +50,21 @@ __global__ void half_warp_kernel(const int *x, int *out, int leave)
     if (lane == 0) *out = v;
 }
 
+// A histogram of x's values (0..bins-1) through shared-memory atomic
+// adds, many threads of several blocks adding to one bin between
+// barriers, then every block's counts added to out's.
+__global__ void histogram_kernel(const unsigned *x, size_t n, unsigned *out, unsigned bins)
+{
+    __shared__ unsigned h[64];
+    for (unsigned b = threadIdx.x; b < bins; b += blockDim.x) h[b] = 0;
+    __syncthreads();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        atomicAdd(&h[x[i]], 1u);
+    __syncthreads();
+    for (unsigned b = threadIdx.x; b < bins; b += blockDim.x) atomicAdd(&out[b], h[b]);
+}
+
 }  // namespace
 
 extern "C" cudaError_t emu_test_scale(cudaStream_t s, const float *x, float *y, size_t n)
@@ -75,5 +90,13 @@ extern "C" cudaError_t emu_test_half_warp(cudaStream_t s, const int *x, int *out
 extern "C" cudaError_t emu_test_bad_config(cudaStream_t s, float *y)
 {
     scale_kernel<<<1, 1025, 0, s>>>((const float *)y, y, (size_t)1, 1.0f, 0.0f);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t emu_test_histogram(cudaStream_t s, const unsigned *x, size_t n,
+                                          unsigned *out, unsigned bins)
+{
+    if (bins > 64) return cudaErrorInvalidValue;
+    histogram_kernel<<<4, kThreads, 0, s>>>(x, n, out, bins);
     return cudaGetLastError();
 }

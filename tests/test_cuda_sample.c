@@ -4,7 +4,11 @@
  * from 1 to past the vocabulary), top-p, min-p and their combinations,
  * over vocabularies of 1 to 50000 ids and up to 200 rows a call, in fp32,
  * fp16 and bf16 activations (the logits rounded to the type first, so
- * both samplers see the same values). Rows hold plain random logits,
+ * both samplers see the same values), and in each precision a call of
+ * rows whose top-k (above the kernel's 4096 candidates) or top-p alone
+ * over flat logits keeps more than the kernel's candidates, so its
+ * whole-row path runs too, and a call of the kernel's edges (edge_row).
+ * Rows hold plain random logits,
  * logits from a handful of values (many ties, -0 next to +0), NaN and
  * infinities among them, or nothing finite at all; a few rows of each
  * call ask for nothing (their neighbours must still be right).
@@ -45,6 +49,10 @@
 #define BORDER 1e-9
 #define LPTOL 1e-5
 #define HOST_BYTES (24u << 20)
+/* The kernel's candidates (gpu/cuda_sample.cu's kCand): rows whose top-k
+ * or top-p keeps more take its whole-row path, and a call of such rows
+ * runs in each precision. */
+#define WIDE_K 4096
 
 static const struct backend_ops *const B = &backend_cuda;
 static int have_device;
@@ -102,10 +110,10 @@ static size_t rnd(size_t lo, size_t hi)
 
 enum kind { PLAIN, TIES, HOLES, DOMINANT, NONE_FINITE, N_KINDS };
 
-static void fill_row(const struct env *e, float *x, size_t n, enum kind k)
+static void fill_row(const struct env *e, float *x, size_t n, enum kind k, int wide)
 {
     static const float vals[] = {-1.0f, -0.0f, 0.0f, 1.0f, 2.0f, 2.0f};
-    float spread = tu_randf(0.5f, 12.0f);
+    float spread = wide ? tu_randf(0.1f, 1.0f) : tu_randf(0.5f, 12.0f);
     for (size_t i = 0; i < n; i++) {
         switch (k) {
         case TIES: x[i] = vals[tu_rand64() % 6]; break;
@@ -124,14 +132,52 @@ static void fill_row(const struct env *e, float *x, size_t n, enum kind k)
     if (k == DOMINANT) x[rnd(0, n - 1)] = q(e, 40.0f);
 }
 
-static void random_params(struct gen_sampling *sp, size_t n)
+static void random_params(struct gen_sampling *sp, size_t n, int wide)
 {
     gen_sampling_defaults(sp);
+    if (wide) {
+        /* past the kernel's candidates: a top-k above WIDE_K, or top-p
+         * alone over flat logits (its nucleus thousands of tokens) */
+        sp->temperature = tu_randf(0.5f, 2.0f);
+        if (tu_rand64() % 2)
+            sp->top_k = (uint32_t)rnd(WIDE_K + 1, n);
+        else
+            sp->top_p = tu_randf(0.7f, 0.999f);
+        if (tu_rand64() % 3 == 0) sp->min_p = tu_randf(0.0f, 0.6f);
+        return;
+    }
     if (tu_rand64() % 4 == 0) return; /* greedy */
     sp->temperature = tu_randf(0.2f, 2.0f);
     if (tu_rand64() % 2) sp->top_k = (uint32_t)rnd(1, n + 5);
     if (tu_rand64() % 2) sp->top_p = tu_randf(0.05f, 1.0f);
     if (tu_rand64() % 3 == 0) sp->min_p = tu_randf(0.0f, 0.6f);
+}
+
+/* The kernel's edges, one per `which`: top-k at the candidates' count
+ * and one past it; an all-equal row whose top-p keeps fewer or more
+ * tokens than the candidates hold; few distinct values with top-p near 1 (the cut
+ * among ties at the last candidate's key); a row masked with -inf whose
+ * top-k lies between its finite count and its width (top-k off). */
+static void edge_row(const struct env *e, float *x, size_t n, struct gen_sampling *sp,
+                     unsigned which)
+{
+    gen_sampling_defaults(sp);
+    sp->temperature = tu_randf(0.5f, 2.0f);
+    if (which == 2) {
+        for (size_t i = 0; i < n; i++) x[i] = q(e, 0.25f);
+        sp->top_p = tu_rand64() % 2 ? 0.5f : 0.99f; /* within the candidates, or past them */
+        return;
+    }
+    fill_row(e, x, n, which == 3 ? TIES : PLAIN, which == 3);
+    if (which == 0) sp->top_k = WIDE_K;
+    if (which == 1) sp->top_k = WIDE_K + 1;
+    if (which == 3) sp->top_p = tu_randf(0.95f, 0.999f);
+    if (which == 4) {
+        size_t finite = n / 3;
+        for (size_t i = finite; i < n; i++) x[rnd(0, n - 1)] = -INFINITY;
+        sp->top_k = (uint32_t)(n - 1);
+        sp->top_p = tu_randf(0.5f, 0.99f);
+    }
 }
 
 /* 1 when the host's numbers put the row within BORDER of a boundary a
@@ -180,8 +226,9 @@ static int borderline(const float *x, size_t n, const struct gen_sampling *sp, d
     return near;
 }
 
-/* One call of rows rows of n logits (ld apart), against gen_sample. */
-static void one_call(struct env *e, size_t n, size_t rows, int pad)
+/* One call of rows rows of n logits (ld apart), against gen_sample:
+ * wide 0 the usual mix, 1 rows past the kernel's candidates, 2 its edges. */
+static void one_call(struct env *e, size_t n, size_t rows, int pad, int wide)
 {
     size_t ld = n + (pad ? rnd(0, 9) : 0);
     float *x = calloc(rows * ld, sizeof(float));
@@ -198,8 +245,13 @@ static void one_call(struct env *e, size_t n, size_t rows, int pad)
     assert_non_null(rng);
     for (size_t r = 0; r < rows; r++) {
         kinds[r] = tu_rand64() % 40 == 0 ? NONE_FINITE : (enum kind)(tu_rand64() % NONE_FINITE);
-        fill_row(e, x + r * ld, n, kinds[r]);
-        random_params(&sp[r], n);
+        if (wide == 2) {
+            kinds[r] = PLAIN;
+            edge_row(e, x + r * ld, n, &sp[r], (unsigned)(r % 5));
+        } else {
+            fill_row(e, x + r * ld, n, kinds[r], wide);
+            random_params(&sp[r], n, wide);
+        }
         gen_rng_seed(&rng[r], tu_rand64());
         struct gen_rng copy = rng[r];
         par[r] = (struct bk_sample_row){
@@ -273,9 +325,11 @@ static void test_sample(void **state)
         struct env *e = env_new(precs[pi]);
         static const size_t sizes[] = {1, 2, 3, 7, 31, 100, 257, 1000, 4099};
         for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
-            one_call(e, sizes[i], sizes[i] < 300 ? 200 : 24, (int)(i % 2));
-        for (int k = 0; k < 4; k++) one_call(e, rnd(1, 2000), rnd(1, 40), k % 2);
-        if (pi == 0) one_call(e, 50000, 6, 1);
+            one_call(e, sizes[i], sizes[i] < 300 ? 200 : 24, (int)(i % 2), 0);
+        for (int k = 0; k < 4; k++) one_call(e, rnd(1, 2000), rnd(1, 40), k % 2, 0);
+        one_call(e, rnd(WIDE_K + 2, 3 * WIDE_K), 16, (int)pi % 2, 1);
+        one_call(e, rnd(WIDE_K + 2, WIDE_K + 300), 20, (int)pi % 2, 2);
+        if (pi == 0) one_call(e, 50000, 6, 1, 0);
         /* boundaries must stay rare (BORDER is tight) */
         assert_true(e->borderline * 50 <= e->sampled + 50);
         assert_true(e->sampled > 0 && e->failed_rows > 0);

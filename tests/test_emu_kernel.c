@@ -3,7 +3,8 @@
  * by the host compiler: a grid-stride kernel over many blocks; a block
  * reduction through warp shuffles and shared memory, right with its
  * __syncthreads() and wrong without it under the shuffled thread order
- * (the proof that such a bug fails here); a half-warp shuffle with its
+ * (the proof that such a bug fails here); a histogram through atomic
+ * adds to shared and device memory; a half-warp shuffle with its
  * mask honoured; a kernel launch captured in a graph and replayed; a bad
  * launch configuration (a non-sticky error); and last a shuffle whose
  * mask names lanes that left, which hangs the block and fails the launch
@@ -31,6 +32,8 @@ cudaError_t emu_test_row_sum(cudaStream_t s, const float *x, size_t rows, size_t
                              int sync);
 cudaError_t emu_test_half_warp(cudaStream_t s, const int *x, int *out, int leave);
 cudaError_t emu_test_bad_config(cudaStream_t s, float *y);
+cudaError_t emu_test_histogram(cudaStream_t s, const unsigned *x, size_t n, unsigned *out,
+                               unsigned bins);
 void emu_kernel_seed(uint64_t seed);
 
 static void *dev(size_t bytes)
@@ -96,6 +99,32 @@ static void test_block_reduce(void **state)
     int wrong = row_sums(0, 20, 1000);
     fprintf(stderr, "test_emu_kernel: without __syncthreads, %d of 20 rows wrong\n", wrong);
     assert_true(wrong > 0);
+}
+
+/* Skewed values (half of them in bin 0) so that many threads add to one
+ * bin between barriers: every count must come out exact. */
+static void test_atomics(void **state)
+{
+    (void)state;
+    emu_rt_reset();
+    emu_kernel_seed(tu_rand64());
+    const size_t n = 20000;
+    const unsigned bins = 1 + (unsigned)(tu_rand64() % 64);
+    unsigned *h = malloc(n * sizeof(unsigned)), want[64] = {0}, got[64] = {0};
+    assert_non_null(h);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = tu_rand64() % 2 ? 0 : (unsigned)(tu_rand64() % bins);
+        want[h[i]]++;
+    }
+    unsigned *x = dev(n * sizeof(unsigned)), *out = dev(64 * sizeof(unsigned));
+    assert_int_equal(cudaMemcpy(x, h, n * sizeof(unsigned), cudaMemcpyHostToDevice), 0);
+    assert_int_equal(cudaMemset(out, 0, 64 * sizeof(unsigned)), 0);
+    assert_int_equal(emu_test_histogram(NULL, x, n, out, bins), cudaSuccess);
+    assert_int_equal(cudaMemcpy(got, out, sizeof(got), cudaMemcpyDeviceToHost), 0);
+    for (unsigned b = 0; b < bins; b++) assert_int_equal(got[b], want[b]);
+    cudaFree(x);
+    cudaFree(out);
+    free(h);
 }
 
 static void test_half_warp(void **state)
@@ -170,6 +199,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grid_stride),
         cmocka_unit_test(test_block_reduce),
+        cmocka_unit_test(test_atomics),
         cmocka_unit_test(test_half_warp),
         cmocka_unit_test(test_graph_and_config),
         cmocka_unit_test(test_hang),

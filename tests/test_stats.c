@@ -560,6 +560,7 @@ static void test_watchdog(void **state)
     stats_alive(st, STATS_LOOP_POLL);
     stats_alive(st, STATS_LOOP_SINK);
     stats_alive(st, STATS_LOOP_EXEC + 2);
+    stats_alive(st, STATS_LOOP_GEN + 1);
     int64_t now = clock_mono_us();
     struct stats_snapshot s;
     char *body;
@@ -574,6 +575,10 @@ static void test_watchdog(void **state)
     assert_int_equal(metrics_render_health(&s, &body, &len), 1);
     assert_non_null(strstr(body, "\"healthy\":true"));
     assert_non_null(strstr(body, "\"executor-2\":"));
+    /* a generator lane is a loop of its own, past every executor's */
+    assert_non_null(strstr(body, "\"generator-1\":"));
+    assert_true(s.loop_silence_s[STATS_LOOP_EXEC + STATS_MAX_EXECUTORS - 1] < 0);
+    assert_true(s.loop_silence_s[STATS_LOOP_GEN + 1] >= 1.0);
     assert_null(strstr(body, "\"heartbeat\":"));
     free(body);
     stats_snapshot_fini(&s);

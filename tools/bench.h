@@ -52,6 +52,7 @@ struct bench_opts {
                               generate: prompt tokens (0 = 128) */
     const char *model;     /* generate: the decoder folder */
     size_t steps;          /* generate: decode steps per run (0 = 64) */
+    const char *sampling;  /* generate: "T,K,P" (temperature, top-k, top-p) or NULL: greedy */
 };
 
 /* 1 if run can start every id of a run: 1..BENCH_RUN_MAX letters, digits,

@@ -11,7 +11,9 @@
  * bench/torch_decoder_bench.py's and bench/hf_generate_bench.py's, so the
  * sides run the same inputs. On the CPU the logits are not sampled (what
  * is measured is the model, not a sampler); on CUDA each decode step
- * picks greedily on the device, as the engine does there.
+ * picks on the device, as the engine does there: greedily, or with
+ * --sampling's temperature, top-k and top-p, each row's draw a fixed
+ * function of (sequence, step).
  *
  * Threads: the main thread, plus --threads readers while the bandwidth
  * is measured. Ownership: the decoder, runtime and workspaces are made
@@ -129,7 +131,41 @@ struct gen_set {
     const struct decoder_info *in;
     size_t prompt, steps;
     int overlap;               /* generation.overlap: decode steps chained */
+    float temperature, top_p;  /* --sampling; temperature 0: greedy */
+    uint32_t top_k;
 };
+
+/* A draw in [0, 1) for sequence i's step s (splitmix64 of the pair). */
+static double gen_draw(size_t i, size_t s)
+{
+    uint64_t z = (uint64_t)i * 0x9e3779b97f4a7c15ull + (uint64_t)s + 1;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* --sampling "TEMP,TOP_K,TOP_P" into g; 0, or -1 with the reason printed. */
+static int gen_sampling(const char *spec, struct gen_set *g)
+{
+    if (!spec) return 0;
+    char *end;
+    double t = strtod(spec, &end);
+    unsigned long k = 0;
+    double p = 0;
+    int ok = *end == ',';
+    if (ok) k = strtoul(end + 1, &end, 10), ok = *end == ',';
+    if (ok) p = strtod(end + 1, &end), ok = *end == '\0';
+    if (!ok || !(t > 0 && t <= 100) || k > 0x7fffffffu || !(p > 0 && p <= 1)) {
+        fprintf(stderr, "kinfer bench generate: --sampling '%s': TEMP,TOP_K,TOP_P with TEMP "
+                "in (0, 100], TOP_K 0 (off) or a count, TOP_P in (0, 1] (1: off)\n", spec);
+        return -1;
+    }
+    g->temperature = (float)t;
+    g->top_k = (uint32_t)k;
+    g->top_p = (float)p;
+    return 0;
+}
 
 /* A workspace for b sequences of prompt + steps tokens, prompts whole in
  * one step. */
@@ -157,13 +193,16 @@ static int gen_run(const struct gen_set *g, struct decoder_ws *ws, size_t b, siz
     int *seqs = malloc(b * sizeof(int));
     int32_t *ids = malloc(b * P * sizeof(int32_t));
     uint32_t *off = malloc((b + 1) * sizeof(uint32_t));
-    /* greedy picks on the device where the backend has a sampler */
+    /* picks on the device where the backend has a sampler */
     struct decoder_sample *rows = NULL;
     struct decoder_pick *picks = NULL;
     if (decoder_ws_samples(ws)) {
         rows = calloc(b, sizeof(*rows));
         picks = calloc(b, sizeof(*picks));
-        for (size_t i = 0; rows && i < b; i++) rows[i].on = 1;
+        for (size_t i = 0; rows && i < b; i++)
+            rows[i] = (struct decoder_sample){.temperature = g->temperature, .top_k = g->top_k,
+                                              .top_p = g->temperature > 0 ? g->top_p : 1.0f,
+                                              .on = 1};
     }
     const float *lg;
     int rc = seqs && ids && off && (!decoder_ws_samples(ws) || (rows && picks)) ? 0 : -1;
@@ -187,6 +226,7 @@ static int gen_run(const struct gen_set *g, struct decoder_ws *ws, size_t b, siz
         for (size_t i = 0; i < b; i++) {
             ids[i] = gen_id(i, P + s, V);
             off[i + 1] = (uint32_t)(i + 1);
+            if (rows) rows[i].u = gen_draw(i, s);
         }
         off[0] = 0;
         struct decoder_batch bt = {.n = b, .seqs = seqs, .ids = ids, .offsets = off};
@@ -243,7 +283,12 @@ int bench_generate(const struct kcfg *c, const struct bench_opts *o)
     }
     const struct decoder_info *in = decoder_info(d);
     struct gen_set g = {d, in, o->length ? o->length : 128, o->steps ? o->steps : 64,
-                        c->generation.overlap};
+                        c->generation.overlap, 0.0f, 1.0f, 0};
+    if (gen_sampling(o->sampling, &g) < 0) {
+        decoder_destroy(d);
+        model_runtime_destroy(rt);
+        return 1;
+    }
     const char *prec = model_runtime_precision(rt);
     int cpu = strcmp(model_runtime_backend(rt), "cpu") == 0;
     /* bytes per weight as held: the CPU keeps 16-bit files 16-bit in fp32
@@ -267,6 +312,10 @@ int bench_generate(const struct kcfg *c, const struct bench_opts *o)
            wbytes, wb, wbytes > 0 ? bw * 1e9 / wbytes : 0.0);
     fflush(stdout);
     int rc = 0;
+    char sampling[64] = "greedy";
+    if (g.temperature > 0)
+        snprintf(sampling, sizeof(sampling), "%g,%u,%g", (double)g.temperature, g.top_k,
+                 (double)g.top_p);
     /* prefill: one sequence, its whole prompt in one step */
     struct decoder_ws *ws = gen_ws(&g, 1);
     double best_pre = 0, pre, dec, gs;
@@ -299,7 +348,7 @@ int bench_generate(const struct kcfg *c, const struct bench_opts *o)
             share[r] = dec > 0 ? gs / dec : 0;
             gbs[r] = gs > 0 ? wbytes * (double)g.steps / gs / 1e9 : 0;
         }
-        int chained = g.overlap && decoder_ws_overlaps(ws);
+        int chained = g.overlap && decoder_ws_overlaps(ws), samples = decoder_ws_samples(ws);
         decoder_ws_destroy(ws);
         if (rc) break;
         /* the median run (by rate), its share of time in the GEMMs and
@@ -312,10 +361,10 @@ int bench_generate(const struct kcfg *c, const struct bench_opts *o)
         double bound = wbytes > 0 ? bw * 1e9 / wbytes * (double)b : 0;
         printf("generate: phase=decode threads=%d precision=%s seqs=%zu prompt=%zu steps=%zu "
                "tokens_per_s=%.1f steps_per_s=%.2f bound_tokens_per_s=%.1f bound_frac=%.3f "
-               "gemm_share=%.3f gemm_read_gbs=%.2f chained=%d device=\"%s\"\n", threads, prec, b,
-               g.prompt, g.steps, rate[med], rate[med] / (double)b, bound,
+               "gemm_share=%.3f gemm_read_gbs=%.2f chained=%d sampling=%s device=\"%s\"\n",
+               threads, prec, b, g.prompt, g.steps, rate[med], rate[med] / (double)b, bound,
                bound > 0 ? rate[med] / bound : 0.0, share[med], gbs[med], chained,
-               dev);
+               samples ? sampling : "none", dev);
         fflush(stdout);
     }
     decoder_destroy(d);

@@ -28,8 +28,10 @@
 #     test_decoder, test_gen_engine), the generation suite with every
 #     worker on the CUDA backend, and kinfer bench generate on a
 #     Llama-1B-shaped bf16 folder at 1, 32 and 256 sequences (overlap on,
-#     and one sequence with it off), with transformers' generate() on the
-#     same GPU when the machine's python3 has it.
+#     and one sequence with it off; sampled with temperature 0.7, top-k 50
+#     and top-p 0.95 at 1 and 256, and with top-p alone at 1), with
+#     transformers' generate() on the same GPU when the machine's python3
+#     has it.
 # STEPS="test_gpu demo" runs only the named steps. It stops nothing and
 # fails nothing: read the summary.
 set -u
@@ -142,6 +144,10 @@ generate() {
     --steps 64 --set worker.backend=cuda --set gpu.precision=bf16
   "$K" bench generate -c worker.cfg --model "$work/llama1b" --batch 1 --length 128 \
     --steps 64 --set worker.backend=cuda --set gpu.precision=bf16 --set generation.overlap=false
+  "$K" bench generate -c worker.cfg --model "$work/llama1b" --batch 1,256 --length 128 \
+    --steps 64 --set worker.backend=cuda --set gpu.precision=bf16 --sampling 0.7,50,0.95
+  "$K" bench generate -c worker.cfg --model "$work/llama1b" --batch 1 --length 128 \
+    --steps 64 --set worker.backend=cuda --set gpu.precision=bf16 --sampling 1,0,0.95
   if python3 -c 'import torch, transformers, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
       2>/dev/null; then
     python3 bench/hf_generate_bench.py "$work/llama1b" 128 64 1,32,256

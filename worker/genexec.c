@@ -23,9 +23,9 @@
 #include "../gen/engine.h"
 #include "rsink.h"
 
-/* The watchdog loop generator thread i reports as (the last executors':
- * batching.executors may reach them only near its maximum). */
-#define GENEXEC_LOOP(i) (STATS_LOOP_EXEC + STATS_MAX_EXECUTORS - 1 - (int)(i))
+/* The watchdog loop generator lane i reports as. */
+#define GENEXEC_LOOP(i) (STATS_LOOP_GEN + (int)(i))
+_Static_assert(GENEXEC_MAX_LANES <= STATS_MAX_GENERATORS, "a watchdog loop for every lane");
 
 /* One generator thread and its engines, on executor slot `slot` (its
  * device: slots go round the devices). */
@@ -371,7 +371,8 @@ static void lane_fini(struct lane *g)
     free(g->eng);
 }
 
-/* Starts lane g on slot: its engines are made on its thread. */
+/* Starts lane g on slot: its engines are made on its thread (lane_wait
+ * waits for them), so the lanes of several devices set up at once. */
 static int lane_start(struct lane *g, const struct genexec_conf *c, unsigned slot, char *errstr,
                       size_t errstr_size)
 {
@@ -396,6 +397,12 @@ static int lane_start(struct lane *g, const struct genexec_conf *c, unsigned slo
         return -1;
     }
     g->has_thr = 1;
+    return 0;
+}
+
+/* 0 once lane g's engines are made, or -1 with why. */
+static int lane_wait(struct lane *g, char *errstr, size_t errstr_size)
+{
     while (atomic_load(&g->ready) == 0) sleep_ms(1);
     if (atomic_load(&g->ready) < 0) {
         snprintf(errstr, errstr_size, "%s", g->err);
@@ -422,12 +429,15 @@ struct genexec *genexec_start(const struct genexec_conf *c, char *errstr, size_t
         free(x);
         return NULL;
     }
-    for (; x->n_lanes < lanes; x->n_lanes++)
-        if (lane_start(&x->lane[x->n_lanes], c, (unsigned)x->n_lanes, errstr, errstr_size) < 0) {
-            x->n_lanes++; /* stopped with the others */
-            genexec_stop(x);
-            return NULL;
-        }
+    int rc = 0;
+    for (; rc == 0 && x->n_lanes < lanes; x->n_lanes++)
+        rc = lane_start(&x->lane[x->n_lanes], c, (unsigned)x->n_lanes, errstr, errstr_size);
+    for (size_t i = 0; rc == 0 && i < x->n_lanes; i++)
+        rc = lane_wait(&x->lane[i], errstr, errstr_size);
+    if (rc < 0) { /* the lane that failed is stopped with the others */
+        genexec_stop(x);
+        return NULL;
+    }
     return x;
 }
 
