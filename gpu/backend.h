@@ -138,7 +138,8 @@ struct bk_attention {
 
 /* The paged key/value cache of one layer (device memory). Cached keys and
  * values are elements of the backend's cache type, kv_size bytes each:
- * float32 on the CPU; on CUDA the activation type (half or bfloat16 in
+ * on the CPU float32, or bfloat16 under worker.cpu_precision "bf16" (as
+ * its weights); on CUDA the activation type (half or bfloat16 in
  * fp16 and bf16, float32 in fp32 and tf32), as the activations were
  * before they were stored, so the cache costs no more than they do. k
  * and v are each [blocks, block_tokens, kv_heads, dh], so position slot

@@ -141,6 +141,13 @@ static size_t cpu_act_size(void *be)
     return sizeof(float);
 }
 
+/* The cache in bfloat16 under worker.cpu_precision "bf16" (as the
+ * weights), else float32. */
+static size_t cpu_kv_size(void *be)
+{
+    return ((struct cpu_be *)be)->bf16 ? sizeof(uint16_t) : sizeof(float);
+}
+
 /* ---- weights ------------------------------------------------------------- */
 
 /* 1 when every piece of an activation-type weight is a matrix of the
@@ -289,10 +296,12 @@ static const float *W(const struct bk_weight *w)
 
 static void *cpu_ctx_new(void *be, unsigned slot, char *errstr, size_t errstr_size)
 {
-    (void)be;
     (void)slot;
     struct cpu_ctx *c = calloc(1, sizeof(*c));
-    if (!c) snprintf(errstr, errstr_size, "out of memory");
+    if (!c)
+        snprintf(errstr, errstr_size, "out of memory");
+    else
+        c->kv16 = ((struct cpu_be *)be)->bf16;
     return c;
 }
 
@@ -304,6 +313,7 @@ static void cpu_ctx_free(void *cp)
     free(c->bufs);
     free(c->conv);
     free(c->amx);
+    free(c->kvrow);
     free(c);
 }
 
@@ -846,7 +856,7 @@ const struct backend_ops backend_cpu = {
     .device_stats = cpu_device_stats,
     .weight_copies = cpu_one,
     .act_size = cpu_act_size,
-    .kv_size = cpu_act_size,   /* the cache is float32, as the activations */
+    .kv_size = cpu_kv_size,
     .weight_new = cpu_weight_new,
     .weight_free = cpu_weight_free,
     .ctx_new = cpu_ctx_new,

@@ -6,7 +6,9 @@
  * 1110 tokens/s on two threads so, a prefill 1670 -> 2065); attention in
  * float32 (dot products in 16 lanes, cpu_vec.h's exp, the softmax's sum
  * in double), its (token, head) pairs split over cpu_mm.h's pool. The
- * cache, the block tables, positions and sequence ids are host memory
+ * cache holds float32, or bfloat16 under worker.cpu_precision "bf16"
+ * (keys rotated in float32, then rounded once; widened as they are
+ * read). The cache, the block tables, positions and sequence ids are host memory
  * here, so every index is checked before it is used and a bad one
  * refuses the call.
  *
@@ -15,11 +17,13 @@
 #include "backend_cpu_kv.h"
 #include "cpu_mm.h"
 #include "cpu_vec.h"
+#include "safetensors.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Attention runs in at most this many parts at once (each with its own
@@ -27,6 +31,7 @@
 #define KV_PARTS 8
 #define KV_GROUP 8 /* query heads of one cache head done together */
 #define KV_AHEAD 4 /* cache rows prefetched ahead */
+#define KV_WIDE 256 /* the longest bfloat16 head widened once for its query heads */
 
 __attribute__((format(printf, 2, 3)))
 static int kv_refuse(void *cp, const char *fmt, ...)
@@ -137,6 +142,25 @@ void cpu_rope_rows(float *x, size_t rows, size_t ld, size_t col, size_t heads, s
         }
 }
 
+/* n floats rounded to bfloat16 (to nearest, ties to even; a NaN stays a
+ * NaN), 16 at a time. */
+typedef uint32_t kv_w16v __attribute__((vector_size(64)));
+typedef uint16_t kv_h16v __attribute__((vector_size(32)));
+static void kv_round(uint16_t *dst, const float *src, size_t n)
+{
+    size_t e = 0;
+    for (; e + 16 <= n; e += 16) {
+        kv_w16v x;
+        memcpy(&x, src + e, sizeof(x));
+        kv_w16v nan = (x & 0x7fffffffu) > 0x7f800000u;
+        kv_w16v r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+        r = (nan & ((x >> 16) | 0x40u)) | (~nan & r);
+        kv_h16v h = __builtin_convertvector(r, kv_h16v);
+        memcpy(dst + e, &h, sizeof(h));
+    }
+    for (; e < n; e++) dst[e] = st_f32_to_bf16(src[e]);
+}
+
 int cpu_kv_store(void *cp, const struct bk_kv *kv, const void *kp, size_t ldk, const void *vp,
                  size_t ldv, const struct bk_seqs *s, const float *rope, size_t rope_n)
 {
@@ -146,18 +170,34 @@ int cpu_kv_store(void *cp, const struct bk_kv *kv, const void *kp, size_t ldk, c
     if (rope && (kv->dh % 2 || rope_n < kv->dh / 2))
         return kv_refuse(cp, "kv_store: %zu rotary frequencies for heads of %zu", rope_n,
                          kv->dh);
+    struct cpu_ctx *c = cp;
     size_t row = kv->kv_heads * kv->dh;
     const float *k = kp, *v = vp;
-    float *K = kv->k, *V = kv->v;
+    if (c->kv16 && c->kvrow_n < row) {
+        float *p = realloc(c->kvrow, row * sizeof(float));
+        if (!p) return kv_refuse(cp, "kv_store: out of memory for a row of %zu", row);
+        c->kvrow = p;
+        c->kvrow_n = row;
+    }
     for (size_t t = 0; t < s->tokens; t++) {
         long slot = kv_slot(kv, s->seq[t], s->pos[t]);
         if (slot < 0)
             return kv_refuse(cp, "kv_store: token %zu (sequence %u, position %u) has no block",
                              t, s->seq[t], s->pos[t]);
-        memcpy(K + (size_t)slot * row, k + t * ldk, row * sizeof(float));
-        memcpy(V + (size_t)slot * row, v + t * ldv, row * sizeof(float));
-        if (rope) cpu_rope_rows(K + (size_t)slot * row, 1, row, 0, kv->kv_heads, kv->dh,
-                                &s->pos[t], rope);
+        size_t at = (size_t)slot * row;
+        if (!c->kv16) {
+            float *K = kv->k, *V = kv->v;
+            memcpy(K + at, k + t * ldk, row * sizeof(float));
+            memcpy(V + at, v + t * ldv, row * sizeof(float));
+            if (rope) cpu_rope_rows(K + at, 1, row, 0, kv->kv_heads, kv->dh, &s->pos[t], rope);
+            continue;
+        }
+        /* bfloat16: the key rotated in float32, then each value rounded once */
+        uint16_t *K = kv->k, *V = kv->v;
+        memcpy(c->kvrow, k + t * ldk, row * sizeof(float));
+        if (rope) cpu_rope_rows(c->kvrow, 1, row, 0, kv->kv_heads, kv->dh, &s->pos[t], rope);
+        kv_round(K + at, c->kvrow, row);
+        kv_round(V + at, v + t * ldv, row);
     }
     return 0;
 }
@@ -175,21 +215,51 @@ size_t cpu_paged_attention_scratch(void *be, size_t max_tokens, size_t max_ctx, 
 struct kv_att {
     const struct bk_paged_attention *a;
     size_t items;            /* tokens x cache heads */
+    int kv16;                /* the cache in bfloat16 */
 };
 
 #pragma GCC diagnostic ignored "-Wpsabi"
 typedef float kv_v16 __attribute__((vector_size(64)));
 typedef int kv_i16 __attribute__((vector_size(64)));
+typedef uint16_t kv_h16 __attribute__((vector_size(32)));
+typedef uint32_t kv_u16 __attribute__((vector_size(64)));
 
-static inline __attribute__((always_inline)) float kv_dot(const float *x, const float *y, size_t n)
+/* 16 cache values from p as floats: float32 (h 0) or bfloat16 (h 1, the
+ * high half of a float32). */
+static inline __attribute__((always_inline)) kv_v16 kv_load(const void *p, size_t e, int h)
+{
+    kv_v16 r;
+    if (!h) {
+        memcpy(&r, (const float *)p + e, sizeof(r));
+    } else {
+        kv_h16 b;
+        memcpy(&b, (const uint16_t *)p + e, sizeof(b));
+        kv_u16 w = __builtin_convertvector(b, kv_u16) << 16;
+        memcpy(&r, &w, sizeof(r));
+    }
+    return r;
+}
+
+/* One cache value from p as a float. */
+static inline __attribute__((always_inline)) float kv_at(const void *p, size_t e, int h)
+{
+    if (!h) return ((const float *)p)[e];
+    uint32_t w = (uint32_t)((const uint16_t *)p)[e] << 16;
+    float f;
+    memcpy(&f, &w, sizeof(f));
+    return f;
+}
+
+/* x . y over n values, y a cache row (h as kv_load). */
+static inline __attribute__((always_inline)) float kv_dot(const float *x, const void *y, size_t n,
+                                                          int h)
 {
     kv_v16 acc = {0};
     size_t e = 0;
     for (; e + 16 <= n; e += 16) {
-        kv_v16 a, b;
+        kv_v16 a;
         memcpy(&a, x + e, sizeof(a));
-        memcpy(&b, y + e, sizeof(b));
-        acc += a * b;
+        acc += a * kv_load(y, e, h);
     }
     /* lanes added pairwise, 8 apart, then 4, 2, 1 */
     acc += __builtin_shuffle(acc, (kv_i16){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
@@ -197,37 +267,42 @@ static inline __attribute__((always_inline)) float kv_dot(const float *x, const 
     acc += __builtin_shuffle(acc, (kv_i16){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
     acc += __builtin_shuffle(acc, (kv_i16){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
     float s = acc[0];
-    for (; e < n; e++) s += x[e] * y[e];
+    for (; e < n; e++) s += x[e] * kv_at(y, e, h);
     return s;
 }
 
-/* The cache lines of n floats from p, asked for ahead of their use
- * (rows of scattered blocks defeat the hardware's prefetchers). */
-static inline __attribute__((always_inline)) void kv_prefetch(const float *p, size_t n)
-{
-    for (size_t e = 0; e < n; e += 16) __builtin_prefetch(p + e);
-}
-
-/* o[e] += p v[e], n values. */
-static inline __attribute__((always_inline)) void kv_axpy(float *o, float p, const float *v,
-                                                          size_t n)
+/* n bfloat16 cache values from p into dst as floats. */
+static inline __attribute__((always_inline)) void kv_widen(float *dst, const void *p, size_t n)
 {
     size_t e = 0;
     for (; e + 16 <= n; e += 16) {
-        kv_v16 a, b;
-        memcpy(&a, o + e, sizeof(a));
-        memcpy(&b, v + e, sizeof(b));
-        a += p * b;
-        memcpy(o + e, &a, sizeof(a));
+        kv_v16 r = kv_load(p, e, 1);
+        memcpy(dst + e, &r, sizeof(r));
     }
-    for (; e < n; e++) o[e] += p * v[e];
+    for (; e < n; e++) dst[e] = kv_at(p, e, 1);
 }
 
-/* Part `part` of the (token, cache head) pairs: the slots of the
- * token's positions (checked by the caller), then for up to KV_GROUP of
- * the query heads reading that cache head at once (each key and value
- * row loaded once for all of them): the scores, softmax shifted by their
- * max (cpuv_exp), the weighted sum of the values. */
+/* The cache lines of n bytes from p, asked for ahead of their use
+ * (rows of scattered blocks defeat the hardware's prefetchers). */
+static inline __attribute__((always_inline)) void kv_prefetch(const void *p, size_t n)
+{
+    for (size_t e = 0; e < n; e += 64) __builtin_prefetch((const char *)p + e);
+}
+
+/* o[e] += p v[e], n values, v a cache row (h as kv_load). */
+static inline __attribute__((always_inline)) void kv_axpy(float *o, float p, const void *v,
+                                                          size_t n, int h)
+{
+    size_t e = 0;
+    for (; e + 16 <= n; e += 16) {
+        kv_v16 a;
+        memcpy(&a, o + e, sizeof(a));
+        a += p * kv_load(v, e, h);
+        memcpy(o + e, &a, sizeof(a));
+    }
+    for (; e < n; e++) o[e] += p * kv_at(v, e, h);
+}
+
 /* One clone per instruction set, chosen at load time, except under
  * ThreadSanitizer, which instruments the clones' resolver and crashes in
  * it (it runs before the sanitizer starts). */
@@ -236,10 +311,15 @@ static inline __attribute__((always_inline)) void kv_axpy(float *o, float p, con
 #else
 #define KV_CLONES __attribute__((target_clones("avx512f", "default")))
 #endif
-KV_CLONES
-static void kv_att_part(void *arg, size_t part, size_t parts)
+/* Part `part` of the (token, cache head) pairs: the slots of the
+ * token's positions (checked by the caller), then for up to KV_GROUP of
+ * the query heads reading that cache head at once (each key and value
+ * row loaded once for all of them): the scores, softmax shifted by their
+ * max (cpuv_exp), the weighted sum of the values. */
+static inline __attribute__((always_inline)) void kv_att_run(const struct kv_att *w,
+                                                              size_t part, size_t parts,
+                                                              const int h)
 {
-    const struct kv_att *w = arg;
     const struct bk_paged_attention *a = w->a;
     const struct bk_kv *kv = a->kv;
     const struct bk_seqs *s = a->s;
@@ -247,7 +327,9 @@ static void kv_att_part(void *arg, size_t part, size_t parts)
     size_t ctx = a->max_ctx ? a->max_ctx : 1;
     float *sc = (float *)a->scratch + part * ctx * (KV_GROUP + 1);
     uint32_t *slot = (uint32_t *)(sc + ctx * KV_GROUP);
-    const float *K = kv->k, *V = kv->v;
+    const size_t es = h ? sizeof(uint16_t) : sizeof(float), rb = row * es;
+    const char *K = kv->k, *V = kv->v;
+    _Alignas(64) float wide[KV_WIDE];
     size_t i0 = w->items * part / parts, i1 = w->items * (part + 1) / parts, cur = SIZE_MAX;
     for (size_t it = i0; it < i1; it++) {
         size_t t = it / kv->kv_heads, g = it % kv->kv_heads;
@@ -259,10 +341,16 @@ static void kv_att_part(void *arg, size_t part, size_t parts)
         for (size_t h0 = g * group; h0 < (g + 1) * group; h0 += KV_GROUP) {
             size_t nh = (g + 1) * group - h0 < KV_GROUP ? (g + 1) * group - h0 : KV_GROUP;
             const float *q = (const float *)a->q + t * a->ldq + h0 * dh;
+            /* a bfloat16 row read by several heads is widened once */
+            const int once = h && nh > 1 && dh <= KV_WIDE;
             for (uint32_t j = 0; j < n; j++) {
-                const float *kr = K + (size_t)slot[j] * row + g * dh;
-                if (j + KV_AHEAD < n) kv_prefetch(K + (size_t)slot[j + KV_AHEAD] * row + g * dh, dh);
-                for (size_t x = 0; x < nh; x++) sc[x * ctx + j] = kv_dot(q + x * dh, kr, dh);
+                const char *kr = K + (size_t)slot[j] * rb + g * dh * es;
+                if (j + KV_AHEAD < n)
+                    kv_prefetch(K + (size_t)slot[j + KV_AHEAD] * rb + g * dh * es, dh * es);
+                if (once) kv_widen(wide, kr, dh);
+                for (size_t x = 0; x < nh; x++)
+                    sc[x * ctx + j] = once ? kv_dot(q + x * dh, wide, dh, 0)
+                                           : kv_dot(q + x * dh, kr, dh, h);
             }
             float inv[KV_GROUP];
             for (size_t x = 0; x < nh; x++) {
@@ -280,13 +368,31 @@ static void kv_att_part(void *arg, size_t part, size_t parts)
             float *o = (float *)a->out + t * a->ldo + h0 * dh;
             for (size_t x = 0; x < nh; x++) memset(o + x * dh, 0, dh * sizeof(float));
             for (uint32_t j = 0; j < n; j++) {
-                const float *vr = V + (size_t)slot[j] * row + g * dh;
-                if (j + KV_AHEAD < n) kv_prefetch(V + (size_t)slot[j + KV_AHEAD] * row + g * dh, dh);
-                for (size_t x = 0; x < nh; x++)
-                    kv_axpy(o + x * dh, sc[x * ctx + j] * inv[x], vr, dh);
+                const char *vr = V + (size_t)slot[j] * rb + g * dh * es;
+                if (j + KV_AHEAD < n)
+                    kv_prefetch(V + (size_t)slot[j + KV_AHEAD] * rb + g * dh * es, dh * es);
+                if (once) kv_widen(wide, vr, dh);
+                for (size_t x = 0; x < nh; x++) {
+                    if (once)
+                        kv_axpy(o + x * dh, sc[x * ctx + j] * inv[x], wide, dh, 0);
+                    else
+                        kv_axpy(o + x * dh, sc[x * ctx + j] * inv[x], vr, dh, h);
+                }
             }
         }
     }
+}
+
+/* kv_att_run with the cache's type a constant, so each loop is compiled
+ * for it. */
+KV_CLONES
+static void kv_att_part(void *arg, size_t part, size_t parts)
+{
+    const struct kv_att *w = arg;
+    if (w->kv16)
+        kv_att_run(w, part, parts, 1);
+    else
+        kv_att_run(w, part, parts, 0);
 }
 
 /* Every token's positions are checked against its table first; then the
@@ -310,7 +416,7 @@ int cpu_paged_attention(void *cp, const struct bk_paged_attention *a)
                 return kv_refuse(cp, "paged attention: sequence %u has no block for position %u",
                                  seq, j);
     }
-    struct kv_att w = {a, s->tokens * kv->kv_heads};
+    struct kv_att w = {a, s->tokens * kv->kv_heads, ((struct cpu_ctx *)cp)->kv16};
     if (w.items) cpu_par(kv_att_part, &w, w.items < KV_PARTS ? w.items : KV_PARTS);
     return 0;
 }

@@ -22,6 +22,11 @@ struct cpu_ctx {
     void *amx;       /* bfloat16 rows of A for cpu_amx_mm (64-byte aligned, grown
                         on first need, freed with the context) */
     size_t amx_n;    /* bytes at amx */
+    int kv16;        /* the key/value cache in bfloat16 (worker.cpu_precision
+                        "bf16"), else float32 */
+    float *kvrow;    /* kv_store's key row before it is rounded (grown on first
+                        need, freed with the context) */
+    size_t kvrow_n;  /* floats at kvrow */
     char err[256];
 };
 

@@ -20,7 +20,10 @@
  *   with strided q and output, equals softmax(scale q k^T) v over
  *   positions 0 .. pos of the dense reference;
  * - both refuse a position their table does not cover.
- * Tolerance: 2e-5 relative to the output's largest magnitude (at least 1). */
+ * - the same with the cache in bfloat16 (worker.cpu_precision "bf16"):
+ *   each value stored rounded once (a key after its rotation in float32).
+ * Tolerance: 2e-5 relative to the output's largest magnitude (at least 1);
+ * 1e-2 with the bfloat16 cache. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -35,9 +38,14 @@
 #include "../gpu/backend.h"
 #include "../gpu/cpu_mm.h"
 #include "../gpu/kvcache.h"
+#include "../gpu/safetensors.h"
 #include "testutil.h"
 
 #define TOL 2e-5
+/* With the cache in bfloat16 (worker.cpu_precision "bf16"): each cached
+ * value is off by at most 2^-9 of itself, so outputs (averages of values
+ * of at most 1) by at most about 4e-3. */
+#define TOL16 1e-2
 
 static size_t irand(size_t lo, size_t hi)
 {
@@ -52,13 +60,15 @@ static float *rnd(size_t n)
     return p;
 }
 
+static double tol = TOL; /* TOL16 while the cache is bfloat16 */
+
 static double check(const char *what, const float *got, const double *ref, size_t n)
 {
     double scale = 1.0, worst = 0;
     for (size_t i = 0; i < n; i++)
         if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
     for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)got[i] - ref[i]) / (TOL * scale);
+        double e = fabs((double)got[i] - ref[i]) / (tol * scale);
         if (!(e <= 1.0))
             fail_msg("%s: element %zu is %.9g, reference %.9g", what, i, (double)got[i],
                      ref[i]);
@@ -70,18 +80,34 @@ static double check(const char *what, const float *got, const double *ref, size_
 struct dev {
     const struct backend_ops *o;
     void *be, *c;
+    int kv16; /* the cache in bfloat16 */
 };
 
-static void dev_open(struct dev *d)
+static void dev_open(struct dev *d, int bf16)
 {
     struct model_runtime_conf conf;
     model_runtime_conf_defaults(&conf);
+    conf.cpu_precision = bf16 ? MODEL_BF16 : MODEL_FP32;
     char desc[400], err[300];
     d->o = &backend_cpu;
     d->be = d->o->open(&conf, desc, sizeof(desc), err, sizeof(err));
     if (!d->be) fail_msg("open: %s", err);
     d->c = d->o->ctx_new(d->be, 0, err, sizeof(err));
     if (!d->c) fail_msg("ctx_new: %s", err);
+    d->kv16 = d->o->kv_size(d->be) == 2;
+    assert_int_equal(d->o->kv_size(d->be), bf16 ? 2 : 4);
+}
+
+/* Cache element e (either type) as a float. */
+static float cache_at(const struct dev *d, const void *p, size_t e)
+{
+    return d->kv16 ? st_bf16_to_f32(((const uint16_t *)p)[e]) : ((const float *)p)[e];
+}
+
+/* x as the cache holds it. */
+static float cached(const struct dev *d, float x)
+{
+    return d->kv16 ? st_bf16_to_f32(st_f32_to_bf16(x)) : x;
 }
 
 static void dev_close(struct dev *d)
@@ -102,7 +128,7 @@ static void test_swiglu(void **state)
 {
     (void)state;
     struct dev d;
-    dev_open(&d);
+    dev_open(&d, 0);
     for (int round = 0; round < 7; round++) {
         /* the last two: enough rows for the pool, on two threads */
         size_t rows = round < 5 ? irand(1, 9) : irand(30, 60);
@@ -188,9 +214,15 @@ static void paged_case(struct dev *d, int round)
         Kr[i] = tu_cached_keys(Kd[i], past[i] + k[i], row, kvh, dh, use_rope ? f : NULL);
         assert_non_null(Kr[i]);
     }
-    size_t cache_floats = blocks * bt * row;
-    float *Kc = dev_put(d, NULL, cache_floats * 4), *Vc = dev_put(d, NULL, cache_floats * 4);
-    for (size_t e = 0; e < cache_floats; e++) Kc[e] = Vc[e] = NAN; /* unwritten slots poison */
+    size_t cache_floats = blocks * bt * row, es = d->kv16 ? 2 : 4;
+    void *Kc = dev_put(d, NULL, cache_floats * es), *Vc = dev_put(d, NULL, cache_floats * es);
+    for (size_t e = 0; e < cache_floats; e++) { /* unwritten slots poison */
+        if (d->kv16) {
+            ((uint16_t *)Kc)[e] = ((uint16_t *)Vc)[e] = st_f32_to_bf16(NAN);
+        } else {
+            ((float *)Kc)[e] = ((float *)Vc)[e] = NAN;
+        }
+    }
     struct bk_kv cache = {.k = Kc, .v = Vc, .blocks = blocks, .block_tokens = bt,
                           .kv_heads = kvh, .dh = dh, .table_w = width};
     cache.tables = dev_put(d, tables, n * width * sizeof(uint32_t));
@@ -218,16 +250,26 @@ static void paged_case(struct dev *d, int round)
         if (T) assert_int_equal(d->o->kv_store(d->c, &cache, dk, ldx, dv, ldx, &s, fw), 0);
         free(seq), free(pos), free(x);
     }
-    /* every position's slot holds its key and value */
+    /* every position's slot holds its key and value (as the cache's type
+     * holds them: exactly, rounded once) */
+    float *kg = malloc(row * sizeof(float));
+    assert_non_null(kg);
     for (size_t i = 0; i < n; i++)
         for (size_t p = 0; p < past[i] + k[i]; p++) {
             size_t slot = (size_t)tables[i * width + p / bt] * bt + p % bt;
-            if (use_rope)
-                check("kv_store with rope", Kc + slot * row, Kr[i] + p * row, row);
-            else
-                assert_memory_equal(Kc + slot * row, Kd[i] + p * row, row * 4);
-            assert_memory_equal(Vc + slot * row, Vd[i] + p * row, row * 4);
+            for (size_t e = 0; e < row; e++) {
+                kg[e] = cache_at(d, Kc, slot * row + e);
+                float vg = cache_at(d, Vc, slot * row + e), vw = cached(d, Vd[i][p * row + e]);
+                if (memcmp(&vg, &vw, sizeof(vg)))
+                    fail_msg("kv_store: value %zu of position %zu is %.9g, want %.9g", e, p,
+                             (double)vg, (double)vw);
+                if (!use_rope && kg[e] != cached(d, Kd[i][p * row + e]))
+                    fail_msg("kv_store: key %zu of position %zu is %.9g, want %.9g", e, p,
+                             (double)kg[e], (double)cached(d, Kd[i][p * row + e]));
+            }
+            if (use_rope) check("kv_store with rope", kg, Kr[i] + p * row, row);
         }
+    free(kg);
     /* attention of the new tokens */
     size_t ldq = heads * dh + irand(0, 3), ldo = heads * dh + irand(0, 3), T = total_new;
     float *q = rnd(T * ldq);
@@ -304,8 +346,21 @@ static void test_paged(void **state)
 {
     (void)state;
     struct dev d;
-    dev_open(&d);
+    dev_open(&d, 0);
     for (int round = 0; round < 40; round++) paged_case(&d, round);
+    dev_close(&d);
+}
+
+/* The same with the cache in bfloat16 (worker.cpu_precision "bf16"),
+ * against the same float64 reference within TOL16. */
+static void test_paged_bf16(void **state)
+{
+    (void)state;
+    struct dev d;
+    dev_open(&d, 1);
+    tol = TOL16;
+    for (int round = 0; round < 40; round++) paged_case(&d, round);
+    tol = TOL;
     dev_close(&d);
 }
 
@@ -315,6 +370,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_paged),
+        cmocka_unit_test(test_paged_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
