@@ -19,6 +19,13 @@
 // streams; no state.
 #include "cuda_common.cuh"
 
+extern "C" {
+#include "plan.h"
+}
+static_assert(KC_SPLIT_ROWS == PLAN_SPLIT_ROWS && KC_SPLIT_MAX == PLAN_SPLIT_MAX &&
+                  KC_SPLIT_CHUNK == PLAN_SPLIT_CHUNK,
+              "the split's sizes are gpu/plan.h's");
+
 #include <math.h>
 #include <stdint.h>
 
@@ -699,49 +706,32 @@ extern "C" cudaError_t kc_paged_attention(cudaStream_t s, enum kc_type t, const 
         block_tokens == 0 || table_w == 0 || heads != kv_heads * group || max_ctx == 0 ||
         lone > tokens || (seqs && lone > seqs))
         return cudaErrorInvalidValue;
-    /* parts of at least KC_SPLIT_CHUNK positions (whole tiles), at most
-     * KC_SPLIT_MAX of them: all fixed by the sizes, so a graph may
-     * record them */
-    size_t chunk = (max_ctx + KC_SPLIT_MAX - 1) / KC_SPLIT_MAX;
-    chunk = chunk < KC_SPLIT_CHUNK ? KC_SPLIT_CHUNK : (chunk + kThreads - 1) / kThreads * kThreads;
-    size_t parts = (max_ctx + chunk - 1) / chunk;
-    int split = scratch && grid <= KC_SPLIT_ROWS && parts > 1;
-    /* enough tokens for two tiles of the prefill kernel, and a tile's
-     * worth a sequence on average (by the sizes alone, like the split): it
-     * reads each key and value once for a tile of rows, but walks a tile's
-     * sequences one after the other, so a step of mostly lone tokens
-     * (decode) keeps a block per row. A step whose lone tokens lead it
-     * (decode tokens packed before prompt chunks) is judged on the tokens
-     * after them; when those take the prefill kernel, the lone ones keep
-     * a block per row (apart), so that no block walks a tile of decode
-     * tokens' contexts while the step waits for it. Not at a tile of one
-     * token, which walks nothing. Both kernels give a row the same bits. */
-    size_t tile = kc_paged_prefill_tokens(group), rest = tokens - lone;
-    int whole = !split && tokens >= 2 * tile && (seqs == 0 || tokens >= seqs * tile);
-    int apart = !split && lone && tile > 1 && rest >= 2 * tile &&
-                (seqs == 0 || rest >= (seqs - lone) * tile);
-    size_t rows = apart ? lone * heads : whole ? 0 : grid; /* the one-row kernel's */
-    if (rows) {
+    /* which kernel takes which tokens: gpu/plan.h says the rule */
+    struct plan_paged pl;
+    plan_paged_attention(tokens, heads, kc_paged_prefill_tokens(group), kThreads, max_ctx,
+                         scratch != NULL, seqs, lone, &pl);
+    if (pl.one_rows) {
+        const size_t rows = pl.one_rows, parts = pl.parts, chunk = pl.chunk;
         cudaError_t rc = with_type(t, [&](auto *p) {
             using T = KC_T(p);
-            if (!split) {
+            if (parts == 1) {
                 paged_attn_kernel<<<(unsigned)rows, kThreads, 0, s>>>(
                     (const T *)q, ldq, heads, group, scale, (const T *)K, (const T *)V, seq,
                     pos, tables, table_w, block_tokens, blocks, kv_heads * dh, dh, max_ctx,
                     (T *)out, ldo);
                 return;
             }
-            paged_attn_part_kernel<<<(unsigned)(grid * parts), kThreads, 0, s>>>(
+            paged_attn_part_kernel<<<(unsigned)(rows * parts), kThreads, 0, s>>>(
                 (const T *)q, ldq, heads, group, scale, (const T *)K, (const T *)V, seq, pos,
                 tables, table_w, block_tokens, blocks, kv_heads * dh, dh, max_ctx, parts,
                 chunk, scratch);
-            paged_attn_combine_kernel<<<(unsigned)grid, kThreads, 0, s>>>(
+            paged_attn_combine_kernel<<<(unsigned)rows, kThreads, 0, s>>>(
                 scratch, heads, dh, parts, (T *)out, ldo);
         });
-        if (rc != cudaSuccess || !apart) return rc;
+        if (rc != cudaSuccess || pl.skip == tokens) return rc;
     }
     static_assert(sizeof(__half) == 2 && sizeof(__nv_bfloat16) == 2, "16-bit activations");
-    size_t skip = apart ? lone : 0, es = t == KC_F32 ? sizeof(float) : 2;
+    size_t skip = pl.skip, es = t == KC_F32 ? sizeof(float) : 2;
     return kc_paged_prefill(s, t, (const char *)q + skip * ldq * es, ldq, tokens - skip, heads,
                             group, scale, K, V, seq + skip, pos + skip, tables, table_w,
                             block_tokens, blocks, kv_heads, dh, max_ctx,

@@ -134,20 +134,21 @@ cudaError_t kc_pool(cudaStream_t s, enum kc_type t, const void *x, const uint32_
                     size_t n, size_t w, enum kc_pool mode, void *y, int y_f32);
 
 /* ---- the paged key/value cache ----------------------------------------
- * The cache is float32: K and V each hold `blocks` blocks of block_tokens
- * rows of row (kv_heads x dh) floats; tables (device memory) gives each
+ * The cache is of the activations' type t: K and V each hold `blocks`
+ * blocks of block_tokens rows of row (kv_heads x dh) values; tables
+ * (device memory) gives each
  * sequence's table_w block ids, sequence i's row at i x table_w. A token
  * t of a packed step (seq[t], pos[t]: device memory) lives in block
  * tables[seq[t] table_w + pos[t] / block_tokens], row pos[t] %
  * block_tokens. */
 
 /* Stores each of tokens tokens' key and value rows (k + t ldk, v + t ldv,
- * row values of the activations' type) in its slot of K and V, also of
- * the activations' type; with inv_freq (dh / 2 floats, device memory)
- * each key head of dh is rotated to its position as kc_rope rotates, in
- * float32, then rounded to the type once. A token whose position falls outside its
- * table or whose block id is not below blocks is not stored (the
- * attention then answers NaN for it). */
+ * row values of the activations' type) in its slot of K and V; with
+ * inv_freq (dh / 2 floats, device memory) each key head of dh is rotated
+ * to its position as kc_rope rotates, in float32, then rounded to the
+ * type once. A token whose position falls outside its table or whose
+ * block id is not below blocks is not stored (the attention then answers
+ * NaN for it). */
 cudaError_t kc_kv_store(cudaStream_t s, enum kc_type t, void *K, void *V, const void *k,
                         size_t ldk, const void *v, size_t ldv, const uint32_t *seq,
                         const uint32_t *pos, size_t tokens, const uint32_t *tables,
@@ -167,10 +168,11 @@ cudaError_t kc_kv_store(cudaStream_t s, enum kc_type t, void *K, void *V, const 
  * first lone tokens (at most tokens and seqs; 0: not known) are each a
  * sequence of their own: when the tokens and sequences after them meet
  * that rule (and a tile is more than one token), those take the tiled
- * kernel and the lone tokens keep one block per (token, head); else the
- * rule is judged on the whole step. dh is at most KC_PAGED_MAX_DH. A position at or past
- * max_ctx, or one whose block the table does not hold, gives NaN rows
- * (the runtime never passes one).
+ * kernel and the lone tokens the one-row walk (split as below when they
+ * are few); else the rule is judged on the whole step. gpu/plan.h's
+ * plan_paged_attention makes these choices. dh is at most
+ * KC_PAGED_MAX_DH. A position at or past max_ctx, or one whose block the
+ * table does not hold, gives NaN rows (the runtime never passes one).
  *
  * Few (token, head) rows (at most KC_SPLIT_ROWS: a decode step of few
  * sequences, which would leave most of the device idle) over a max_ctx

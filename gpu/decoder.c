@@ -267,6 +267,12 @@ void decoder_ws_destroy(struct decoder_ws *ws)
     free(ws);
 }
 
+size_t decoder_kv_block_bytes(const struct decoder *d, size_t block_tokens)
+{
+    return d->info.layers * 2 * block_tokens * d->info.kv_heads * d->info.head_dim *
+           d->rt.ops->kv_size(d->rt.be);
+}
+
 struct decoder_ws *decoder_ws_new(const struct decoder *d, unsigned slot,
                                   const struct decoder_ws_conf *conf, char *errstr,
                                   size_t errstr_size)
@@ -285,7 +291,7 @@ struct decoder_ws *decoder_ws_new(const struct decoder *d, unsigned slot,
         return NULL;
     }
     size_t es = o->kv_size(d->rt.be); /* a cached key or value element */
-    size_t block_bytes = d->info.layers * 2 * c.block_tokens * row * es;
+    size_t block_bytes = decoder_kv_block_bytes(d, c.block_tokens);
     size_t blocks = kvcache_blocks_for_budget(c.kv_bytes, block_bytes);
     struct decoder_ws *ws = calloc(1, sizeof(*ws));
     if (!ws) goto oom;

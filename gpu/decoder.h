@@ -59,14 +59,18 @@ struct decoder *decoder_load(struct model_runtime *rt, const struct model_spec *
 void decoder_destroy(struct decoder *d);
 const struct decoder_info *decoder_info(const struct decoder *d);
 
+/* Bytes of one cache block of block_tokens tokens (every layer's keys
+ * and values, in the backend's cache type: backend.h's kv_size). */
+size_t decoder_kv_block_bytes(const struct decoder *d, size_t block_tokens);
+
 /* A workspace's bounds. */
 struct decoder_ws_conf {
     size_t max_seqs;      /* live sequences (cache ids), and sequences per step */
     size_t max_tokens;    /* new tokens per step, all sequences together */
     size_t max_ctx;       /* tokens per sequence; 0 = the model's context */
     size_t block_tokens;  /* tokens per cache block; 0 = 16 */
-    size_t kv_bytes;      /* the cache's budget: whole blocks of layers x 2 x
-                             block_tokens x kv_heads x head_dim floats */
+    size_t kv_bytes;      /* the cache's budget: whole blocks of
+                             decoder_kv_block_bytes(d, block_tokens) */
     int all_logits;       /* 1: decoder_step returns every new token's logits */
 };
 

@@ -143,3 +143,28 @@ void plan_shape_refuse(struct plan_shapes *t, size_t slot)
     t->slot[slot].refused = 1;
     t->slot[slot].graph = 0;
 }
+
+void plan_paged_attention(size_t tokens, size_t heads, size_t tile, size_t span,
+                          size_t max_ctx, int scratch, size_t seqs, size_t lone,
+                          struct plan_paged *p)
+{
+    if (lone > tokens) lone = tokens;
+    size_t chunk = (max_ctx + PLAN_SPLIT_MAX - 1) / PLAN_SPLIT_MAX;
+    chunk = chunk < PLAN_SPLIT_CHUNK ? PLAN_SPLIT_CHUNK : (chunk + span - 1) / span * span;
+    size_t parts = (max_ctx + chunk - 1) / chunk, rows = tokens * heads, rest = tokens - lone;
+    int split = scratch && rows <= PLAN_SPLIT_ROWS && parts > 1;
+    int whole = !split && tokens >= 2 * tile && (seqs == 0 || tokens >= seqs * tile);
+    int apart = !split && lone && tile > 1 && rest >= 2 * tile &&
+                (seqs == 0 || rest >= (seqs - lone) * tile);
+    *p = (struct plan_paged){.one_rows = rows, .parts = split ? parts : 1, .chunk = chunk,
+                             .skip = tokens};
+    if (apart) {
+        /* the lone rows, split when they are few enough */
+        p->one_rows = lone * heads;
+        p->parts = scratch && p->one_rows <= PLAN_SPLIT_ROWS && parts > 1 ? parts : 1;
+        p->skip = lone;
+    } else if (whole) {
+        p->one_rows = 0;
+        p->skip = 0;
+    }
+}

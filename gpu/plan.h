@@ -92,4 +92,34 @@ enum plan_shape_action plan_shape_use(struct plan_shapes *t, const void *key, si
  * keeps its slot. */
 void plan_shape_refuse(struct plan_shapes *t, size_t slot);
 
+/* How the CUDA backend's paged attention (gpu/cuda_kernels.cu) takes a
+ * step of tokens new tokens, heads query heads each, over contexts of at
+ * most max_ctx positions, its first lone tokens each a sequence of its
+ * own (bk_seqs.lone), in seqs sequences (0: not known). Two kernels: the
+ * one-row walk (a block per (token, head) row, or per part of its
+ * context: the flash-decoding split, which needs scratch and only pays
+ * for at most PLAN_SPLIT_ROWS rows), and the tiled prefill kernel, whose
+ * blocks take `tile` consecutive tokens (1 when the query heads of a
+ * cache head fill a block) and walk their sequences one after another.
+ * The tiled kernel takes a step of at least two tiles of tokens and a
+ * tile's worth a sequence on average; a step whose lone tokens lead it
+ * is judged on the tokens after them, the lone ones then walked apart
+ * (so that no block walks a tile of decode contexts while the step waits
+ * for it), unless a tile is one token. Sizes alone decide, so a recorded
+ * decode step replays the same launches. Parts are of at least
+ * PLAN_SPLIT_CHUNK positions, whole multiples of span (the one-row
+ * kernel's positions a step), at most PLAN_SPLIT_MAX of them. */
+#define PLAN_SPLIT_ROWS 256
+#define PLAN_SPLIT_MAX 32
+#define PLAN_SPLIT_CHUNK 256
+struct plan_paged {
+    size_t one_rows;   /* rows of tokens 0 .. one_rows / heads - 1 the one-row walk takes */
+    size_t parts;      /* 1, or the parts each of those rows' contexts is split into */
+    size_t chunk;      /* positions a part */
+    size_t skip;       /* the tiled kernel takes tokens skip .. tokens - 1 (none: tokens) */
+};
+void plan_paged_attention(size_t tokens, size_t heads, size_t tile, size_t span,
+                          size_t max_ctx, int scratch, size_t seqs, size_t lone,
+                          struct plan_paged *p);
+
 #endif

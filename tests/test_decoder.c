@@ -388,10 +388,19 @@ static struct decoder_ws *ws_make(const struct decoder *d, size_t seqs, size_t t
     const struct decoder_info *in = decoder_info(d);
     struct decoder_ws_conf c = {.max_seqs = seqs, .max_tokens = tokens, .max_ctx = MAXT,
                                 .block_tokens = bt, .all_logits = all};
-    size_t block = in->layers * 2 * bt * in->kv_heads * in->head_dim * 4;
-    c.kv_bytes = block * (seqs * ((MAXT + bt - 1) / bt) + 1);
+    /* a block: every layer's keys and values of bt tokens, each value of
+     * the backend's cache type: bfloat16 on the CPU under bf16, on CUDA
+     * the activation type (2 bytes under fp16 and bf16), else float32 */
+    int cuda = strcmp(rt_backend, "cuda") == 0;
+    size_t es = (cuda ? rt_prec == MODEL_FP16 || rt_prec == MODEL_BF16
+                      : rt_cpu_prec == MODEL_BF16) ? 2 : 4;
+    size_t block = in->layers * 2 * bt * in->kv_heads * in->head_dim * es;
+    assert_int_equal(block, decoder_kv_block_bytes(d, bt));
+    size_t nblocks = seqs * ((MAXT + bt - 1) / bt) + 1;
+    c.kv_bytes = block * nblocks;
     struct decoder_ws *ws = decoder_ws_new(d, 0, &c, err, sizeof(err));
     if (!ws) fail_msg("ws: %s", err);
+    assert_int_equal(kvcache_total_blocks(decoder_ws_cache(ws)), nblocks);
     return ws;
 }
 

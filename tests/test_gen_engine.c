@@ -143,8 +143,7 @@ static void same_stream(const struct out *o)
 
 static struct gen_engine_conf conf_of(size_t seqs, size_t tokens, size_t blocks, size_t bt)
 {
-    const struct decoder_info *in = decoder_info(dec);
-    size_t block = in->layers * 2 * bt * in->kv_heads * in->head_dim * sizeof(float);
+    size_t block = decoder_kv_block_bytes(dec, bt);
     struct gen_engine_conf c = {.max_waiting = MAXJ, .max_seqs = seqs,
                                 .max_batch_tokens = tokens, .max_ctx = 256,
                                 .block_tokens = bt, .kv_bytes = block * blocks,
@@ -253,9 +252,7 @@ static float *ref_logits(const int32_t *prompt, size_t n, const int32_t *toks, s
     char err[256];
     const struct decoder_info *in = decoder_info(dec);
     struct decoder_ws_conf c = {.max_seqs = 1, .max_tokens = 512, .max_ctx = 512,
-                                .block_tokens = 16,
-                                .kv_bytes = in->layers * 2 * 16 * in->kv_heads * in->head_dim *
-                                            4 * 33};
+                                .block_tokens = 16, .kv_bytes = decoder_kv_block_bytes(dec, 16) * 33};
     struct decoder_ws *ws = decoder_ws_new(dec, 0, &c, err, sizeof(err));
     if (!ws) fail_msg("ws: %s", err);
     float *out = malloc((n_tok ? n_tok : 1) * vocab * sizeof(float));

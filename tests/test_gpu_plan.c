@@ -1,6 +1,7 @@
 /* test_gpu_plan.c - gpu/plan.c, the host-side decisions of the CUDA
  * backend, which run on any machine: device selection from gpu.devices,
- * executor slots spread over devices, the graph keys' LRU (test_shapes), and
+ * executor slots spread over devices, the graph keys' LRU (test_shapes),
+ * which kernels take a step of paged attention (test_paged_plan), and
  * weight conversion into each precision (bit for bit where
  * the file already holds that format, round to nearest even otherwise,
  * checked against a rounding written here on fresh random values).
@@ -257,6 +258,68 @@ static void test_shapes(void **state)
     assert_true(plan_key_hash("a", 1) == 0xaf63dc4c8601ec8cull);
 }
 
+/* Paged attention's kernels (plan_paged_attention) on fresh random steps:
+ * the rule restated here, and what each kind of step must get. */
+static void test_paged_plan(void **state)
+{
+    (void)state;
+    struct plan_paged p;
+    /* a decode step of few rows over a long context: split, no tiles */
+    plan_paged_attention(4, 8, 2, 256, 4096, 1, 4, 4, &p);
+    assert_true(p.one_rows == 32 && p.parts == 16 && p.chunk == 256 && p.skip == 4);
+    /* without scratch, or over a short context: one block a row */
+    plan_paged_attention(4, 8, 2, 256, 4096, 0, 4, 4, &p);
+    assert_true(p.one_rows == 32 && p.parts == 1 && p.skip == 4);
+    plan_paged_attention(4, 8, 2, 256, 200, 1, 4, 4, &p);
+    assert_true(p.one_rows == 32 && p.parts == 1);
+    /* a prompt chunk: all tiles */
+    plan_paged_attention(512, 32, 4, 256, 4096, 1, 1, 0, &p);
+    assert_true(p.one_rows == 0 && p.skip == 0);
+    /* three decode tokens led a 500-token chunk: apart, the lone rows split */
+    plan_paged_attention(503, 32, 4, 256, 4096, 1, 4, 3, &p);
+    assert_true(p.one_rows == 96 && p.parts == 16 && p.skip == 3);
+    /* ... the same step not told of them: all tiles */
+    plan_paged_attention(503, 32, 4, 256, 4096, 1, 4, 0, &p);
+    assert_true(p.one_rows == 0 && p.skip == 0);
+    /* ... at a tile of one token: all tiles (no block walks several) */
+    plan_paged_attention(503, 32, 1, 256, 4096, 1, 4, 3, &p);
+    assert_true(p.one_rows == 0 && p.skip == 0);
+    /* 200 decode tokens beside a 300-token chunk: apart, too many rows to split */
+    plan_paged_attention(500, 32, 4, 256, 4096, 1, 201, 200, &p);
+    assert_true(p.one_rows == 6400 && p.parts == 1 && p.skip == 200);
+    /* a lone count past the tokens is taken as all of them */
+    plan_paged_attention(4, 8, 2, 256, 200, 1, 4, 9, &p);
+    assert_true(p.one_rows == 32 && p.skip == 4);
+
+    for (int round = 0; round < 2000; round++) {
+        size_t tokens = 1 + tu_rand64() % 600, heads = 1 + tu_rand64() % 40;
+        size_t tile = 1 + tu_rand64() % 16, ctx = 1 + tu_rand64() % 9000;
+        size_t lone = tu_rand64() % 2 ? tu_rand64() % (tokens + 1) : 0;
+        size_t seqs = lone + (tokens > lone ? 1 + tu_rand64() % (tokens - lone) : 0);
+        if (tu_rand64() % 5 == 0) seqs = 0; /* not known */
+        int scratch = (int)(tu_rand64() % 2);
+        plan_paged_attention(tokens, heads, tile, 256, ctx, scratch, seqs, lone, &p);
+        /* the parts: whole steps of 256, at most 32, covering the context */
+        assert_true(p.chunk >= 256 && p.chunk % 256 == 0 && p.parts >= 1 && p.parts <= 32);
+        assert_true(p.parts == 1 || (p.parts - 1) * p.chunk < ctx);
+        assert_true(p.parts * p.chunk >= ctx || p.parts == 1);
+        /* every token is taken once: one-row rows are the first tokens' */
+        assert_true(p.one_rows % heads == 0 && p.skip <= tokens);
+        assert_true(p.skip == tokens ? p.one_rows == tokens * heads : p.one_rows == p.skip * heads);
+        /* a split only for few rows, with scratch */
+        assert_true(p.parts == 1 || (scratch && p.one_rows <= PLAN_SPLIT_ROWS));
+        /* the tiles take a step of two tiles and a tile a sequence */
+        if (p.skip < tokens) {
+            size_t rest = tokens - p.skip, rs = seqs ? seqs - p.skip : 0;
+            assert_true(rest >= 2 * tile && (seqs == 0 || rest >= rs * tile));
+            assert_true(p.skip == 0 || (p.skip == lone && tile > 1));
+        }
+        /* a decode step (every token its own sequence) never takes tiles
+         * unless the sequences are not known */
+        if (seqs == tokens && tile > 1) assert_true(p.skip == tokens);
+    }
+}
+
 static void test_precision_names(void **state)
 {
     (void)state;
@@ -278,6 +341,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_devices),  cmocka_unit_test(test_slots),  cmocka_unit_test(test_convert),
         cmocka_unit_test(test_precision_names), cmocka_unit_test(test_shapes),
+        cmocka_unit_test(test_paged_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

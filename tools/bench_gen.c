@@ -173,10 +173,9 @@ static struct decoder_ws *gen_ws(const struct gen_set *g, size_t b)
 {
     char err[512];
     size_t ctx = g->prompt + g->steps, blocks = (ctx + 15) / 16 + 1;
-    size_t row = g->in->kv_heads * g->in->head_dim;
     struct decoder_ws_conf c = {.max_seqs = b, .max_tokens = b > g->prompt ? b : g->prompt, .max_ctx = ctx,
                                 .block_tokens = 16,
-                                .kv_bytes = b * blocks * g->in->layers * 2 * 16 * row * 4};
+                                .kv_bytes = b * blocks * decoder_kv_block_bytes(g->d, 16)};
     struct decoder_ws *ws = decoder_ws_new(g->d, 0, &c, err, sizeof(err));
     if (!ws) fprintf(stderr, "kinfer bench generate: %s\n", err);
     return ws;
