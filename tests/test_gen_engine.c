@@ -250,9 +250,9 @@ static void run_together(const struct gen_engine_conf *c, struct job *jobs, size
 static float *ref_logits(const int32_t *prompt, size_t n, const int32_t *toks, size_t n_tok)
 {
     char err[256];
-    const struct decoder_info *in = decoder_info(dec);
     struct decoder_ws_conf c = {.max_seqs = 1, .max_tokens = 512, .max_ctx = 512,
-                                .block_tokens = 16, .kv_bytes = decoder_kv_block_bytes(dec, 16) * 33};
+                                .block_tokens = 16,
+                                .kv_bytes = decoder_kv_block_bytes(dec, 16) * 33};
     struct decoder_ws *ws = decoder_ws_new(dec, 0, &c, err, sizeof(err));
     if (!ws) fail_msg("ws: %s", err);
     float *out = malloc((n_tok ? n_tok : 1) * vocab * sizeof(float));
