@@ -280,6 +280,21 @@ __device__ unsigned long long tie_quota(unsigned long long mine, unsigned long l
     return keep > before ? (keep - before < mine ? keep - before : mine) : 0;
 }
 
+// How many of the avail tokens equal to top-p's cut key (e each) it
+// keeps, after above_n tokens above it holding `above`: the host's loop,
+// a token stays while those before it (in the order) hold less than P,
+// the first one always.
+__device__ unsigned long long top_p_ties(double above, unsigned long long above_n,
+                                         unsigned long long avail, double e, double P)
+{
+    unsigned long long c = 0;
+    while (c < avail && (above_n + c == 0 || above < P)) {
+        above += e;
+        c++;
+    }
+    return c;
+}
+
 // The lowest thread whose claim is set (kThreads when none is). Every
 // thread must call it.
 __device__ unsigned first_past(bool claim, Shared &s)
@@ -448,17 +463,8 @@ __global__ void __launch_bounds__(kThreads)
                     up_e = block_all(up_e, Sum(), s.d);
                     up_n = block_all(up_n, Sum(), s.q);
                     eq_n = block_all(eq_n, Sum(), s.q);
-                    // the host's loop: a token stays while those before it
-                    // hold less than top_p, the first one always
-                    const double et = e_of(val_of(lo));
-                    double cum = up_e;
-                    unsigned long long k = 0;
-                    while (k < eq_n && (up_n + k == 0 || cum < P)) {
-                        cum += et;
-                        k++;
-                    }
                     ck = lo;
-                    ct = k;
+                    ct = top_p_ties(up_e, up_n, eq_n, e_of(val_of(lo)), P);
                 }
             }
             if (fast) {
@@ -585,17 +591,8 @@ __global__ void __launch_bounds__(kThreads)
                     lo = bisect(false);
                 }
                 unsigned long long avail = lo != tk ? at_n - above_n : tc;
-                // The host's loop: a token stays while those before it (in
-                // the order) hold less than top_p, the first one always.
-                const double et = e_of(val_of(lo));
-                double cum = above;
-                unsigned long long c = 0;
-                while (c < avail && (above_n + c == 0 || cum < P)) {
-                    cum += et;
-                    c++;
-                }
+                tc = top_p_ties(above, above_n, avail, e_of(val_of(lo)), P);
                 tk = lo;
-                tc = c;
             }
             // The draw over the kept tokens in id order: thread tid walks ids
             // [b, end). Its share of the tokens equal to tk comes first.
